@@ -1,0 +1,172 @@
+"""The task graph: every op of a decode step fused into task kinds and tiled into per-SM tasks.
+
+A *task* is one SM's share of one fused op. Tasks talk through *buffers* in global memory
+(weights, KV caches, fp32 activations) and synchronise through *events*: an event is a counter
+that ``triggers`` tasks each bump once per decode step; a task that waits on it may start when
+the counter reaches ``triggers * (step + 1)`` (counters never reset; step counts from 0).
+In NaN-sentinel mode the same event is instead satisfied when no 32-bit word of its
+``regions`` (the union of what its producers write) holds the sentinel pattern.
+
+Task kinds (the contract shared by lowering, the CPU simulator and the device code).
+``B`` batch, ``H`` hidden, ``I`` intermediate, ``hd`` head_dim, ``nh``/``nkv`` heads, ``L`` max_seq_len.
+Activation buffers are fp32 ``[B, N]``; caches are ``[B, nkv, L, hd]``; ``l`` is ``task.layer``.
+
+==========  =====================  ===================================================================
+kind        args                   what it does
+==========  =====================  ===================================================================
+embed       c0, c1                 x0[:, c0:c1] = embed_table[ids[b], c0:c1]  (ids: ``ids`` buffer)
+qkv         h0, h1                 heads [h0, h1) of the concatenated (q | k | v) head space
+                                   (nh + 2*nkv heads of hd rows): y = rmsnorm(x_in) @ W_rows.T (+bias),
+                                   q/k heads: per-head q_norm/k_norm (Qwen3), then RoPE at ``pos``;
+                                   q heads -> q[l][:, rows]; k/v heads -> k_cache[l] / v_cache[l] at pos
+attn        b, g                   the n_rep query heads of kv head g for batch row b, causal over
+                                   cache positions [0, pos] -> attn[l][b, g*n_rep*hd : (g+1)*n_rep*hd]
+oproj       r0, r1                 xa[l][:, r0:r1] = x_in[:, r0:r1] + attn[l] @ Wo[r0:r1].T
+gateup      r0, r1                 h[l][:, r0:r1] = silu(rmsnorm(xa[l]) @ Wg[r0:r1].T) * (.. @ Wu[r0:r1].T)
+down        r0, r1                 xm[l][:, r0:r1] = xa[l][:, r0:r1] + h[l] @ Wd[r0:r1].T
+lmhead      r0, r1                 logits[:, r0:r1] = rmsnorm_final(x_last) @ W_lm[r0:r1].T, and the
+                                   tile's (max, first argmax) per row -> amax_part[:, tile_index]
+argmax      (none)                 ids_next[b] = first argmax over the partials (ties: lowest index)
+==========  =====================  ===================================================================
+
+``x_in`` of layer 0 is ``x0``; of layer l > 0 it is ``xm[l-1]``; ``x_last`` is ``xm[n_layers-1]``.
+Buffer names are fixed: ``ids``, ``pos``, ``x0``, ``q.{l}``, ``attn.{l}``, ``xa.{l}``, ``h.{l}``,
+``xm.{l}``, ``logits``, ``amax_part``, ``next_ids``, ``k_cache.{l}``, ``v_cache.{l}`` and weights
+under their Hugging Face names.
+
+Regions are boxes ``((lo, hi), ...)`` per dimension of the buffer, half-open. A cache region
+along the sequence dimension is written for the worst case ``pos = L - 1`` (the write at pos is
+inside every read of ``[0, pos]``, whatever pos is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mkc.errors import IRCheckError
+from mkc.irjson import load_json, save_json
+
+TASK_KINDS = ("embed", "qkv", "attn", "oproj", "gateup", "down", "lmhead", "argmax")
+BUFFER_ROLES = ("weight", "const", "input", "act", "cache", "output")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # bf16 | f32 | i64 | i32
+    role: str  # weight | const | input | act | cache | output
+    polled: bool = False  # NaN-sentinel mode polls it (activations produced within a step, caches at pos)
+
+
+@dataclass(frozen=True)
+class Region:
+    buffer: str
+    box: tuple[tuple[int, int], ...]
+
+    def overlaps(self, other: "Region") -> bool:
+        if self.buffer != other.buffer:
+            return False
+        return all(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in zip(self.box, other.box))
+
+    def size(self) -> int:
+        n = 1
+        for lo, hi in self.box:
+            n *= max(0, hi - lo)
+        return n
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    name: str
+    triggers: int  # tasks that signal it once per step
+    regions: tuple[Region, ...] = ()  # what its producers write (NaN mode polls these)
+
+
+@dataclass(frozen=True)
+class Task:
+    id: int
+    kind: str
+    layer: int  # -1 outside the decoder layers
+    args: tuple[int, ...]
+    reads: tuple[Region, ...]
+    writes: tuple[Region, ...]
+    waits: tuple[int, ...]  # event ids
+    signals: tuple[int, ...]  # event ids
+    smem: int  # bytes of shared memory it needs (input staging + weight pipeline)
+    bytes: int  # bytes moved to/from HBM
+    flops: int
+    rearm: bool = True  # NaN mode: re-arm its write regions of the other parity buffer
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    model: str  # model name or arch
+    target: str
+    batch: int
+    max_seq_len: int
+    buffers: tuple[Buffer, ...]
+    tasks: tuple[Task, ...]
+    events: tuple[Event, ...]
+    dims: tuple[tuple[str, int], ...] = ()  # H, I, nh, nkv, hd, V, n_layers, ... for codegen
+
+    def dim(self, key: str) -> int:
+        return dict(self.dims)[key]
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def producers(self) -> dict[int, list[int]]:
+        """event id -> ids of the tasks that signal it."""
+        out: dict[int, list[int]] = {e.id: [] for e in self.events}
+        for t in self.tasks:
+            for e in t.signals:
+                out.setdefault(e, []).append(t.id)
+        return out
+
+    def check(self) -> "TaskGraph":
+        problems: list[str] = []
+        bufs = {b.name: b for b in self.buffers}
+        for i, t in enumerate(self.tasks):
+            if t.id != i:
+                problems.append(f"task at index {i} has id {t.id}")
+            if t.kind not in TASK_KINDS:
+                problems.append(f"task {t.id} has unknown kind {t.kind!r}")
+            for r in t.reads + t.writes:
+                b = bufs.get(r.buffer)
+                if b is None:
+                    problems.append(f"task {t.id} ({t.kind}) touches unknown buffer {r.buffer}")
+                    continue
+                if len(r.box) != len(b.shape) or any(
+                    not (0 <= lo < hi <= n) for (lo, hi), n in zip(r.box, b.shape)
+                ):
+                    problems.append(f"task {t.id} region {r.box} outside buffer {b.name}{list(b.shape)}")
+            for r in t.writes:
+                if r.buffer in bufs and bufs[r.buffer].role in ("weight", "const", "input"):
+                    problems.append(f"task {t.id} writes read-only buffer {r.buffer}")
+            for e in t.waits + t.signals:
+                if not 0 <= e < len(self.events):
+                    problems.append(f"task {t.id} names unknown event {e}")
+        for i, e in enumerate(self.events):
+            if e.id != i:
+                problems.append(f"event at index {i} has id {e.id}")
+        prod = self.producers()
+        for e in self.events:
+            if len(prod.get(e.id, [])) != e.triggers:
+                problems.append(
+                    f"event {e.id} ({e.name}) has triggers={e.triggers} but {len(prod.get(e.id, []))} tasks signal it"
+                )
+        if problems:
+            raise IRCheckError("TaskGraph check failed:\n  " + "\n  ".join(problems[:50]))
+        return self
+
+    def save(self, path) -> None:
+        save_json(self, path)
+
+    @staticmethod
+    def load(path) -> "TaskGraph":
+        return load_json(TaskGraph, path).check()
