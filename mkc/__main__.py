@@ -1,0 +1,5 @@
+import sys
+
+from mkc.cli import main
+
+sys.exit(main())
