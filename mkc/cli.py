@@ -42,7 +42,7 @@ def _add_compile(sub) -> None:
                    help="synchronisation: atomic counters or NaN-sentinel data polling (default: the target's: atomic on NVIDIA, nan on AMD)")
     p.add_argument("--method", choices=("cpsat", "list", "round_robin"), default="cpsat",
                    help="scheduler (default: cpsat, warm-started from and never worse than list)")
-    p.add_argument("--time-limit", type=float, default=10.0, help="CP-SAT time limit per solve, seconds (default: 10)")
+    p.add_argument("--time-limit", type=float, default=10.0, help="CP-SAT time budget in seconds over all solves of one batch size (deterministic time; default: 10)")
     p.add_argument("--stop-after", choices=("capture", "lower", "schedule", "verify", "codegen"), default="codegen",
                    help="stop after this stage (default: codegen)")
     p.add_argument("--build", action="store_true", help="also compile the kernel source with nvcc/clang")

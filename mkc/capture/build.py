@@ -66,10 +66,12 @@ def build_graph(
         k = lin("k_proj", xn, nkv * hd, H, info.qkv_bias)
         v = lin("v_proj", xn, nkv * hd, H, info.qkv_bias)
         if info.qk_norm:
+            # tensors are declared in order of first use, the order capture writes them in
             wq = tensor(p + "self_attn.q_norm.weight", (hd,), wdt, "param")
-            wk = tensor(p + "self_attn.k_norm.weight", (hd,), wdt, "param")
-            qn, kn = tensor(a + "qn", (B, nh * hd)), tensor(a + "kn", (B, nkv * hd))
+            qn = tensor(a + "qn", (B, nh * hd))
             op(a + "q_norm", "rmsnorm", (q, wq), (qn,), i, eps=info.rms_eps, group=hd)
+            wk = tensor(p + "self_attn.k_norm.weight", (hd,), wdt, "param")
+            kn = tensor(a + "kn", (B, nkv * hd))
             op(a + "k_norm", "rmsnorm", (k, wk), (kn,), i, eps=info.rms_eps, group=hd)
             q, k = qn, kn
         qr, kr = tensor(a + "q_rot", (B, nh * hd)), tensor(a + "k_rot", (B, nkv * hd))

@@ -24,15 +24,19 @@ attn        b, g                   the n_rep query heads of kv head g for batch 
 oproj       r0, r1                 xa[l][:, r0:r1] = x_in[:, r0:r1] + attn[l] @ Wo[r0:r1].T
 gateup      r0, r1                 h[l][:, r0:r1] = silu(rmsnorm(xa[l]) @ Wg[r0:r1].T) * (.. @ Wu[r0:r1].T)
 down        r0, r1                 xm[l][:, r0:r1] = xa[l][:, r0:r1] + h[l] @ Wd[r0:r1].T
-lmhead      r0, r1                 logits[:, r0:r1] = rmsnorm_final(x_last) @ W_lm[r0:r1].T, and the
-                                   tile's (max, first argmax) per row -> amax_part[:, tile_index]
-argmax      (none)                 ids_next[b] = first argmax over the partials (ties: lowest index)
+lmhead      r0, r1, t              logits[:, r0:r1] = rmsnorm_final(x_last) @ W_lm[r0:r1].T, and tile
+                                   t's per-row max -> amax_part[:, t] (f32) and the first (lowest)
+                                   vocabulary index reaching it -> amax_idx[:, t] (i32)
+argmax      (none)                 next_ids[b] = amax_idx[b, t*] where t* is the first tile whose
+                                   amax_part[b, t] is the row's maximum (ties: lowest index)
 ==========  =====================  ===================================================================
 
 ``x_in`` of layer 0 is ``x0``; of layer l > 0 it is ``xm[l-1]``; ``x_last`` is ``xm[n_layers-1]``.
 Buffer names are fixed: ``ids``, ``pos``, ``x0``, ``q.{l}``, ``attn.{l}``, ``xa.{l}``, ``h.{l}``,
-``xm.{l}``, ``logits``, ``amax_part``, ``next_ids``, ``k_cache.{l}``, ``v_cache.{l}`` and weights
-under their Hugging Face names.
+``xm.{l}``, ``logits``, ``amax_part``, ``amax_idx``, ``next_ids``, ``k_cache.{l}``, ``v_cache.{l}``,
+the const ``inv_freq`` (values in ``Buffer.data``) and weights under their Hugging Face names
+(``mkc.taskgraph.names``). Float constants (``rms_eps``, ``rope_scaling``, ``attn_scale``) are in
+``TaskGraph.consts``.
 
 Regions are boxes ``((lo, hi), ...)`` per dimension of the buffer, half-open. A cache region
 along the sequence dimension is written for the worst case ``pos = L - 1`` (the write at pos is
@@ -57,6 +61,7 @@ class Buffer:
     dtype: str  # bf16 | f32 | i64 | i32
     role: str  # weight | const | input | act | cache | output
     polled: bool = False  # NaN-sentinel mode polls it (activations produced within a step, caches at pos)
+    data: tuple[float, ...] = ()  # values of a ``const`` buffer, row-major
 
 
 @dataclass(frozen=True)
@@ -110,9 +115,13 @@ class TaskGraph:
     tasks: tuple[Task, ...]
     events: tuple[Event, ...]
     dims: tuple[tuple[str, int], ...] = ()  # H, I, nh, nkv, hd, V, n_layers, ... for codegen
+    consts: tuple[tuple[str, float], ...] = ()  # rms_eps, rope_scaling, attn_scale
 
     def dim(self, key: str) -> int:
         return dict(self.dims)[key]
+
+    def const(self, key: str) -> float:
+        return dict(self.consts)[key]
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:

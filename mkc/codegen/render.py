@@ -1,0 +1,200 @@
+"""Code generation: TaskGraph + Schedule + target -> kernel source (and tables).
+
+Every decision is made here, in Python: the compile-time shapes, the GEMV tiling inside a task
+(rows per warp ``G``, loads in flight ``U``, batch rows per pass ``BB``), the output/input
+staging sizes and the shared-memory layout. The jinja2 template only prints them, through the
+target's dialect object (``mkc/targets/<vendor>/dialect.py``), so one template serves every vendor.
+
+The source specialises on shapes only. The schedule (queues, waits, signals, poll regions) is
+the int32 table of ``mkc.codegen.tables``; weights, caches and activations are bound through a
+pointer table when the kernel is loaded (``mkc.runtime.Megakernel``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from mkc.errors import IRCheckError, ScheduleError
+from mkc.schedule.ir import Schedule
+from mkc.targets.spec import Target, get_target
+from mkc.taskgraph.ir import TaskGraph
+from mkc.codegen import tables as T
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+KERNEL_TEMPLATE = "kernel.j2"
+
+
+@dataclass(frozen=True)
+class CodegenOptions:
+    """Knobs of the emitted code (defaults are what the tests and benchmarks use)."""
+
+    prefetch_l2: int = 0  # bytes of each weight matrix of a task pulled into L2 before it waits (0: off)
+    prefetch_next: int = 0  # bytes of the next queued task's weights pulled into L2 when a task starts
+    poll_batch: int = 8  # nan mode: sentinel polls in flight per thread
+    rows_per_warp: int = 2  # G: weight rows a warp streams at once
+    loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0 = by batch size
+    attn_chunk: int = 256  # positions per attention tile
+    spin_hot: int = 64  # polls before the spin starts to sleep
+    spin_max_ns: int = 256  # longest sleep between polls
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """What the kernel is compiled for and how it is launched."""
+
+    model: str
+    target: str
+    arch: str
+    sync: str
+    threads: int
+    smem_bytes: int  # dynamic shared memory to launch with
+    smem_needed: int  # what the layout uses (<= smem_bytes)
+    num_workers: int
+    kernel_name: str
+    qk_norm: bool
+    qkv_bias: bool
+    sentinel: int = T.SENTINEL
+    canon_nan: int = T.CANON_NAN
+    consts: tuple[tuple[str, int], ...] = ()
+    B: int = 1
+
+    def const(self, key: str) -> int:
+        return dict(self.consts)[key]
+
+
+def dialect_for(target: Target):
+    if target.vendor == "nvidia":
+        from mkc.targets.nvidia.dialect import NvidiaDialect
+
+        return NvidiaDialect(arch=target.arch)
+    raise ScheduleError(f"no code generator for {target.vendor} targets yet ({target.name}); "
+                        f"supported: the NVIDIA targets")
+
+
+def _align(n: int, a: int = 16) -> int:
+    return -(-n // a) * a
+
+
+def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: CodegenOptions | None = None) -> KernelConfig:
+    """Compile-time constants and the shared-memory layout for ``tg`` scheduled as ``sched``."""
+    o = options or CodegenOptions()
+    d = dict(tg.dims)
+    B, H, I, NH, NKV, HD = d["B"], d["H"], d["I"], d["nh"], d["nkv"], d["hd"]
+    V, L, NL, NTILES = d["V"], d["L"], d["n_layers"], d["n_lm_tiles"]
+    NREP = NH // NKV
+    NT = sched.plan.threads
+    dialect = dialect_for(target)
+    WARP = dialect.warp_size
+    problems = []
+    for name, k in (("hidden", H), ("intermediate", I), ("heads*head_dim", NH * HD)):
+        if k % 8:
+            problems.append(f"{name} = {k} is not a multiple of 8 (16-byte weight rows)")
+    if HD % 8:
+        problems.append(f"head_dim {HD} is not a multiple of 8 (16-byte cache rows)")
+    if NT % WARP or NT > 1024 or NT < 4 * WARP:
+        problems.append(f"{NT} threads per block is not a multiple of {WARP} in [{4 * WARP}, 1024]")
+    elif NT % (HD // 2):
+        problems.append(f"{NT} threads per block is not a multiple of head_dim/2 = {HD // 2}")
+    if sched.num_workers > target.sms:
+        problems.append(f"{sched.num_workers} workers but {target.name} has {target.sms} SMs: not all resident")
+    if problems:
+        raise IRCheckError("cannot generate the kernel: " + "; ".join(problems))
+
+    G = o.rows_per_warp
+    U = o.loads_in_flight or (8 if B <= 2 else 4)
+    BB = min(B, 8)
+    KC = d.get("smem_kc") or 8192
+    KC = max(256, min(KC, _align(max(H, I, NH * HD), 256)))
+    out_cap = max(4096, HD * B, 2 * B)
+    NW = NT // WARP
+    ATT_CH = o.attn_chunk
+    f = 4  # bytes per float / int
+    # GEMV layout: staged input [B][KC], output block [rows][B], split-K partials, 1/rms, argmax
+    off = {}
+    at = 0
+    for key, n in (("OFF_XS", B * KC), ("OFF_OUT", out_cap), ("OFF_PART", NW * G * B), ("OFF_RS", B),
+                   ("OFF_BEST", 2 * B)):
+        off[key] = at
+        at = _align(at + f * n)
+    gemv_end = at
+    # attention layout (the same bytes, another task): q, probabilities, max/sum/rescale, partial outputs
+    at = 0
+    for key, n in (("OFF_AQ", NREP * HD), ("OFF_AP", NREP * ATT_CH), ("OFF_AM", 3 * NREP),
+                   ("OFF_ARED", (NT // (HD // 2)) * NREP * HD)):
+        off[key] = at
+        at = _align(at + f * n)
+    off["OFF_FLAG"] = max(gemv_end, at)
+    needed = off["OFF_FLAG"] + 16
+    if needed > target.smem_per_block:
+        raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
+                            f"{target.smem_per_block} {target.name} allows (batch {B}, K-chunk {KC})")
+    smem = min(max(needed, sched.plan.smem_bytes), target.smem_per_block)
+    consts = dict(
+        NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
+        KC=KC, G=G, U=U, BB=BB, QKV_HB=max(1, out_cap // (HD * B)), RESID_RB=out_cap // B,
+        GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
+        SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
+        POLL_BATCH=o.poll_batch, TOKENS_CAP=L,
+    )
+    return KernelConfig(
+        model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,
+        smem_needed=needed, num_workers=sched.num_workers, kernel_name=dialect.kernel_name,
+        qk_norm=bool(d.get("qk_norm", 0)), qkv_bias=bool(d.get("qkv_bias", 0)), consts=tuple(consts.items()), B=B,
+    )
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(cfg: KernelConfig, target: Target) -> str:
+    """The kernel source for ``cfg`` (templates only print)."""
+    template = _environment().get_template(KERNEL_TEMPLATE)
+    return template.render(cfg=cfg, d=dialect_for(target), consts=cfg.consts, enums=T.enums())
+
+
+def generate(tg: TaskGraph, sched: Schedule, target: Target | str | None = None,
+             options: CodegenOptions | None = None) -> tuple[str, KernelConfig, T.Tables]:
+    """Source, kernel config and tables for one (task graph, schedule)."""
+    target = get_target(target or sched.target) if not isinstance(target, Target) else target
+    if sched.target != target.name or tg.target != target.name:
+        raise ScheduleError(f"schedule for {sched.target!r} / task graph for {tg.target!r} used with target "
+                            f"{target.name!r}")
+    cfg = kernel_config(tg, sched, target, options)
+    tables = T.build_tables(tg, sched)
+    return render(cfg, target), cfg, tables
+
+
+def emit(tg: TaskGraph, sched: Schedule, target: Target | str, bdir: str | Path,
+         options: CodegenOptions | None = None) -> dict[str, Path]:
+    """Write kernel.<ext>, tables.npz and kernel.json into ``bdir``; returns their paths."""
+    target = get_target(target) if isinstance(target, str) else target
+    source, cfg, tables = generate(tg, sched, target, options)
+    bdir = Path(bdir)
+    bdir.mkdir(parents=True, exist_ok=True)
+    src = bdir / f"kernel.{target.source_ext}"
+    src.write_text(source)
+    tab = bdir / "tables.npz"
+    np.savez(tab, ints=tables.ints, n_events=np.int64(tables.n_events), n_argmax=np.int64(tables.n_argmax),
+             double_buffered=np.array(tables.double_buffered, dtype=str))
+    meta = bdir / "kernel.json"
+    meta.write_text(json.dumps(asdict(cfg), indent=1) + "\n")
+    return {"source": src, "tables": tab, "meta": meta}
+
+
+def load_config(path: str | Path) -> KernelConfig:
+    data = json.loads(Path(path).read_text())
+    data["consts"] = tuple((k, int(v)) for k, v in data["consts"])
+    return KernelConfig(**data)

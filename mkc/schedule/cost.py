@@ -1,0 +1,88 @@
+"""Predicted task times, in microseconds, from the target's datasheet figures.
+
+A task streams ``bytes`` from HBM and does ``flops`` of arithmetic; a resident worker gets one
+SM's share of the chip, so
+
+    time = max(bytes / bw_per_sm, flops / flops_per_sm) + TASK_OVERHEAD_US + WAIT_US * len(waits)
+
+scaled by a per-kind factor (1.0 until measured device times replace the guess). The overheads
+model what a task costs beyond its data: fetching its descriptor, block barriers, the release
+atomic it signals with, and the acquire round trip of each event it waits on (one dependent step
+through global memory is ~1-2 us, ANCHORS.md; with the next task's weights prefetched during the
+wait, about 1.5 us of it stays on the critical path).
+
+Every constant lives here so a calibration run changes one file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mkc.targets.smem import GEMV_KINDS, smem_plan
+from mkc.targets.spec import Target
+from mkc.taskgraph.ir import Task, TaskGraph
+
+# Fraction of the datasheet HBM bandwidth a streaming read reaches: 4.20 TB/s measured / 4.8 TB/s
+# datasheet on our H200 (ANCHORS.md). Hazy's megakernel reached 78 % end to end on H100.
+HBM_FRACTION = 0.875
+# Fraction of the peak fp32 FMA rate a GEMV inner loop or the attention softmax reaches
+# (bf16 -> fp32 converts and shuffles share the issue slots with the FMAs).
+FMA_FRACTION = 0.5
+# Fraction of the dense bf16 tensor-core peak a skinny GEMM tile reaches (small N, no 2-CTA MMA).
+MMA_FRACTION = 0.5
+# Batch from which GEMV tasks use tensor cores (DESIGN.md: only when the batch makes GEMV
+# compute-bound; at batch 16 a bf16 GEMV does 16 flop/byte, above the fp32 ridge of ~16).
+TENSOR_CORE_MIN_BATCH = 16
+# Fixed cost of every task: queue entry fetch and decode, two block barriers, the release add.
+TASK_OVERHEAD_US = 0.5
+# Cost of each event a task waits on: the acquire poll round trip through L2 (~0.7 us on H100)
+# plus the barrier that publishes it to the block.
+WAIT_US = 1.0
+
+
+@dataclass(frozen=True)
+class CostModel:
+    hbm_fraction: float = HBM_FRACTION
+    fma_fraction: float = FMA_FRACTION
+    mma_fraction: float = MMA_FRACTION
+    tensor_core_min_batch: int = TENSOR_CORE_MIN_BATCH
+    task_overhead_us: float = TASK_OVERHEAD_US
+    wait_us: float = WAIT_US
+    # kind -> factor on the whole predicted time, e.g. measured / predicted from a device trace
+    kind_scale: dict[str, float] = field(default_factory=dict)
+
+    def bw_per_sm(self, target: Target) -> float:
+        """Bytes per microsecond one worker streams when every SM streams at once."""
+        return target.hbm_bw * self.hbm_fraction / target.sms / 1e6
+
+    def flops_per_sm(self, target: Target, kind: str, batch: int) -> float:
+        """Flops per microsecond of one worker for a task of this kind."""
+        if kind in GEMV_KINDS and batch >= self.tensor_core_min_batch:
+            return target.bf16_flops * self.mma_fraction / target.sms / 1e6
+        return target.fp32_flops * self.fma_fraction / target.sms / 1e6
+
+    def task_time(self, task: Task, target: Target, batch: int) -> float:
+        data = max(task.bytes / self.bw_per_sm(target), task.flops / self.flops_per_sm(target, task.kind, batch))
+        t = data + self.task_overhead_us + self.wait_us * len(task.waits)
+        return t * self.kind_scale.get(task.kind, 1.0)
+
+
+DEFAULT_COST = CostModel()
+
+
+def durations(tg: TaskGraph, target: Target, cost: CostModel | None = None) -> list[float]:
+    """Predicted time of every task, indexed by task id (microseconds)."""
+    cost = cost or DEFAULT_COST
+    return [cost.task_time(t, target, tg.batch) for t in tg.tasks]
+
+
+def prefetch_bytes(task: Task, target: Target, batch: int) -> int:
+    """Shared memory the *previous* task on a worker holds to prefetch this task's weights.
+
+    GEMV kinds stream weights through ``stages`` buffers (smem.py); the worker starts filling them
+    while the task before it still runs, so those bytes add to the previous task's footprint.
+    """
+    if task.kind not in GEMV_KINDS:
+        return 0
+    plan = smem_plan(target, batch, 256)  # stages do not depend on K
+    return plan.stages * plan.stage_bytes

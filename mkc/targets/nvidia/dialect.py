@@ -1,0 +1,139 @@
+"""The NVIDIA dialect: every CUDA-specific spelling the kernel template prints.
+
+The kernel template (``mkc/codegen/templates/kernel.j2``) is shared by all vendors. It calls only
+the ``mk_*`` helpers defined here and the few names below (types, kernel prefix, shared-memory
+declaration); an AMD dialect defines the same names with HIP spellings. Memory-model choices,
+per docs/sync.md:
+
+- atomic mode: ``red.release.gpu.global.add.u32`` by one thread after a block barrier; consumers
+  spin on ``ld.acquire.gpu.global.u32`` with ``__nanosleep`` backoff.
+- nan mode: polls with ``ld.relaxed.gpu.global.u32``, then ``fence.acq_rel.gpu``; outputs are
+  stored with ``st.relaxed.gpu.global`` after a fence.
+- activations are read through L2 only (``ld.global.cg``): L1 is not coherent across SMs.
+- weights are streamed with ``ld.global.nc.L1::no_allocate.v4`` (16 bytes, read-only path) and
+  prefetched into L2 before a task waits (``cp.async.bulk.prefetch.L2`` on sm_90+,
+  ``prefetch.global.L2`` per 128-byte line elsewhere).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_COMMON = r"""
+__device__ __forceinline__ float mk_bf16_to_f32(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
+// round to nearest even, NaN stays a (quiet) NaN: the same rounding torch uses for .to(bfloat16)
+__device__ __forceinline__ unsigned short mk_f32_to_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float mk_lo_bf16(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float mk_hi_bf16(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ unsigned mk_f32_bits(float f) { return __float_as_uint(f); }
+__device__ __forceinline__ float mk_bits_f32(unsigned u) { return __uint_as_float(u); }
+__device__ __forceinline__ float mk_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+__device__ __forceinline__ int mk_shfl_xor_i(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+__device__ __forceinline__ float mk_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+__device__ __forceinline__ void mk_barrier() { __syncthreads(); }
+__device__ __forceinline__ int mk_tid() { return (int)threadIdx.x; }
+__device__ __forceinline__ int mk_worker() { return (int)blockIdx.x; }
+__device__ __forceinline__ void mk_sleep(unsigned ns) { __nanosleep(ns); }
+__device__ __forceinline__ unsigned long long mk_globaltimer() {
+  unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
+}
+// --- synchronisation (docs/sync.md) ---
+__device__ __forceinline__ unsigned mk_ld_acquire(const unsigned* p) {
+  unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
+}
+__device__ __forceinline__ void mk_red_release_add(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned mk_ld_relaxed(const unsigned* p) {
+  unsigned v; asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
+}
+__device__ __forceinline__ void mk_st_relaxed(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void mk_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+__device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, unsigned val) { return atomicCAS(p, cmp, val); }
+// --- data movement ---
+// weights never change during a launch: not volatile, so the compiler may batch these loads
+__device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned mk_ld_weight4(const void* p) {
+  unsigned v; asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p)); return v;
+}
+__device__ __forceinline__ float mk_ld_act(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ float4 mk_ld_act4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ int mk_ld_int(const int* p) { return __ldcg(p); }
+__device__ __forceinline__ unsigned mk_ld_cache_word(const unsigned* p) { return __ldcg(p); }
+__device__ __forceinline__ uint4 mk_ld_cache16(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ unsigned short mk_ld_cache_half(const unsigned short* p) { return __ldcg(p); }
+__device__ __forceinline__ uint2 mk_ld_cache_word2(const unsigned* p) { return __ldcg(reinterpret_cast<const uint2*>(p)); }
+__device__ __forceinline__ int mk_ld_table(const int* p) { return __ldg(p); }
+"""
+
+_PREFETCH_BULK = r"""
+// one thread asks the copy engine to pull [p, p + bytes) into L2 (16-byte aligned, multiple of 16)
+__device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {
+  if (tid == 0 && bytes >= 16u)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes & ~15u) : "memory");
+}
+"""
+
+_PREFETCH_LINES = r"""
+// every thread prefetches a share of the 128-byte lines of [p, p + bytes) into L2
+__device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (unsigned off = 128u * (unsigned)tid; off < bytes; off += 128u * (unsigned)nthreads)
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(c + off));
+}
+"""
+
+
+@dataclass(frozen=True)
+class NvidiaDialect:
+    """What the shared template needs to print CUDA for one ``sm_XX`` architecture."""
+
+    arch: str = "sm_90a"
+    name: str = "cuda"
+    warp_size: int = 32
+    source_ext: str = "cu"
+    kernel_name: str = "mkc_megakernel"
+
+    @property
+    def sm(self) -> int:
+        return int("".join(ch for ch in self.arch.split("_")[1] if ch.isdigit()))
+
+    @property
+    def has_bulk_prefetch(self) -> bool:
+        return self.sm >= 90
+
+    @property
+    def prelude(self) -> str:
+        # only builtin vector types are used; no CUDA headers means a fast compile
+        return "#include <stdint.h>"
+
+    def kernel_decl(self, threads: int) -> str:
+        return f'extern "C" __global__ void __launch_bounds__({threads}, 1) {self.kernel_name}'
+
+    @property
+    def smem_decl(self) -> str:
+        return "extern __shared__ __align__(16) unsigned char mk_smem[];"
+
+    @property
+    def helpers(self) -> str:
+        return _COMMON + (_PREFETCH_BULK if self.has_bulk_prefetch else _PREFETCH_LINES)
+
+    @property
+    def ptr_t(self) -> str:
+        return "unsigned long long"
+
+
+def dialect_for(arch: str) -> NvidiaDialect:
+    return NvidiaDialect(arch=arch)

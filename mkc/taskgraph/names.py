@@ -1,0 +1,51 @@
+"""Buffer names of the task graph: fixed activation names (ir.py) and the weights' Hugging Face names.
+
+Lowering, the simulator and the code generator all find a layer's weights through these
+functions, so the role -> name mapping lives in one place. ``lower`` checks that the graph
+uses exactly these names.
+"""
+
+from __future__ import annotations
+
+EMBED = "model.embed_tokens.weight"
+FINAL_NORM = "model.norm.weight"
+LM_HEAD = "lm_head.weight"
+
+# role -> name under ``model.layers.{l}.``
+LAYER_WEIGHTS = {
+    "input_norm": "input_layernorm.weight",
+    "q": "self_attn.q_proj.weight",
+    "k": "self_attn.k_proj.weight",
+    "v": "self_attn.v_proj.weight",
+    "q_bias": "self_attn.q_proj.bias",
+    "k_bias": "self_attn.k_proj.bias",
+    "v_bias": "self_attn.v_proj.bias",
+    "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight",
+    "o": "self_attn.o_proj.weight",
+    "post_norm": "post_attention_layernorm.weight",
+    "gate": "mlp.gate_proj.weight",
+    "up": "mlp.up_proj.weight",
+    "down": "mlp.down_proj.weight",
+}
+
+
+def layer_weight(layer: int, role: str) -> str:
+    return f"model.layers.{layer}.{LAYER_WEIGHTS[role]}"
+
+
+def lm_head_weight(tied: bool) -> str:
+    return EMBED if tied else LM_HEAD
+
+
+def x_in(layer: int) -> str:
+    """The residual stream entering ``layer`` (``x_in(n_layers)`` is the last layer's output)."""
+    return "x0" if layer == 0 else f"xm.{layer - 1}"
+
+
+def k_cache(layer: int) -> str:
+    return f"k_cache.{layer}"
+
+
+def v_cache(layer: int) -> str:
+    return f"v_cache.{layer}"

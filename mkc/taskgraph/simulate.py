@@ -1,0 +1,286 @@
+"""CPU simulator: runs a TaskGraph task by task in fp32, honouring its events.
+
+Each task kind is implemented from ir.py's table, reading only through its task's declared
+regions, so the simulator checks lowering three ways:
+
+- a task runs only when every event it waits on has all its signals (else ``EventNotReady``);
+- a task reads and writes only inside its declared regions (else ``SimulationError``);
+- a task reads only data already written in this step (activations, and the caches at ``pos``),
+  and no element is written twice (else ``SimulationError``): an event that fired too early, or a
+  region that does not say what the task touches, is caught here and not in a hanging kernel.
+
+``run_step`` picks a random valid order by seed, so tests can try many interleavings.
+Caches are fp32 ``[B, nkv, L, hd]`` tensors updated in place, as in ``mkc.capture.reference``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+
+import torch
+
+from mkc.errors import MkcError
+from mkc.taskgraph import names
+from mkc.taskgraph.ir import Task, TaskGraph
+
+Box = tuple[tuple[int, int], ...]
+
+
+class EventNotReady(MkcError):
+    """A task ran before an event it waits on had fired."""
+
+    exit_code = 1
+
+
+class SimulationError(MkcError):
+    """A task touched data outside its regions, read data not yet written, or wrote twice."""
+
+    exit_code = 1
+
+
+def _desc(t: Task) -> str:
+    where = f" l{t.layer}" if t.layer >= 0 else ""
+    return f"task {t.id} ({t.kind}{where} args {list(t.args)})"
+
+
+def topo_order(tg: TaskGraph, seed: int | None = None) -> list[int]:
+    """A valid execution order: lowest id first, or a random ready task each time when seeded."""
+    rng = random.Random(seed)
+    missing = [len(t.waits) for t in tg.tasks]
+    remaining = [e.triggers for e in tg.events]
+    waiters: list[list[int]] = [[] for _ in tg.events]
+    for t in tg.tasks:
+        for e in t.waits:
+            waiters[e].append(t.id)
+    ready = [t.id for t in tg.tasks if not t.waits]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        if seed is None:
+            tid = heapq.heappop(ready)
+        else:
+            i = rng.randrange(len(ready))
+            ready[i], ready[-1] = ready[-1], ready[i]
+            tid = ready.pop()
+        order.append(tid)
+        for e in tg.tasks[tid].signals:
+            remaining[e] -= 1
+            if remaining[e] == 0:
+                for w in waiters[e]:
+                    missing[w] -= 1
+                    if missing[w] == 0:
+                        if seed is None:
+                            heapq.heappush(ready, w)
+                        else:
+                            ready.append(w)
+    if len(order) != len(tg.tasks):
+        stuck = next(t for t in tg.tasks if t.id not in set(order))
+        raise EventNotReady(f"no valid order: {_desc(stuck)} can never run (its events never fire)")
+    return order
+
+
+def _rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _first_argmax(x: torch.Tensor) -> torch.Tensor:
+    """Per row, the lowest index holding the row's maximum."""
+    hit = x == x.max(dim=-1, keepdim=True).values
+    idx = torch.arange(x.shape[-1]).expand_as(x)
+    return torch.where(hit, idx, x.shape[-1]).min(dim=-1).values
+
+
+class _Sim:
+    def __init__(self, tg: TaskGraph, weights, caches, input_ids, pos: int):
+        self.tg = tg
+        self.d = dict(tg.dims)
+        self.c = dict(tg.consts)
+        self.pos = int(pos)
+        self.meta = {b.name: b for b in tg.buffers}
+        self.data: dict[str, torch.Tensor] = {}
+        self.valid: dict[str, torch.Tensor] = {}  # written this step (caches: at pos, per [B, nkv])
+        B = tg.batch
+        for b in tg.buffers:
+            if b.role == "weight":
+                self.data[b.name] = weights[b.name].float()
+            elif b.role == "const":
+                self.data[b.name] = torch.tensor(b.data, dtype=torch.float32).reshape(b.shape)
+            elif b.role == "cache":
+                self.data[b.name] = caches[b.name]
+                self.valid[b.name] = torch.zeros(b.shape[:2], dtype=torch.bool)
+            elif b.role in ("act", "output"):
+                dt = {"i64": torch.int64, "i32": torch.int32}.get(b.dtype, torch.float32)
+                self.data[b.name] = torch.full(b.shape, -1 if dt != torch.float32 else float("nan"), dtype=dt)
+                self.valid[b.name] = torch.zeros(b.shape, dtype=torch.bool)
+        self.data["ids"] = input_ids.reshape(B).long()
+        self.data["pos"] = torch.tensor([self.pos])
+        self.counts = [0] * len(tg.events)
+        self.done: set[int] = set()
+
+    # ---- region-checked access ------------------------------------------------------------
+    def _inside(self, t: Task, regions, name: str, box: Box, verb: str) -> None:
+        meta = self.meta[name]
+        if meta.role == "cache" and verb == "writes":
+            L = meta.shape[2]
+            box = box[:2] + (((L - 1, L) if box[2] == (self.pos, self.pos + 1) else box[2]),) + box[3:]
+        for r in regions:
+            if r.buffer == name and all(rl <= lo and hi <= rh for (lo, hi), (rl, rh) in zip(box, r.box)):
+                return
+        raise SimulationError(f"{_desc(t)} {verb} {name}{list(box)} outside its declared regions")
+
+    def read(self, t: Task, name: str, *box) -> torch.Tensor:
+        box = tuple(box)
+        self._inside(t, t.reads, name, box, "reads")
+        sl = tuple(slice(lo, hi) for lo, hi in box)
+        meta = self.meta[name]
+        if meta.role == "cache":
+            if box[2][1] > self.pos and not self.valid[name][sl[:2]].all():
+                raise SimulationError(f"{_desc(t)} reads {name} at pos {self.pos} before it is written")
+        elif name in self.valid and not self.valid[name][sl].all():
+            raise SimulationError(f"{_desc(t)} reads {name}{list(box)} before it is written: a missing dependency")
+        return self.data[name][sl]
+
+    def write(self, t: Task, name: str, box: Box, value: torch.Tensor) -> None:
+        self._inside(t, t.writes, name, box, "writes")
+        sl = tuple(slice(lo, hi) for lo, hi in box)
+        vsl = sl[:2] if self.meta[name].role == "cache" else sl
+        if self.valid[name][vsl].any():
+            raise SimulationError(f"{_desc(t)} writes {name}{list(box)} a second time in one step")
+        self.data[name][sl] = value.reshape(self.data[name][sl].shape).to(self.data[name].dtype)
+        self.valid[name][vsl] = True
+
+    # ---- execution -------------------------------------------------------------------------
+    def run(self, t: Task) -> None:
+        if t.id in self.done:
+            raise SimulationError(f"{_desc(t)} runs twice in one step")
+        for e in t.waits:
+            ev = self.tg.events[e]
+            if self.counts[e] < ev.triggers:
+                raise EventNotReady(f"{_desc(t)} ran before event {e} ({ev.name}) fired: "
+                                    f"{self.counts[e]} of {ev.triggers} signals")
+        getattr(self, "_" + t.kind)(t)
+        self.done.add(t.id)
+        for e in t.signals:
+            self.counts[e] += 1
+
+    def _embed(self, t: Task) -> None:
+        B, V = self.tg.batch, self.d["V"]
+        c0, c1 = t.args
+        ids = self.read(t, "ids", (0, B))
+        table = self.read(t, names.EMBED, (0, V), (c0, c1))
+        self.write(t, "x0", ((0, B), (c0, c1)), table[ids])
+
+    def _rope(self, x: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+        """HF rotate-half RoPE of x [B, n, hd] at pos."""
+        hd = x.shape[-1]
+        ang = float(self.pos) * inv_freq
+        emb = torch.cat([ang, ang])
+        cos, sin = emb.cos() * self.c["rope_scaling"], emb.sin() * self.c["rope_scaling"]
+        rot = torch.cat([-x[..., hd // 2:], x[..., : hd // 2]], dim=-1)
+        return x * cos + rot * sin
+
+    def _qkv(self, t: Task) -> None:
+        d, l, B = self.d, t.layer, self.tg.batch
+        H, hd, nh, nkv, eps = d["H"], d["hd"], d["nh"], d["nkv"], self.c["rms_eps"]
+        h0, h1 = t.args
+        xn = _rmsnorm(self.read(t, names.x_in(l), (0, B), (0, H)),
+                      self.read(t, names.layer_weight(l, "input_norm"), (0, H)), eps)
+        self.read(t, "pos", (0, 1))
+        for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
+            a, b = max(h0, s0) - s0, min(h1, s1) - s0
+            if a >= b:
+                continue
+            y = xn @ self.read(t, names.layer_weight(l, role), (a * hd, b * hd), (0, H)).T
+            if d["qkv_bias"]:
+                y = y + self.read(t, names.layer_weight(l, role + "_bias"), (a * hd, b * hd))
+            y = y.reshape(B, b - a, hd)
+            if role != "v":
+                if d["qk_norm"]:
+                    y = _rmsnorm(y, self.read(t, names.layer_weight(l, role + "_norm"), (0, hd)), eps)
+                y = self._rope(y, self.read(t, "inv_freq", (0, hd // 2)))
+            if role == "q":
+                self.write(t, f"q.{l}", ((0, B), (a * hd, b * hd)), y)
+            else:
+                cache = names.k_cache(l) if role == "k" else names.v_cache(l)
+                self.write(t, cache, ((0, B), (a, b), (self.pos, self.pos + 1), (0, hd)), y)
+
+    def _attn(self, t: Task) -> None:
+        d, l, b, g = self.d, t.layer, t.args[0], t.args[1]
+        hd, n_rep, T = d["hd"], d["n_rep"], self.pos + 1
+        cols = (g * n_rep * hd, (g + 1) * n_rep * hd)
+        self.read(t, "pos", (0, 1))
+        q = self.read(t, f"q.{l}", (b, b + 1), cols).reshape(n_rep, hd)
+        cbox = ((b, b + 1), (g, g + 1), (0, T), (0, hd))
+        k = self.read(t, names.k_cache(l), *cbox).reshape(T, hd)
+        v = self.read(t, names.v_cache(l), *cbox).reshape(T, hd)
+        p = torch.softmax((q @ k.T) * self.c["attn_scale"], dim=-1)
+        self.write(t, f"attn.{l}", ((b, b + 1), cols), p @ v)
+
+    def _oproj(self, t: Task) -> None:
+        d, l, B = self.d, t.layer, self.tg.batch
+        r0, r1 = t.args
+        QD = d["nh"] * d["hd"]
+        a = self.read(t, f"attn.{l}", (0, B), (0, QD))
+        x = self.read(t, names.x_in(l), (0, B), (r0, r1))
+        w = self.read(t, names.layer_weight(l, "o"), (r0, r1), (0, QD))
+        self.write(t, f"xa.{l}", ((0, B), (r0, r1)), x + a @ w.T)
+
+    def _gateup(self, t: Task) -> None:
+        l, B, H = t.layer, self.tg.batch, self.d["H"]
+        r0, r1 = t.args
+        xn = _rmsnorm(self.read(t, f"xa.{l}", (0, B), (0, H)),
+                      self.read(t, names.layer_weight(l, "post_norm"), (0, H)), self.c["rms_eps"])
+        g = xn @ self.read(t, names.layer_weight(l, "gate"), (r0, r1), (0, H)).T
+        u = xn @ self.read(t, names.layer_weight(l, "up"), (r0, r1), (0, H)).T
+        self.write(t, f"h.{l}", ((0, B), (r0, r1)), torch.nn.functional.silu(g) * u)
+
+    def _down(self, t: Task) -> None:
+        d, l, B = self.d, t.layer, self.tg.batch
+        r0, r1 = t.args
+        h = self.read(t, f"h.{l}", (0, B), (0, d["I"]))
+        x = self.read(t, f"xa.{l}", (0, B), (r0, r1))
+        w = self.read(t, names.layer_weight(l, "down"), (r0, r1), (0, d["I"]))
+        self.write(t, f"xm.{l}", ((0, B), (r0, r1)), x + h @ w.T)
+
+    def _lmhead(self, t: Task) -> None:
+        B, H = self.tg.batch, self.d["H"]
+        r0, r1, k = t.args
+        xf = _rmsnorm(self.read(t, names.x_in(self.d["n_layers"]), (0, B), (0, H)),
+                      self.read(t, names.FINAL_NORM, (0, H)), self.c["rms_eps"])
+        logits = xf @ self.read(t, names.lm_head_weight(bool(self.d["tied"])), (r0, r1), (0, H)).T
+        self.write(t, "logits", ((0, B), (r0, r1)), logits)
+        self.write(t, "amax_part", ((0, B), (k, k + 1)), logits.max(dim=-1).values)
+        self.write(t, "amax_idx", ((0, B), (k, k + 1)), r0 + _first_argmax(logits))
+
+    def _argmax(self, t: Task) -> None:
+        B, T = self.tg.batch, self.d["n_lm_tiles"]
+        part = self.read(t, "amax_part", (0, B), (0, T))
+        idx = self.read(t, "amax_idx", (0, B), (0, T)).long()
+        best = _first_argmax(part)  # tiles are in vocabulary order: the first maximal tile has the lowest index
+        self.write(t, "next_ids", ((0, B),), idx.gather(1, best[:, None])[:, 0])
+
+
+def run_step(
+    tg: TaskGraph,
+    weights: dict[str, torch.Tensor],
+    caches: dict[str, torch.Tensor],
+    input_ids: torch.Tensor,
+    pos: int,
+    *,
+    seed: int | None = None,
+    order: list[int] | None = None,
+) -> dict[str, torch.Tensor]:
+    """One decode step. ``order``: exactly these task ids in this order (checked); else a valid
+    order, random by ``seed`` (None: by task id). Updates ``caches`` in place; returns every
+    activation and output buffer (``logits``, ``next_ids``, ``q.0``...) and the caches."""
+    if not 0 <= int(pos) < tg.max_seq_len:
+        raise ValueError(f"pos {pos} outside the cache (max_seq_len {tg.max_seq_len})")
+    sim = _Sim(tg, weights, caches, input_ids, pos)
+    for tid in topo_order(tg, seed) if order is None else order:
+        sim.run(tg.tasks[tid])
+    if len(sim.done) != len(tg.tasks):
+        left = next(t for t in tg.tasks if t.id not in sim.done)
+        raise SimulationError(f"the step ended without running {len(tg.tasks) - len(sim.done)} tasks, "
+                              f"e.g. {_desc(left)}")
+    return {name: sim.data[name] for name in sim.valid}

@@ -1,0 +1,153 @@
+"""Time the megakernel on the GPU and print the results table (of this run and of the gpu tests).
+
+    python3 scripts/gpu_bench.py [--variants b1-atomic,b1-nan] [--report gpu_report.jsonl]
+
+llama-3.2-1b shape with random bf16 weights: ms/token of the one-launch decode loop
+(``generate``: N steps in one launch, CUDA events, median of 3 after a warm-up), and wall time
+of one ``__call__`` (one launch + sync + error check). Floor: weight bytes / 4.2 TB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+READ_BW = 4.2e12  # measured H200 read bandwidth (ANCHORS.md)
+
+
+def random_weights(tg, seed: int = 0) -> dict:
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    out = {}
+    for b in tg.buffers:
+        if b.role == "weight":
+            if len(b.shape) == 1:
+                out[b.name] = (1.0 + 0.1 * torch.randn(b.shape, device="cuda", generator=g)).bfloat16()
+            else:
+                out[b.name] = (0.02 * torch.randn(b.shape, device="cuda", generator=g)).bfloat16()
+    return out
+
+
+VARIANTS = {
+    # name: (model, batch, sync, scheduler, codegen options)
+    "b1-atomic": ("llama-3.2-1b", 1, "atomic", "list", {}),
+    "b1-nan": ("llama-3.2-1b", 1, "nan", "list", {}),
+    "b1-atomic-U16": ("llama-3.2-1b", 1, "atomic", "list", {"loads_in_flight": 16}),
+    "b1-atomic-G4": ("llama-3.2-1b", 1, "atomic", "list", {"rows_per_warp": 4}),
+    "b1-atomic-pf32k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_l2": 32768}),
+    "b1-atomic-next64k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_next": 65536}),
+    "b1-atomic-rr": ("llama-3.2-1b", 1, "atomic", "round_robin", {}),
+    "b8-atomic": ("llama-3.2-1b", 8, "atomic", "list", {}),
+}
+DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic"]
+
+
+def bench(variant: str, steps: int, max_seq: int) -> dict:
+    name, batch, sync, method, opts = VARIANTS[variant]
+    import torch
+
+    from codegen_fixtures import rr_schedule, shape_graph
+    from mkc.codegen.render import CodegenOptions
+    from mkc.runtime import Megakernel
+    from mkc.targets.spec import get_target
+    from mkc.taskgraph import lower
+
+    t0 = time.perf_counter()
+    tg = lower(shape_graph(name, batch, max_seq), get_target("h200"))
+    if method == "round_robin":
+        sched = rr_schedule(tg, "h200", sync)
+    else:
+        from mkc.schedule import schedule
+
+        sched = schedule(tg, "h200", sync=sync, method=method, time_limit=20.0)
+    t_sched = time.perf_counter() - t0
+    w = random_weights(tg)
+    mk = Megakernel(tg, sched, w, options=CodegenOptions(**opts))
+    wbytes = sum(t.numel() * 2 for t in w.values())
+    prompt = torch.randint(0, tg.dim("V"), (batch, 1), device="cuda")
+    mk.generate(prompt, 8)  # warm-up
+    times = []
+    for _ in range(3):
+        mk.reset()
+        mk.ids[0].copy_(prompt[:, 0].int())
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        mk._launch(steps, 0, 1)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / steps)
+    ms_tok = statistics.median(times)
+    mk.reset()
+    calls = []
+    for t in range(30):
+        c0 = time.perf_counter()
+        mk(prompt[:, 0], t)
+        calls.append((time.perf_counter() - c0) * 1e3)
+    floor = wbytes / READ_BW * 1e3
+    return dict(test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method,
+                ms_per_token=ms_tok, ms_per_call=statistics.median(calls[5:]), floor_ms=floor,
+                pct_of_bw=100 * floor / ms_tok, predicted_us=sched.makespan, sched_s=t_sched,
+                regs=mk.module.num_regs, smem=mk.cfg.smem_bytes)
+
+
+def table(rows: list[dict]) -> str:
+    lines = []
+    tf = [r for r in rows if r["test"] == "teacher_forced"]
+    if tf:
+        lines.append("teacher-forced (64 steps)      batch sync    worst rel L2  worst/bound  argmax agree")
+        for r in tf:
+            lines.append(f"  {r['model']:<28} {r['batch']:>5} {r['sync']:<7} {r['worst_rel']:>12.3e} "
+                         f"{r['worst_ratio']:>11.3f} {100 * r['argmax_agree']:>11.1f}%")
+    gen = [r for r in rows if r["test"] == "generate"]
+    if gen:
+        lines.append("generate (one launch) == step-by-step greedy: " + ", ".join(
+            f"{r['model']} b{r['batch']} {r['sync']}" for r in gen))
+    fail = [r for r in rows if r["test"] in ("unsatisfiable_wait", "missing_producer", "nan_weight")]
+    for r in fail:
+        lines.append(f"failure test {r['test']} ({r['sync']}): ok {r.get('message', '')}")
+    b = [r for r in rows if r["test"] == "bench"]
+    if b:
+        lines.append("benchmark (llama-3.2-1b shape)  batch sync    sched         ms/token  %4.2TB/s  ms/call  floor  regs")
+        for r in b:
+            lines.append(f"  {r['variant']:<29} {r['batch']:>5} {r['sync']:<7} {r['method']:<12} "
+                         f"{r['ms_per_token']:>8.3f} {r['pct_of_bw']:>8.1f} {r['ms_per_call']:>8.3f} {r['floor_ms']:>6.3f} "
+                         f"{r['regs']:>5}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--report", default=os.environ.get("MKC_GPU_REPORT", ""))
+    ap.add_argument("--steps", type=int, default=256)
+    ap.add_argument("--no-bench", action="store_true")
+    ap.add_argument("--variants", default=",".join(DEFAULT), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    args = ap.parse_args()
+    rows = []
+    if not args.no_bench:
+        for v in args.variants.split(","):
+            try:
+                r = bench(v, steps=args.steps, max_seq=512)
+            except Exception as e:  # noqa: BLE001 - report and go on with the others
+                print(f"bench {v} failed: {type(e).__name__}: {e}", flush=True)
+                continue
+            print(json.dumps(r), flush=True)
+            rows.append(r)
+            if args.report:
+                with open(args.report, "a") as f:
+                    f.write(json.dumps(r) + "\n")
+    if args.report and Path(args.report).exists():
+        rows = [json.loads(x) for x in Path(args.report).read_text().splitlines() if x.strip()]
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Helpers for the code generator's tests: model shapes, graphs, task graphs and a plain schedule.
+
+``rr_schedule`` deals tasks to workers round robin in task-id order (lowering emits tasks in
+dependency order), with the kernel plan the code generator needs. It does not go through
+``mkc.schedule`` so codegen tests do not depend on the solver (or on ortools being installed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mkc.capture.build import build_graph, rope_inv_freq
+from mkc.capture.graph import ModelInfo
+from mkc.schedule.ir import KernelPlan, Schedule
+from mkc.targets.spec import Target, get_target
+
+MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
+
+
+def model_info(name: str) -> tuple[ModelInfo, float]:
+    """(ModelInfo, rope theta) of a bundled model, read from its config.json (no transformers)."""
+    cfg = json.loads((MODELS_DIR / name / "config.json").read_text())
+    family = cfg["model_type"]
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    theta = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    info = ModelInfo(
+        arch=cfg["architectures"][0], family=family, hidden=H, intermediate=cfg["intermediate_size"],
+        n_layers=cfg["num_hidden_layers"], n_heads=nh, n_kv_heads=cfg.get("num_key_value_heads") or nh,
+        head_dim=cfg.get("head_dim") or H // nh, vocab=cfg["vocab_size"], rms_eps=cfg["rms_norm_eps"],
+        tied_embeddings=cfg.get("tie_word_embeddings", True),
+        qkv_bias=family == "qwen2" or bool(cfg.get("attention_bias", False)), qk_norm=family == "qwen3",
+    )
+    return info, float(theta)
+
+
+def shape_graph(name: str, batch: int = 1, max_seq_len: int = 512):
+    info, theta = model_info(name)
+    return build_graph(info, batch, max_seq_len, rope_inv_freq(info.head_dim, theta))
+
+
+def taskgraph(name: str, batch: int = 1, max_seq_len: int = 512, target: str | Target = "h200"):
+    from mkc.taskgraph import lower
+
+    target = get_target(target) if isinstance(target, str) else target
+    return lower(shape_graph(name, batch, max_seq_len), target)
+
+
+def rr_schedule(tg, target: str | Target = "h200", sync: str = "atomic", workers: int | None = None,
+                threads: int = 256) -> Schedule:
+    target = get_target(target) if isinstance(target, str) else target
+    W = min(workers or target.sms, target.sms)
+    queues = [[] for _ in range(W)]
+    for t in tg.tasks:
+        queues[t.id % W].append(t.id)
+    n = len(tg.tasks)
+    plan = KernelPlan(threads=threads, smem_bytes=0, regs_per_thread=255, max_queue_len=max(len(q) for q in queues),
+                      max_waits=max(len(t.waits) for t in tg.tasks), max_signals=max(len(t.signals) for t in tg.tasks))
+    return Schedule(target.name, tg.batch, sync, W, tuple(tuple(q) for q in queues), tuple([0.0] * n),
+                    tuple([0.0] * n), tuple(e.triggers for e in tg.events), plan, "round_robin", 0.0, 0.0).check(n)

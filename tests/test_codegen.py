@@ -1,0 +1,203 @@
+"""Code generator, CPU tier: rendered text, template discipline, table packing, the control-flow model."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen_fixtures import rr_schedule, taskgraph
+from kernel_model import KernelModel, ModelError, box_words, region_words
+from mkc.codegen import tables as T
+from mkc.codegen.render import TEMPLATE_DIR, CodegenOptions, generate, kernel_config, render
+from mkc.errors import IRCheckError
+from mkc.targets.spec import get_target
+
+TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen3")
+
+
+@pytest.fixture(scope="module")
+def llama_tg():
+    return taskgraph("llama-3.2-1b", 1, 512)
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_rendered_text_has_the_protocol(llama_tg, sync):
+    src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg, "h200", sync), "h200")
+    assert f"NAN_MODE = {'true' if sync == 'nan' else 'false'}" in src
+    assert "__launch_bounds__(256, 1)" in src and 'extern "C" __global__' in src
+    assert "ld.acquire.gpu.global.u32" in src and "red.release.gpu.global.add.u32" in src
+    assert "ld.relaxed.gpu.global.u32" in src and "st.relaxed.gpu.global.u32" in src
+    assert "fence.acq_rel.gpu" in src and "__nanosleep" in src
+    assert "cp.async.bulk.prefetch.L2.global" in src  # sm_90a pulls weights into L2 in one instruction
+    assert "ld.global.nc.L1::no_allocate.v4.u32" in src  # 16-byte weight loads
+    assert f"SENTINEL = {T.SENTINEL}u" in src
+    for name, value in (("H", 2048), ("I", 8192), ("NH", 32), ("NKV", 8), ("HD", 64), ("V", 128256), ("B", 1)):
+        assert f"constexpr int {name} = {value};" in src
+    assert cfg.smem_needed <= cfg.smem_bytes <= get_target("h200").smem_per_block
+
+
+def test_sm80_prefetches_by_lines(llama_tg):
+    tg = taskgraph("llama-3.2-1b", 1, 512, "a100")
+    src, _, _ = generate(tg, rr_schedule(tg, "a100"), "a100")
+    assert "prefetch.global.L2" in src and "cp.async.bulk" not in src
+
+
+def test_template_holds_no_vendor_spelling():
+    """CUDA spellings live in the NVIDIA dialect, so an AMD dialect can render the same template."""
+    text = "".join(p.read_text() for p in Path(TEMPLATE_DIR).glob("*.j2"))
+    for word in ("asm", "__nanosleep", "__nv_bfloat16", "__launch_bounds__", "__syncthreads", "threadIdx",
+                 "blockIdx", "__shfl", "__ldg", "__ldcg", "atomicCAS", "__threadfence", "cuda"):
+        assert word not in text, word
+
+
+def test_template_is_strict(llama_tg):
+    cfg = kernel_config(llama_tg, rr_schedule(llama_tg), get_target("h200"))
+    bad = dataclasses.replace(cfg, consts=tuple(kv for kv in cfg.consts if kv[0] != "H"))
+    src = render(bad, get_target("h200"))  # a missing constant is a C compile error, not a silent blank
+    assert "constexpr int H =" not in src
+    import jinja2
+
+    from mkc.codegen.render import _environment
+
+    with pytest.raises(jinja2.UndefinedError):
+        _environment().from_string("{{ cfg.nope }}").render(cfg=cfg)
+
+
+def test_source_depends_on_shapes_not_on_the_schedule(llama_tg):
+    a = rr_schedule(llama_tg, "h200", workers=132)
+    b = dataclasses.replace(a, queues=tuple(tuple(reversed(q)) for q in a.queues))
+    src_a, _, tab_a = generate(llama_tg, a, "h200")
+    src_b, _, tab_b = generate(llama_tg, b, "h200")
+    assert src_a == src_b
+    assert not np.array_equal(tab_a.ints, tab_b.ints)
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+@pytest.mark.parametrize("name", TINY)
+def test_tables_pack_the_schedule(name, sync):
+    tg = taskgraph(name, 3, 64)
+    sched = rr_schedule(tg, "h200", sync, workers=7)
+    tab = T.build_tables(tg, sched)
+    F = {k: i for i, k in enumerate(T.RECORD)}
+    assert tab.ints.dtype == np.int32 and tab.header("HDR_N_WORKERS") == 7
+    assert tab.header("HDR_N_EVENTS") == len(tg.events) and tab.n_argmax == 1
+    seen = []
+    for w, q in enumerate(sched.queues):
+        for i, tid in enumerate(q):
+            rec = tab.record(w, i)
+            t = tg.tasks[tid]
+            seen.append(tid)
+            assert rec[F["T_ID"]] == tid and rec[F["T_LAYER"]] == t.layer
+            assert T.TASK_KINDS[rec[F["T_KIND"]]] == t.kind
+            assert list(rec[F["T_A0"]: F["T_A0"] + len(t.args)]) == list(t.args)
+            waits = tab.wait_entries(w, i)
+            assert list(waits[:, 0]) == list(t.waits)
+            assert list(waits[:, 1]) == [sched.thresholds[e] for e in t.waits]
+            s0 = tab.header("HDR_SIGS") + rec[F["T_SIG_OFF"]]
+            assert list(tab.ints[s0: s0 + rec[F["T_N_SIG"]]]) == list(t.signals)
+            assert bool(rec[F["T_FLAGS"]] & T.TF_WAIT_LOOP) == (t.kind == "embed")
+            assert bool(rec[F["T_FLAGS"]] & T.TF_SIGNAL_LOOP) == (t.kind == "argmax")
+            n_rearm = rec[F["T_N_REARM"]]
+            if sync == "atomic":
+                assert n_rearm == 0
+            else:
+                assert n_rearm == sum(1 for r in t.writes if r.buffer in tab.double_buffered)
+    assert sorted(seen) == list(range(len(tg.tasks)))
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_region_descriptors_address_their_regions(name):
+    """Every polled region decodes to exactly the words of its box (caches at pos)."""
+    tg = taskgraph(name, 3, 64)
+    sched = rr_schedule(tg, "h200", "nan", workers=5)
+    tab = T.build_tables(tg, sched)
+    bufs = {b.name: b for b in tg.buffers}
+    hd = tg.dim("hd")
+    at = tab.header("HDR_REGIONS")
+    k = 0
+    for e in tg.events:
+        for r in e.regions:
+            desc = tab.ints[at + k * len(T.REGION): at + (k + 1) * len(T.REGION)]
+            k += 1
+            b = bufs[r.buffer]
+            assert T.slot_of(r.buffer) == desc[0]
+            for pos in (0, 5, 63) if b.role == "cache" else (None,):
+                got = np.sort(region_words(desc, pos or 0, hd))
+                want = box_words(r.box, b.shape, b.dtype, pos)
+                np.testing.assert_array_equal(got, want)
+            assert bool(desc[1] & T.RF_PARITY) == (r.buffer in tab.double_buffered)
+
+
+def test_every_buffer_has_a_slot():
+    tg = taskgraph("tiny-qwen2", 1, 64)
+    slots = {}
+    for b in tg.buffers:
+        s = T.slot_of(b.name)
+        if b.name == "pos":
+            assert s is None
+            continue
+        assert s is not None, b.name
+        assert s not in slots, (b.name, slots.get(s))
+        slots[s] = b.name
+    assert max(slots) < T.n_slots(tg.dim("n_layers"))
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+@pytest.mark.parametrize("name,batch,workers", [("tiny-llama", 1, 132), ("tiny-qwen2", 3, 7), ("tiny-qwen3", 2, 31)])
+def test_control_flow_model(name, batch, workers, sync):
+    """Per-step launches and the one-launch decode loop, workers interleaved at random."""
+    tg = taskgraph(name, batch, 64)
+    sched = rr_schedule(tg, "h200", sync, workers=workers)
+    for seed in range(2):
+        m = KernelModel(tg, sched, seed=seed)
+        m.launch(1, 0)
+        m.launch(1, 1)
+        m.launch(9, 2)  # prefill + decode in one launch
+        m.launch(2, 11)
+
+
+def test_model_catches_a_missing_decode_loop_wait():
+    """Without the embed's wait on the previous argmax, the one-launch loop races (the model sees it)."""
+    tg = taskgraph("tiny-llama", 1, 64)
+    sched = rr_schedule(tg, "h200", "nan", workers=40)
+    caught = 0
+    for seed in range(6):
+        m = KernelModel(tg, sched, seed=seed)
+        F = {k: i for i, k in enumerate(T.RECORD)}
+        for w, q in enumerate(sched.queues):
+            for i, tid in enumerate(q):
+                if tg.tasks[tid].kind == "embed":
+                    m.tab.record(w, i)[F["T_FLAGS"]] &= ~T.TF_WAIT_LOOP
+        try:
+            m.launch(6, 0)
+        except ModelError:
+            caught += 1
+    assert caught > 0
+
+
+def test_model_catches_a_low_threshold():
+    tg = taskgraph("tiny-llama", 1, 64)
+    sched = rr_schedule(tg, "h200", "atomic", workers=40)
+    ev = next(e for e in tg.events if e.triggers > 1)
+    low = dataclasses.replace(sched, thresholds=tuple(t - 1 if i == ev.id else t for i, t in enumerate(sched.thresholds)))
+    with pytest.raises(ModelError):
+        for seed in range(8):
+            KernelModel(tg, low, seed=seed).launch(2, 0)
+
+
+def test_unsupported_shapes_are_refused():
+    tg = taskgraph("tiny-llama", 1, 64)
+    sched = rr_schedule(tg, "h200", threads=96)
+    with pytest.raises(IRCheckError, match="threads per block"):
+        kernel_config(tg, sched, get_target("h200"))
+
+
+def test_options_change_the_source():
+    tg = taskgraph("tiny-llama", 1, 64)
+    sched = rr_schedule(tg)
+    a, _, _ = generate(tg, sched, "h200")
+    b, _, _ = generate(tg, sched, "h200", CodegenOptions(prefetch_l2=65536, loads_in_flight=4))
+    assert "PREFETCH_L2 = 0;" in a and "PREFETCH_L2 = 65536;" in b and "constexpr int U = 4;" in b

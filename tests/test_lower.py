@@ -1,0 +1,310 @@
+"""Lowering: structure checks, tiling, buffers, costs, and events that wait exactly on what is read."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pytest
+
+from mkc.capture.build import build_graph, rope_inv_freq
+from mkc.capture.graph import ModelInfo, Op, Tensor
+from mkc.errors import UnsupportedModelError
+from mkc.targets.spec import TARGETS, get_target
+from mkc.errors import IRCheckError
+from mkc.taskgraph import Region, TaskGraph, lower, summary
+from mkc.taskgraph.events import OwnerGrid, coalesce
+from mkc.taskgraph.tiling import head_tiles, row_tiles
+
+LLAMA_1B = ModelInfo("LlamaForCausalLM", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 1e-5, True, False, False)
+QWEN3_8B = ModelInfo("Qwen3ForCausalLM", "qwen3", 4096, 12288, 36, 32, 8, 128, 151936, 1e-6, False, False, True)
+TINY_QWEN3 = ModelInfo("Qwen3ForCausalLM", "qwen3", 80, 144, 2, 4, 2, 16, 97, 1e-6, False, False, True)
+TINY_QWEN2 = ModelInfo("Qwen2ForCausalLM", "qwen2", 64, 128, 2, 4, 2, 16, 97, 1e-6, True, True, False)
+ELEM = {"bf16": 2, "f32": 4, "i32": 4, "i64": 8}
+
+
+def graph_of(info: ModelInfo, batch: int = 1, max_seq_len: int = 256, layers: int | None = None, **kw):
+    if layers is not None:
+        info = dataclasses.replace(info, n_layers=layers)
+    return build_graph(info, batch, max_seq_len, rope_inv_freq(info.head_dim, 500000.0), **kw)
+
+
+def toy(sms: int):
+    return dataclasses.replace(get_target("h200"), name=f"toy{sms}", sms=sms)
+
+
+def producers_of_waits(tg: TaskGraph) -> list[set[int]]:
+    prod = tg.producers()
+    return [set().union(*(prod[e] for e in t.waits)) if t.waits else set() for t in tg.tasks]
+
+
+def brute_force_producers(tg: TaskGraph) -> list[set[int]]:
+    writers: dict[str, list] = {}
+    for t in tg.tasks:
+        for r in t.writes:
+            writers.setdefault(r.buffer, []).append((t.id, r))
+    return [{p for r in t.reads for p, w in writers.get(r.buffer, ()) if p != t.id and w.overlaps(r)} for t in tg.tasks]
+
+
+# ---- graph structure ---------------------------------------------------------------------------
+
+def test_flag_mismatch_names_the_op():
+    g = graph_of(TINY_QWEN3)
+    g = dataclasses.replace(g, model=dataclasses.replace(g.model, qk_norm=False))
+    with pytest.raises(UnsupportedModelError, match=r"l0\.q_norm.*Qwen3"):
+        lower(g, get_target("h200"))
+
+
+def test_wrong_kind_names_op_and_source():
+    g = graph_of(TINY_QWEN2, sources={"l1.silu_mul": "modeling_qwen2.py:57"})
+    ops = tuple(dataclasses.replace(op, kind="add") if op.name == "l1.silu_mul" else op for op in g.ops)
+    with pytest.raises(UnsupportedModelError) as err:
+        lower(dataclasses.replace(g, ops=ops), get_target("h200"))
+    msg = str(err.value)
+    assert "l1.silu_mul" in msg and "modeling_qwen2.py:57" in msg and "Qwen2ForCausalLM" in msg and "supports" in msg
+
+
+def test_extra_and_missing_ops_are_named():
+    g = graph_of(TINY_QWEN2)
+    extra = dataclasses.replace(
+        g, tensors=g.tensors + (Tensor("l0.extra", (1, 64), "f32", "act"),),
+        ops=g.ops + (Op("l0.gelu", "add", ("l0.xa", "l0.xa"), ("l0.extra",), layer=0),))
+    with pytest.raises(UnsupportedModelError, match=r"op l0\.gelu is not part"):
+        lower(extra, get_target("h200"))
+    missing = dataclasses.replace(g, ops=tuple(op for op in g.ops if op.name != "l1.k_proj"))
+    with pytest.raises(UnsupportedModelError, match=r"no op 'l1\.k_proj'"):
+        lower(missing, get_target("h200"))
+
+
+def test_bias_flag_mismatch():
+    g = graph_of(TINY_QWEN2)
+    g = dataclasses.replace(g, model=dataclasses.replace(g.model, qkv_bias=False))
+    with pytest.raises(UnsupportedModelError, match=r"l0\.q_proj"):
+        lower(g, get_target("h200"))
+
+
+# ---- tiling ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 15, 64, 97, 2048, 4096, 8192, 12288, 128256, 151936])
+@pytest.mark.parametrize("workers", [1, 3, 108, 110, 132, 148, 304])
+def test_row_tiles_cover_and_balance(n, workers):
+    tiles = row_tiles(n, workers)
+    assert tiles[0][0] == 0 and tiles[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(tiles, tiles[1:]))
+    size = tiles[0][1] - tiles[0][0]
+    assert all(hi - lo == size for lo, hi in tiles[:-1])
+    if n >= 8:
+        assert size % 8 == 0 or size == n
+    # never worse than the plain 16-row rule
+    plain = -(-(-(-n // 16)) // workers) * 16
+    assert -(-len(tiles) // workers) * size <= -(-(-(-n // plain)) // workers) * plain
+
+
+def test_h200_tiles():
+    tg = lower(graph_of(LLAMA_1B, layers=2), get_target("h200"))
+    per = {}
+    for t in tg.tasks:
+        per.setdefault((t.layer, t.kind), []).append(t)
+    assert len(per[(0, "qkv")]) == 48 and all(t.args[1] - t.args[0] == 1 for t in per[(0, "qkv")])
+    assert len(per[(0, "attn")]) == 8
+    for kind, n in (("oproj", 2048), ("gateup", 8192), ("down", 2048)):
+        tiles = [t.args for t in per[(0, kind)]]
+        assert len(tiles) == 128 and tiles[-1][1] == n
+        assert all((r1 - r0) % 16 == 0 for r0, r1 in tiles)
+    lm = per[(-1, "lmhead")]
+    assert len(lm) == 132 and [t.args[2] for t in lm] == list(range(132))
+    assert tg.dim("n_lm_tiles") == 132
+    assert head_tiles(48, 132) == [(i, i + 1) for i in range(48)]
+    # fan-in events poll one coalesced box
+    ev = {e.name: e for e in tg.events}
+    assert [(r.buffer, r.box) for r in ev["l1.attn[*]>oproj"].regions] == [("attn.1", ((0, 1), (0, 2048)))]
+    assert [(r.buffer, r.box) for r in ev["l0.down[*]>qkv"].regions] == [("xm.0", ((0, 1), (0, 2048)))]
+    assert sorted(r.buffer for r in ev["lmhead[*]>argmax"].regions) == ["amax_idx", "amax_part"]
+
+
+def test_buffers_and_dims():
+    g = graph_of(TINY_QWEN3, batch=3, max_seq_len=32)
+    tg = lower(g, get_target("h200"))
+    b = {x.name: x for x in tg.buffers}
+    assert b["ids"].dtype == "i64" and b["ids"].role == "input" and b["pos"].shape == (1,)
+    assert b["inv_freq"].role == "const" and b["inv_freq"].data == g.tensor("rope.inv_freq").data
+    for name in ("x0", "q.1", "attn.1", "xa.0", "h.1", "xm.1", "amax_part", "amax_idx", "next_ids"):
+        assert b[name].polled, name
+    assert b["x0"].shape == (3, 80) and b["h.0"].shape == (3, 144) and b["q.0"].dtype == "f32"
+    assert b["k_cache.1"].shape == (3, 2, 32, 16) and b["k_cache.1"].dtype == "bf16" and b["k_cache.1"].polled
+    assert not b["logits"].polled and b["amax_idx"].dtype == "i32"
+    assert b["model.layers.1.self_attn.q_norm.weight"].role == "weight"
+    assert "lm_head.weight" in b
+    assert tg.dim("qk_norm") == 1 and tg.dim("qkv_bias") == 0 and tg.dim("tied") == 0 and tg.dim("n_rep") == 2
+    assert tg.const("rms_eps") == 1e-6 and tg.const("attn_scale") == 16**-0.5 and tg.const("rope_scaling") == 1.0
+    assert tg.batch == 3 and tg.max_seq_len == 32 and tg.target == "h200"
+
+
+def test_json_roundtrip(tmp_path):
+    tg = lower(graph_of(TINY_QWEN2, batch=2), toy(3))
+    tg.save(tmp_path / "tasks.json")
+    assert TaskGraph.load(tmp_path / "tasks.json") == tg
+
+
+# ---- events ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("info,target,batch", [(LLAMA_1B, "h200", 2), (TINY_QWEN3, 3, 3), (TINY_QWEN2, 5, 4)])
+def test_consumers_wait_exactly_on_what_they_read(info, target, batch):
+    tgt = get_target(target) if isinstance(target, str) else toy(target)
+    tg = lower(graph_of(info, batch=batch, layers=2), tgt)
+    assert producers_of_waits(tg) == brute_force_producers(tg)
+    # ids are a topological order and every event has a consumer
+    prod = tg.producers()
+    assert all(p < t.id for t in tg.tasks for e in t.waits for p in prod[e])
+    assert all(any(e.id in t.waits for t in tg.tasks) for e in tg.events)
+
+
+def test_attention_waits_only_for_its_heads():
+    m = LLAMA_1B
+    tg = lower(graph_of(m, batch=2, layers=2), get_target("h200"))
+    nh, nkv, n_rep = m.n_heads, m.n_kv_heads, m.n_heads // m.n_kv_heads
+    deps = producers_of_waits(tg)
+    for t in tg.tasks:
+        if t.kind != "attn":
+            continue
+        g = t.args[1]
+        heads = set(range(g * n_rep, (g + 1) * n_rep)) | {nh + g, nh + nkv + g}
+        want = {q.id for q in tg.tasks if q.kind == "qkv" and q.layer == t.layer and set(range(*q.args)) & heads}
+        assert deps[t.id] == want and len(want) == n_rep + 2
+        assert len(t.waits) == 1
+
+
+def test_fine_grained_mlp_and_residual_edges():
+    tg = lower(graph_of(LLAMA_1B, batch=1, layers=2), get_target("h200"))
+    deps = producers_of_waits(tg)
+    by = lambda kind, layer: [t for t in tg.tasks if t.kind == kind and t.layer == layer]  # noqa: E731
+    gateup1 = {t.id for t in by("gateup", 1)}
+    attn1 = {t.id for t in by("attn", 1)}
+    for down, oproj in zip(by("down", 1), by("oproj", 1)):
+        assert deps[down.id] == gateup1 | {oproj.id}  # its own chunk of xa, all of h
+    for oproj, down0 in zip(by("oproj", 1), by("down", 0)):
+        assert deps[oproj.id] == attn1 | {down0.id}  # its own residual columns, all of attn
+    for qkv in by("qkv", 1):
+        assert deps[qkv.id] == {t.id for t in by("down", 0)}
+
+
+def test_event_regions_are_producer_writes_and_cover_reads():
+    tg = lower(graph_of(TINY_QWEN3, batch=3, layers=2), toy(3))
+    bufs = {b.name: b for b in tg.buffers}
+    prod = tg.producers()
+
+    def mask(regions):
+        out: dict[str, np.ndarray] = {}
+        for r in regions:
+            out.setdefault(r.buffer, np.zeros(bufs[r.buffer].shape, bool))[tuple(slice(*iv) for iv in r.box)] = True
+        return out
+
+    polls = {}
+    for e in tg.events:
+        assert e.regions and all(bufs[r.buffer].polled for r in e.regions), e.name
+        writes = [w for p in prod[e.id] for w in tg.tasks[p].writes if bufs[w.buffer].polled]
+        got, want = mask(e.regions), mask(writes)
+        assert got.keys() == want.keys() and all((got[k] == want[k]).all() for k in got), e.name
+        polls[e.id] = got
+    for t in tg.tasks:  # NaN mode: what a task polls covers every element it reads from its producers
+        deps = [w for e in t.waits for p in prod[e] for w in tg.tasks[p].writes]
+        polled = mask([r for e in t.waits for r in tg.events[e].regions])
+        for r in t.reads:
+            if any(w.overlaps(r) for w in deps):
+                sl = tuple(slice(*iv) for iv in r.box)
+                need = mask([w for w in deps if w.buffer == r.buffer])[r.buffer][sl]
+                assert not (need & ~polled[r.buffer][sl]).any(), (t.id, r)
+
+
+def test_owner_grid_and_coalesce():
+    grid = OwnerGrid("x", (4, 10), [(0, ((0, 4), (0, 3))), (1, ((0, 2), (3, 10))), (2, ((2, 4), (3, 10)))])
+    assert grid.writers_of(((0, 4), (2, 4))) == {0, 1, 2}
+    assert grid.writers_of(((3, 4), (5, 6))) == {2}
+    assert grid.writers_of(((0, 1), (0, 3))) == {0}
+    with pytest.raises(IRCheckError, match="tasks 0 and 1 both write x"):
+        OwnerGrid("x", (4, 10), [(0, ((0, 4), (0, 5))), (1, ((1, 2), (4, 10)))])
+    boxes = [Region("a", ((b, b + 1), (c, c + 4))) for b in range(3) for c in (0, 4, 8)] + [Region("k", ((0, 1),))]
+    assert coalesce(boxes) == (Region("a", ((0, 3), (0, 12))), Region("k", ((0, 1),)))
+    assert coalesce([Region("a", ((0, 1), (0, 4))), Region("a", ((1, 2), (4, 8)))]) == (
+        Region("a", ((0, 1), (0, 4))), Region("a", ((1, 2), (4, 8))))
+
+
+# ---- costs and summary -------------------------------------------------------------------------
+
+def test_bytes_count_each_weight_once_and_cache_at_context():
+    for info in (LLAMA_1B, QWEN3_8B):
+        g = graph_of(info, batch=4, layers=2, max_seq_len=1024)
+        tg = lower(g, get_target("h200"))
+        bufs = {b.name: b for b in tg.buffers}
+        # every weight matrix row is streamed by exactly one task (norm vectors are re-read per tile)
+        weight_reads = sum(r.size() * ELEM[bufs[r.buffer].dtype] for t in tg.tasks if t.kind != "embed"
+                           for r in t.reads if bufs[r.buffer].role == "weight" and len(r.box) == 2)
+        table = g.tensor("model.embed_tokens.weight").nbytes
+        matrices = sum(t.nbytes for t in g.params() if len(t.shape) == 2)
+        assert weight_reads == matrices - (0 if info.tied_embeddings else table)
+        assert sum(t.bytes for t in tg.tasks) > weight_reads
+        short = lower(g, get_target("h200"), context=100)
+        a_long = next(t for t in tg.tasks if t.kind == "attn")
+        a_short = next(t for t in short.tasks if t.kind == "attn")
+        hd = info.head_dim
+        assert a_long.bytes - a_short.bytes == 2 * 2 * (1024 - 100) * hd
+        assert short.dim("context") == 100 and tg.dim("context") == 1024
+
+
+def test_summary():
+    tg = lower(graph_of(LLAMA_1B, batch=2, layers=3), get_target("h200"))
+    s = summary(tg)
+    json.dumps(s)
+    assert s["tasks"] == len(tg.tasks) and s["events"] == len(tg.events)
+    assert s["tasks_per_kind"]["attn"] == 3 * 2 * 8
+    assert s["critical_path_tasks"] == 5 * 3 + 3  # embed, 5 per layer, lmhead, argmax
+    assert s["critical_path_bytes"] < s["bytes"]
+    assert s["events_per_edge"]["qkv>attn"] == 3 * 8
+    assert s["max_smem"] <= get_target("h200").smem_per_block
+
+
+# ---- every batch size on every target ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def one_layer_graphs():
+    return {batch: graph_of(LLAMA_1B, batch=batch, layers=1, max_seq_len=512) for batch in range(1, 65)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_every_batch_lowers_on_every_target(target, one_layer_graphs):
+    tgt = get_target(target)
+    for batch, graph in one_layer_graphs.items():
+        tg = lower(graph, tgt)
+        bufs = {b.name: b for b in tg.buffers}
+        assert max(t.smem for t in tg.tasks) <= tgt.smem_per_block
+        assert sum(t.kind == "attn" for t in tg.tasks) == batch * LLAMA_1B.n_kv_heads
+        assert max(sum(t.kind == k for t in tg.tasks) for k in ("oproj", "gateup", "down", "lmhead")) <= tgt.sms
+        written: dict[str, int] = {}
+        for t in tg.tasks:
+            for r in t.writes:
+                written[r.buffer] = written.get(r.buffer, 0) + r.size()
+        for name, b in bufs.items():  # every activation element written exactly once (no overlap is checked)
+            if b.role in ("act", "output"):
+                assert written[name] == int(np.prod(b.shape)), (target, batch, name)
+
+
+# ---- speed -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batch", [1, 64])
+def test_lowering_llama_1b_is_fast(batch):
+    g = graph_of(LLAMA_1B, batch=batch, max_seq_len=4096)
+    t0 = time.perf_counter()
+    lower(g, get_target("h200"))
+    assert time.perf_counter() - t0 < 10
+
+
+@pytest.mark.slow
+def test_lowering_qwen3_8b_is_fast():
+    g = graph_of(QWEN3_8B, batch=64, max_seq_len=4096)
+    t0 = time.perf_counter()
+    tg = lower(g, get_target("h200"))
+    assert time.perf_counter() - t0 < 30
+    assert len(tg.tasks) > 30000

@@ -1,0 +1,180 @@
+"""The CPU simulator runs lowered task graphs in random valid orders and matches the reference executor."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from mkc.capture import reference
+from mkc.capture.build import build_graph, rope_inv_freq
+from mkc.capture.graph import ModelInfo
+from mkc.targets.spec import get_target
+from mkc.taskgraph import lower, simulate
+from mkc.taskgraph.simulate import EventNotReady, SimulationError
+
+L = 24  # max_seq_len of the tiny models
+STEPS = 3
+SEEDS = 20
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matmuls gain nothing from threads, and on a loaded 2-core machine they lose a lot."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def tiny(family, **kw) -> ModelInfo:
+    base = dict(arch={"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                      "mistral": "MistralForCausalLM"}[family],
+                family=family, hidden=64, intermediate=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+                vocab=97, rms_eps=1e-6, tied_embeddings=False, qkv_bias=False, qk_norm=False)
+    base.update(kw)
+    return ModelInfo(**base)
+
+
+def llama3_inv_freq(head_dim: int, theta=500000.0, factor=8.0, low=1.0, high=4.0, original=64) -> tuple[float, ...]:
+    """Llama-3 style frequency scaling (transformers' ``_compute_llama3_parameters``), for a short context."""
+    inv = torch.tensor(rope_inv_freq(head_dim, theta))
+    wavelen = 2 * math.pi / inv
+    low_wl, high_wl = original / low, original / high
+    scaled = torch.where(wavelen > low_wl, inv / factor, inv)
+    smooth = (original / wavelen - low) / (high - low)
+    mid = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
+    return tuple(float(x) for x in torch.where(medium, mid, scaled))
+
+
+def toy(sms: int):
+    return dataclasses.replace(get_target("h200"), name=f"toy{sms}", sms=sms)
+
+
+# (name, ModelInfo, inv_freq, rope scaling, target): few workers make multi-head qkv tiles that
+# straddle q/k/v and uneven row tiles; h200 gives one head per tile and 16-row tiles.
+VARIANTS = {
+    "llama": (tiny("llama"), rope_inv_freq(16, 10000.0), 1.0, get_target("h200")),
+    "llama3_tied": (tiny("llama", tied_embeddings=True), llama3_inv_freq(16), 1.25, toy(5)),
+    "qwen2_bias_tied": (tiny("qwen2", qkv_bias=True, tied_embeddings=True), rope_inv_freq(16, 1e6), 1.0, toy(3)),
+    "qwen3_qknorm": (tiny("qwen3", qk_norm=True, hidden=80, intermediate=144), rope_inv_freq(16, 1e6), 1.0, toy(3)),
+    "mistral_mqa": (tiny("mistral", n_kv_heads=1), rope_inv_freq(16, 1e6), 1.0, toy(7)),
+}
+
+
+def weights_for(graph, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for t in graph.params():
+        if len(t.shape) == 1 and "norm" in t.name:
+            out[t.name] = 1.0 + 0.2 * torch.randn(t.shape, generator=g)
+        else:
+            scale = 1.0 if len(t.shape) > 1 else 0.1  # biases small
+            out[t.name] = torch.randn(t.shape, generator=g) / math.sqrt(t.shape[-1]) * scale
+    return out
+
+
+def close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    scale = expected.abs().max().item() or 1.0
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5 * scale, msg=lambda m: f"{what}: {m}")
+
+
+def setup(variant: str, batch: int):
+    info, inv, scaling, target = VARIANTS[variant]
+    graph = build_graph(info, batch, L, inv, rope_scaling=scaling)
+    tg = lower(graph, target)
+    weights = weights_for(graph, 1)
+    g = torch.Generator().manual_seed(2)
+    caches = {t.name: torch.randn(t.shape, generator=g) for t in graph.tensors if t.role == "cache"}
+    return graph, tg, weights, caches
+
+
+def reference_steps(graph, weights, caches, ids, pos0):
+    caches = {k: v.clone() for k, v in caches.items()}
+    steps = []
+    for s in range(STEPS):
+        env = reference.run_step(graph, weights, caches, ids, pos0 + s)
+        steps.append((ids, env["logits"].clone(), env["next_ids"].clone(), {k: v.clone() for k, v in caches.items()}))
+        ids = env["next_ids"]
+    return steps
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_matches_reference_in_random_orders(variant, batch):
+    graph, tg, weights, caches0 = setup(variant, batch)
+    ids = torch.arange(batch) * 7 % graph.model.vocab
+    pos0 = 9
+    expected = reference_steps(graph, weights, caches0, ids, pos0)
+    for seed in range(SEEDS):
+        caches = {k: v.clone() for k, v in caches0.items()}
+        for s, (ids_s, logits, next_ids, ref_caches) in enumerate(expected):
+            out = simulate.run_step(tg, weights, caches, ids_s, pos0 + s, seed=1000 * seed + s)
+            close(out["logits"], logits, f"{variant} b{batch} seed {seed} step {s} logits")
+            assert torch.equal(out["next_ids"], next_ids), (variant, batch, seed, s)
+            assert torch.equal(out["next_ids"], torch.argmax(out["logits"], dim=-1))
+            for name, ref in ref_caches.items():
+                close(caches[name], ref, f"{variant} b{batch} seed {seed} step {s} {name}")
+
+
+def test_random_orders_differ_and_respect_events():
+    _, tg, _, _ = setup("qwen3_qknorm", 3)
+    orders = {tuple(simulate.topo_order(tg, seed)) for seed in range(10)}
+    assert len(orders) == 10
+    assert simulate.topo_order(tg) == list(range(len(tg.tasks)))  # task ids are a topological order
+
+
+def test_task_before_its_event_is_caught():
+    graph, tg, weights, caches = setup("llama", 3)
+    attn = next(t for t in tg.tasks if t.kind == "attn")
+    order = [t.id for t in tg.tasks if t.kind == "embed"] + [attn.id]
+    with pytest.raises(EventNotReady) as err:
+        simulate.run_step(tg, weights, caches, torch.zeros(3, dtype=torch.long), 4, order=order)
+    msg = str(err.value)
+    assert f"task {attn.id} (attn" in msg and "qkv" in msg and "0 of" in msg
+
+
+def test_missing_wait_is_caught_by_data_check():
+    """Drop oproj's wait on the attention event: some random order reads attn before it is written."""
+    graph, tg, weights, caches = setup("llama", 3)
+    oproj = next(t for t in tg.tasks if t.kind == "oproj")
+    attn_event = next(e for e in oproj.waits if "attn" in tg.events[e].name)
+    cut = dataclasses.replace(oproj, waits=tuple(e for e in oproj.waits if e != attn_event))
+    broken = dataclasses.replace(tg, tasks=tuple(cut if t.id == oproj.id else t for t in tg.tasks))
+    broken.check()
+    with pytest.raises(SimulationError, match="reads attn.0.*before it is written"):
+        for seed in range(200):
+            fresh = {k: v.clone() for k, v in caches.items()}
+            simulate.run_step(broken, weights, fresh, torch.zeros(3, dtype=torch.long), 4, seed=seed)
+
+
+def test_undeclared_read_is_caught():
+    graph, tg, weights, caches = setup("llama", 1)
+    down = next(t for t in tg.tasks if t.kind == "down")
+    shrunk = tuple(dataclasses.replace(r, box=((0, 1), (0, 8))) if r.buffer == "h.0" else r for r in down.reads)
+    broken = dataclasses.replace(tg, tasks=tuple(dataclasses.replace(t, reads=shrunk) if t.id == down.id else t
+                                                 for t in tg.tasks))
+    with pytest.raises(SimulationError, match="outside its declared regions"):
+        simulate.run_step(broken, weights, caches, torch.zeros(1, dtype=torch.long), 4)
+
+
+def test_realistic_tiling_matches_reference():
+    """h200 tiling of a mid-size model (1 head per qkv tile, 16-row tiles, 132 LM-head tiles)."""
+    info = tiny("llama", hidden=512, intermediate=1536, n_heads=8, n_kv_heads=2, head_dim=64, vocab=4224)
+    graph = build_graph(info, 4, 32, rope_inv_freq(64, 500000.0))
+    tg = lower(graph, get_target("h200"))
+    assert tg.dim("n_lm_tiles") == 132
+    weights = weights_for(graph, 3)
+    caches = {t.name: torch.randn(t.shape, generator=torch.Generator().manual_seed(4))
+              for t in graph.tensors if t.role == "cache"}
+    ids = torch.tensor([3, 1000, 4000, 7])
+    expected = reference_steps(graph, weights, caches, ids, 20)[:2]
+    for s, (ids_s, logits, next_ids, ref_caches) in enumerate(expected):
+        out = simulate.run_step(tg, weights, caches, ids_s, 20 + s, seed=s)
+        close(out["logits"], logits, f"step {s} logits")
+        assert torch.equal(out["next_ids"], next_ids)
+        for name, ref in ref_caches.items():
+            close(caches[name], ref, f"step {s} {name}")

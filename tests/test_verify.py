@@ -1,0 +1,327 @@
+"""The static verifier: real schedules pass, and each check rejects its kind of bug with a
+diagnostic that names the culprit. Each unsafe case is also confirmed by the oracle."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+from verify_fixtures import real_case, replace_task, round_robin, tiny_decoder
+
+from mkc.schedule.oracle import Simulator, Violation, judge
+from mkc.schedule.verify import CHECKS, blocks_per_sm, verify
+from mkc.targets.spec import get_target
+
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def signalers(tg, e):
+    return [t.id for t in tg.tasks if e in t.signals]
+
+
+def errors(rep, name):
+    return rep.check(name).errors
+
+
+def with_threshold(sched, e, value):
+    thr = list(sched.thresholds)
+    thr[e] = value
+    return dataclasses.replace(sched, thresholds=tuple(thr))
+
+
+@pytest.fixture(scope="module")
+def atomic():
+    return real_case("llama", batch=2, sync="atomic")
+
+
+@pytest.fixture(scope="module")
+def nan():
+    return real_case("llama", batch=2, sync="nan")
+
+
+# ---- accepted -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sync", ("atomic", "nan"))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_real_schedules_accepted(family, sync):
+    tg, sched, target = real_case(family, batch=2, sync=sync, layers=2)
+    rep = verify(tg, sched, target)
+    assert rep.ok, rep.text()
+    assert judge(tg, sched, target, seeds=2).safe
+
+
+@pytest.mark.parametrize("sync", ("atomic", "nan"))
+def test_hand_written_fixture_accepted(sync):
+    tg = tiny_decoder("h200", batch=2, layers=2)
+    rep = verify(tg, round_robin(tg, "h200", sync, workers=6), get_target("h200"))
+    assert rep.ok, rep.text()
+
+
+def test_report_api(atomic):
+    rep = verify(*atomic)
+    text = rep.text()
+    assert [c.name for c in rep.checks] == [n for n, _ in CHECKS]
+    assert text.splitlines()[-1] == rep.verdict() and rep.verdict().startswith("SAFE")
+    assert all(c.title in text for c in rep.checks)
+    json.dumps(rep.to_dict())
+    assert rep.raise_if_unsafe() is rep
+
+
+# ---- 1 events and thresholds ----------------------------------------------------------------
+
+
+def _attn_q_event(tg):
+    """(attn task, event it waits on whose producers write q)."""
+    for t in tg.tasks:
+        if t.kind == "attn":
+            for e in t.waits:
+                if any(r.buffer.startswith("q.") for r in tg.events[e].regions):
+                    return t, e
+    raise AssertionError("no attn task waits on q")
+
+
+def test_raised_threshold_hangs(atomic):
+    tg, sched, target = atomic
+    t, e = _attn_q_event(tg)
+    bad = with_threshold(sched, e, sched.thresholds[e] + 1)
+    rep = verify(tg, bad, target)
+    msg = " ".join(errors(rep, "events"))
+    assert f"event {e} " in msg and "never fire" in msg and f"task {t.id} " in msg
+    assert judge(tg, bad, target).kind == "deadlock"
+
+
+def test_lowered_threshold_fires_early(atomic):
+    tg, sched, target = atomic
+    gateup = next(t for t in tg.tasks if t.kind == "gateup")
+    e = next(e for e in gateup.waits if len(signalers(tg, e)) >= 2)  # all o-proj tiles of xa
+    bad = with_threshold(sched, e, sched.thresholds[e] - 1)
+    rep = verify(tg, bad, target)
+    assert not rep.ok
+    assert any(f"event {e} " in m and "fires early" in m for m in errors(rep, "events"))
+    assert any("race on xa.0" in m for m in errors(rep, "race"))
+    assert not judge(tg, bad, target).safe
+
+
+def test_redundant_lowered_threshold_is_only_a_warning(atomic):
+    """down waits on its own o-proj tile and on every gate/up tile, which already wait on all of
+    xa: dropping the first wait's threshold to 0 changes nothing."""
+    tg, sched, target = atomic
+    down = next(t for t in tg.tasks if t.kind == "down")
+    e = next(e for e in down.waits if len(signalers(tg, e)) == 1)
+    ok = with_threshold(sched, e, 0)
+    rep = verify(tg, ok, target)
+    assert rep.ok, rep.text()
+    assert rep.check("events").warnings
+    assert judge(tg, ok, target).safe
+
+
+def test_counters_unused_in_nan_mode(nan):
+    tg, sched, target = nan
+    t, e = _attn_q_event(tg)
+    assert verify(tg, with_threshold(sched, e, 0), target).ok
+    assert judge(tg, with_threshold(sched, e, 0), target).safe
+
+
+# ---- 2 deadlock and residency ---------------------------------------------------------------
+
+
+def test_queue_swap_into_cycle(atomic):
+    tg, sched, target = atomic
+    for w, q in enumerate(sched.queues):
+        pair = next(((i, j) for i in range(len(q)) for j in range(i + 1, len(q))
+                     if set(tg.tasks[q[j]].waits) & set(tg.tasks[q[i]].signals)), None)
+        if pair:
+            break
+    i, j = pair
+    qs = [list(x) for x in sched.queues]
+    qs[w][i], qs[w][j] = qs[w][j], qs[w][i]
+    bad = dataclasses.replace(sched, queues=tuple(map(tuple, qs)))
+    rep = verify(tg, bad, target)
+    msg = " ".join(errors(rep, "deadlock"))
+    assert "deadlock" in msg and "cycle" in msg and f"task {q[i]} " in msg and f"task {q[j]} " in msg
+    assert rep.check("race").skipped
+    assert judge(tg, bad, target).kind == "deadlock"
+
+
+def test_more_workers_than_resident(atomic):
+    tg, sched, target = atomic
+    qs = [list(q) for q in sched.queues] + [[]]
+    qs[-1].append(qs[0].pop())
+    bad = dataclasses.replace(sched, queues=tuple(map(tuple, qs)), num_workers=len(qs))
+    rep = verify(tg, bad, target)
+    assert any("cannot all be resident" in m for m in errors(rep, "deadlock"))
+    assert judge(tg, bad, target).kind == "resources"
+
+
+def test_residency_model():
+    from mkc.schedule.ir import KernelPlan
+
+    h200, mi300x = get_target("h200"), get_target("mi300x")
+    assert blocks_per_sm(h200, KernelPlan(256, 160 * 1024, 255, 64, 4, 4)) == (1, "registers")
+    assert blocks_per_sm(h200, KernelPlan(256, 100 * 1024, 128, 64, 4, 4))[0] == 2
+    assert blocks_per_sm(h200, KernelPlan(256, 120 * 1024, 64, 64, 4, 4)) == (1, "shared memory")
+    assert blocks_per_sm(mi300x, KernelPlan(256, 16 * 1024, 128, 64, 4, 4)) == (4, "VGPRs")
+    assert blocks_per_sm(mi300x, KernelPlan(256, 40 * 1024, 64, 64, 4, 4)) == (1, "shared memory")
+
+
+# ---- 3 races --------------------------------------------------------------------------------
+
+
+def test_dropped_wait_is_a_race(atomic):
+    tg, sched, target = atomic
+    t, e = _attn_q_event(tg)
+    bad_tg = replace_task(tg, t.id, waits=tuple(x for x in t.waits if x != e))
+    rep = verify(bad_tg, sched, target)
+    msg = " ".join(errors(rep, "race"))
+    assert f"task {t.id} " in msg and "q.0[" in msg and any(f"task {p} " in msg for p in signalers(tg, e))
+    assert judge(bad_tg, sched, target).kind in ("race", "unwritten")
+
+
+def test_overlapping_writes(atomic):
+    tg, sched, target = atomic
+    t = next(t for t in tg.tasks if t.kind == "oproj" and t.writes[0].box[1][0] > 0)
+    (lo, hi) = t.writes[0].box[1]
+    box = (t.writes[0].box[0], (lo - 1, hi))
+    bad_tg = replace_task(tg, t.id, writes=(dataclasses.replace(t.writes[0], box=box),))
+    rep = verify(bad_tg, sched, target)
+    assert any("written by both" in m and f"task {t.id} " in m and "xa.0[" in m for m in errors(rep, "race"))
+    assert judge(bad_tg, sched, target).kind in ("double write", "race")
+
+
+# ---- 4 shared memory ------------------------------------------------------------------------
+
+
+def test_task_smem_over_budget(atomic):
+    tg, sched, target = atomic
+    t = tg.tasks[0]
+    bad_tg = replace_task(tg, t.id, smem=sched.plan.smem_bytes + 1)
+    rep = verify(bad_tg, sched, target)
+    assert any(f"task {t.id} " in m and str(sched.plan.smem_bytes) in m for m in errors(rep, "smem"))
+    assert judge(bad_tg, sched, target).kind == "resources"
+
+
+def test_prefetch_of_next_task_counts(atomic):
+    tg, sched, target = atomic
+    bad = dataclasses.replace(sched, plan=dataclasses.replace(sched.plan, smem_bytes=sched.plan.smem_bytes - 1))
+    rep = verify(tg, bad, target)
+    assert any("prefetch" in m for m in errors(rep, "smem"))
+    assert judge(tg, bad, target).kind == "resources"
+
+
+# ---- 5 NaN sentinel -------------------------------------------------------------------------
+
+
+def test_skipped_rearm_reads_stale_data(nan):
+    tg, sched, target = nan
+    for t in tg.tasks:
+        bad_tg = replace_task(tg, t.id, rearm=False)
+        rep = verify(bad_tg, sched, target)
+        if not rep.ok:
+            break
+    msg = " ".join(errors(rep, "nan"))
+    assert f"task {t.id} " in msg and "without re-arming" in msg
+    assert not judge(bad_tg, sched, target).safe
+    # two steps cannot show it: both parity copies start filled with the sentinel
+    with pytest.raises(Violation):
+        Simulator(bad_tg, sched, steps=3).run(__import__("random").Random(0))
+    Simulator(bad_tg, sched, steps=2).run(__import__("random").Random(0))
+
+
+def test_poll_of_unwritten_region_hangs(nan):
+    tg, sched, target = nan
+    t = next(t for t in tg.tasks if t.kind == "oproj" and t.writes[0].box[1][0] > 0)
+    (lo, hi) = t.writes[0].box[1]
+    shifted = (t.writes[0].box[0], (lo - (hi - lo), lo))  # onto its neighbour; its own tile is never written
+    bad_tg = replace_task(tg, t.id, writes=(dataclasses.replace(t.writes[0], box=shifted),))
+    rep = verify(bad_tg, sched, target)
+    assert any("no queued task writes" in m and "xa.0[" in m for m in errors(rep, "nan"))
+    assert not rep.check("deadlock").ok
+    assert judge(bad_tg, sched, target).kind in ("deadlock", "race", "double write")
+
+
+def test_poll_not_covering_a_read(nan):
+    tg, sched, target = nan
+    t, e = _attn_q_event(tg)
+    ev = tg.events[e]
+    events = list(tg.events)
+    events[e] = dataclasses.replace(ev, regions=tuple(r for r in ev.regions if not r.buffer.startswith("q.")))
+    bad_tg = dataclasses.replace(tg, events=tuple(events))
+    rep = verify(bad_tg, sched, target)
+    assert any(f"task {t.id} " in m and "no region it polls" in m and "q.0[" in m for m in errors(rep, "nan"))
+    assert not judge(bad_tg, sched, target).safe
+    assert verify(bad_tg, dataclasses.replace(sched, sync="atomic"), target).ok  # atomic mode never polls
+
+
+def test_unpolled_buffer_does_not_wait(nan):
+    tg, sched, target = nan
+    bufs = tuple(dataclasses.replace(b, polled=False) if b.name == "q.0" else b for b in tg.buffers)
+    bad_tg = dataclasses.replace(tg, buffers=bufs)
+    rep = verify(bad_tg, sched, target)
+    assert any("not a polled buffer" in m for m in rep.check("nan").warnings)
+    assert any("q.0[" in m for m in errors(rep, "race"))
+    assert not judge(bad_tg, sched, target).safe
+
+
+def test_every_task_before_argmax(nan):
+    tg, sched, target = nan
+    argmax = next(t for t in tg.tasks if t.kind == "argmax")
+    bad_tg = replace_task(tg, argmax.id, waits=())
+    rep = verify(bad_tg, sched, target)
+    on = sched.worker_of()
+    lm = next(t for t in tg.tasks if t.kind == "lmhead" and on[t.id] != on[argmax.id])
+    assert any(f"task {lm.id} " in m and "before the step's argmax" in m for m in errors(rep, "nan"))
+    assert not judge(bad_tg, sched, target).safe
+
+
+# ---- 6 queue and table sizes ----------------------------------------------------------------
+
+
+def test_queue_table_too_small(atomic):
+    tg, sched, target = atomic
+    longest = max(range(sched.num_workers), key=lambda w: len(sched.queues[w]))
+    bad = dataclasses.replace(sched, plan=dataclasses.replace(sched.plan, max_queue_len=sched.plan.max_queue_len - 1))
+    rep = verify(tg, bad, target)
+    assert any(f"worker {longest} " in m for m in errors(rep, "tables"))
+    assert judge(tg, bad, target).kind == "resources"
+
+
+def test_wait_table_too_small(atomic):
+    tg, sched, target = atomic
+    bad = dataclasses.replace(sched, plan=dataclasses.replace(sched.plan, max_waits=sched.plan.max_waits - 1))
+    rep = verify(tg, bad, target)
+    t = next(t for t in tg.tasks if len(t.waits) == sched.plan.max_waits)
+    assert any(f"task {t.id} " in m and "waits on" in m for m in errors(rep, "tables"))
+
+
+def test_task_queued_twice(atomic):
+    tg, sched, target = atomic
+    qs = [list(q) for q in sched.queues]
+    qs[1].append(qs[0][0])
+    bad = dataclasses.replace(sched, queues=tuple(map(tuple, qs)))
+    rep = verify(tg, bad, target)
+    assert any(f"task {qs[0][0]} " in m and "queued 2 times" in m for m in errors(rep, "tables"))
+    assert not judge(tg, bad, target).safe
+
+
+# ---- the size that matters ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_llama_3_2_1b_verify_time():
+    from mkc.capture.build import build_graph, rope_inv_freq
+    from mkc.capture.graph import ModelInfo
+    from mkc.schedule.build import schedule
+    from mkc.taskgraph.lower import lower
+
+    info = ModelInfo("LlamaForCausalLM", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 1e-5, True, False, False)
+    target = get_target("h200")
+    tg = lower(build_graph(info, 1, 512, rope_inv_freq(64, 500000.0)), target)
+    sched = schedule(tg, target, "atomic", "list")
+    for sync in ("atomic", "nan"):
+        t0 = time.perf_counter()
+        rep = verify(tg, dataclasses.replace(sched, sync=sync), target)
+        print(f"llama-3.2-1b {len(tg.tasks)} tasks, sync {sync}: verify {time.perf_counter() - t0:.2f} s")
+        assert rep.ok, rep.text()
