@@ -61,13 +61,14 @@ def read_bandwidth(gib: float = 4.0) -> float:
     return gib * 2**30 / (ms * 1e-3)
 
 
-def hf_baselines(model_name: str, batch: int, context: int, max_seq_len: int, iters: int, log) -> dict[str, float]:
+def hf_baselines(model_name: str, batch: int, context: int, max_seq_len: int, iters: int, log,
+                 weights: dict) -> dict[str, float]:
     import torch
     from transformers import StaticCache
 
     from mkc.capture import hf_model
 
-    model = hf_model(model_name, dtype=torch.bfloat16, device="cuda")
+    model = hf_model(model_name, dtype=torch.bfloat16, device="cuda", weights=weights)
     cfg = model.config
     cache = StaticCache(config=cfg, max_cache_len=max_seq_len)
     ids = torch.randint(0, cfg.vocab_size, (batch, 1), device="cuda")
@@ -110,22 +111,43 @@ def hf_baselines(model_name: str, batch: int, context: int, max_seq_len: int, it
     return out
 
 
-def mkc_times(model_name: str, batch: int, context: int, max_seq_len: int, target: str, iters: int, log) -> dict[str, float]:
+def model_bytes(tg, context: int) -> tuple[int, int]:
+    """Weight bytes and KV-cache bytes one decode step reads at ``context``."""
+    from mkc.capture.graph import DTYPE_BYTES
+
+    weights = sum(_numel(b.shape) * DTYPE_BYTES.get(b.dtype, 4) for b in tg.buffers if b.role == "weight")
+    d = dict(tg.dims)
+    kv = 2 * d["n_layers"] * d["B"] * d["nkv"] * (context + 1) * d["hd"] * 2
+    return weights, kv
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def mkc_times(model_name: str, batch: int, context: int, max_seq_len: int, target: str, iters: int, log,
+              weights: dict, sync: str | None = None) -> dict[str, float]:
     import torch
 
     import mkc
 
-    mk = mkc.compile(model_name, target=target, batch_size=batch, max_seq_len=max_seq_len)
-    ids = torch.randint(0, mk.vocab_size, (batch,), device="cuda")
-    out = {"mkc-step": _cuda_time(lambda: mk.step(ids, context), iters)}
+    mk = mkc.compile(model_name, target=target, batch_size=batch, max_seq_len=max_seq_len, sync=sync,
+                     weights=weights)
+    V = dict(mk.tg.dims)["V"]
+    ids = torch.randint(0, V, (batch,), device="cuda")
+    mk.prefill(torch.randint(0, V, (batch, context), device="cuda"))  # fill the cache up to `context`
+    out = {"mkc-step": _cuda_time(lambda: mk(ids, context), iters)}
     log(f"  mkc step        {out['mkc-step']:.3f} ms")
-    n = 64
+    # the one-launch loop: prompt of one token, n steps at positions 0..n-1 (a context near `context` on average)
+    n = 2 * context
     prompt = ids.reshape(batch, 1)
-    ms = _cuda_time(lambda: mk.generate(prompt, n, start_pos=context), max(5, iters // 20), warmup=2)
+    ms = _cuda_time(lambda: mk.generate(prompt, n), max(3, iters // 40), warmup=1)
     out["mkc-loop"] = ms / n
-    log(f"  mkc loop        {out['mkc-loop']:.3f} ms/token")
-    out["weight_bytes"] = mk.weight_bytes
-    out["kv_bytes"] = mk.kv_bytes_read(context)
+    log(f"  mkc loop        {out['mkc-loop']:.3f} ms/token ({n} tokens in one launch)")
+    out["weight_bytes"], out["kv_bytes"] = model_bytes(mk.tg, context)
     del mk
     torch.cuda.empty_cache()
     return out
@@ -139,11 +161,14 @@ def bench(model_name: str, batches, target: str, context: int, max_seq_len: int,
     out_dir.mkdir(parents=True, exist_ok=True)
     bw = read_bandwidth()
     log(f"measured read bandwidth: {bw / 1e12:.2f} TB/s on {torch.cuda.get_device_name()}")
+    from mkc.capture import load_weights
+
+    weights = load_weights(model_name, torch.bfloat16, device="cuda")  # one draw, shared by every system
     rows: list[Row] = []
     for b in batches:
         log(f"{model_name} batch {b}, context {context}")
-        m = mkc_times(model_name, b, context, max_seq_len, target, iters, log)
-        h = hf_baselines(model_name, b, context, max_seq_len, iters, log)
+        m = mkc_times(model_name, b, context, max_seq_len, target, iters, log, weights)
+        h = hf_baselines(model_name, b, context, max_seq_len, iters, log, weights)
         moved = m["weight_bytes"] + m["kv_bytes"]
         for name, ms in [("mkc-step", m["mkc-step"]), ("mkc-loop", m["mkc-loop"]), *h.items()]:
             rows.append(Row(model_name, b, name, ms, 1e3 * b / ms, 100 * moved / (ms * 1e-3) / bw,

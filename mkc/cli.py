@@ -73,8 +73,15 @@ def cmd_models(a) -> int:
     rows = list_models()
     print(f"{'name':<18} {'architecture':<22} {'layers':>6} {'params':>9} {'bf16 size':>10}")
     for m in rows:
-        print(f"{m.name:<18} {m.arch:<22} {m.layers:>6} {m.params / 1e9:>8.2f}B {m.params * 2 / 1e9:>8.2f}GB")
+        print(f"{m.name:<18} {m.arch:<22} {m.layers:>6} {_human(m.params, ''):>9} {_human(2 * m.params, 'B'):>10}")
     return 0
+
+
+def _human(n: float, unit: str) -> str:
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.2f}{suffix}{unit}"
+    return f"{n:.0f}{unit}"
 
 
 def _load_stage(bdir: Path):
@@ -123,7 +130,7 @@ def cmd_inspect(a) -> int:
 
 
 def cmd_run(a) -> int:
-    from mkc.runtime import run_cli
+    from mkc.run import run_cli
 
     return run_cli(a)
 
@@ -185,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     except MkcError as e:
         print(f"mkc: error: {e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:  # e.g. `mkc models | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("mkc: interrupted", file=sys.stderr)
         return 130

@@ -44,7 +44,11 @@ VARIANTS = {
     "b1-atomic-U16": ("llama-3.2-1b", 1, "atomic", "list", {"loads_in_flight": 16}),
     "b1-atomic-G4": ("llama-3.2-1b", 1, "atomic", "list", {"rows_per_warp": 4}),
     "b1-atomic-pf32k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_l2": 32768}),
+    "b1-atomic-pf64k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_l2": 65536}),
+    "b1-atomic-pf128k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_l2": 131072}),
+    "b1-atomic-pf256k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_l2": 262144}),
     "b1-atomic-next64k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_next": 65536}),
+    "b1-atomic-next128k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_next": 131072}),
     "b1-atomic-rr": ("llama-3.2-1b", 1, "atomic", "round_robin", {}),
     "b8-atomic": ("llama-3.2-1b", 8, "atomic", "list", {}),
 }

@@ -24,17 +24,18 @@ def capture(model=None, batch_size: int = 1, max_seq_len: int = 4096, *, dtype: 
     return _capture(model, batch_size, max_seq_len, dtype=dtype)
 
 
-def load_weights(model=None, dtype=None, seed: int = 0):
+def load_weights(model=None, dtype=None, seed: int = 0, device="cpu"):
     """Weights by HF state-dict name, in ``dtype`` (default torch.bfloat16).
 
     Registry names: seeded random weights; a directory: its ``*.safetensors``; a model object:
-    its state_dict.
+    its state_dict. ``device="cuda"`` draws random weights on the GPU (fast; other values than
+    the CPU draw of the same seed).
     """
     import torch
 
     from mkc.capture.weights import load_weights as _load
 
-    return _load(model, dtype or torch.bfloat16, seed)
+    return _load(model, dtype or torch.bfloat16, seed, device)
 
 
 def hf_model(model=None, dtype=None, device="cpu", weights=None):

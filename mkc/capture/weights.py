@@ -19,13 +19,15 @@ MATRIX_STD = 0.02
 NORM_NOISE = 0.05
 
 
-def _generator(seed: int, name: str) -> torch.Generator:
-    return torch.Generator().manual_seed(zlib.crc32(f"{seed}:{name}".encode()))
+def _generator(seed: int, name: str, device="cpu") -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(zlib.crc32(f"{seed}:{name}".encode()))
 
 
-def random_weight(name: str, shape, dtype=torch.bfloat16, seed: int = 0) -> torch.Tensor:
-    g = _generator(seed, name)
-    w = torch.randn(tuple(shape), generator=g, dtype=torch.float32)
+def random_weight(name: str, shape, dtype=torch.bfloat16, seed: int = 0, device="cpu") -> torch.Tensor:
+    """Seeded random values; a CUDA ``device`` draws them there (fast for 8B models, but the values
+    differ from the CPU draw of the same seed)."""
+    g = _generator(seed, name, device)
+    w = torch.randn(tuple(shape), generator=g, dtype=torch.float32, device=device)
     if len(shape) == 1 and not name.endswith(".bias"):  # a norm's weight
         w = w.mul_(NORM_NOISE).add_(1.0)
     else:
@@ -33,8 +35,9 @@ def random_weight(name: str, shape, dtype=torch.bfloat16, seed: int = 0) -> torc
     return w.to(dtype)
 
 
-def load_weights(model=None, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Weights by Hugging Face state-dict name (a tied LM head appears once, as the embedding)."""
+def load_weights(model=None, dtype: torch.dtype = torch.bfloat16, seed: int = 0, device="cpu") -> dict[str, torch.Tensor]:
+    """Weights by Hugging Face state-dict name (a tied LM head appears once, as the embedding).
+    Random weights are drawn on ``device``; loaded ones are returned where they were loaded."""
     src = resolve(model)
     if src.module is not None:
         return {k: v.detach().to(dtype) for k, v in src.module.state_dict().items()}
@@ -46,7 +49,7 @@ def load_weights(model=None, dtype: torch.dtype = torch.bfloat16, seed: int = 0)
             out.update({k: v.to(dtype) for k, v in load_file(str(f)).items()})
         return out
     shapes = meta_model(src, torch.float32)
-    return {name: random_weight(name, p.shape, dtype, seed) for name, p in shapes.named_parameters()}
+    return {name: random_weight(name, p.shape, dtype, seed, device) for name, p in shapes.named_parameters()}
 
 
 def hf_model(model=None, dtype: torch.dtype = torch.float32, device="cpu", weights=None):

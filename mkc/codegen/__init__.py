@@ -24,7 +24,7 @@ def build_binary(bdir: str | Path, target, verbose: bool = False) -> Path:
 
     bdir = Path(bdir)
     src = bdir / f"kernel.{target.source_ext}"
-    res = build_cubin(src.read_text(), target.arch, out_dir=bdir, verbose=verbose)
+    res = build_cubin(src.read_text(), target.arch, verbose=verbose)  # hashed copy in the global cache
     out = bdir / f"kernel.{target.arch}.cubin"
     out.write_bytes(res.cubin.read_bytes())
     (bdir / "build.log").write_text(res.log)

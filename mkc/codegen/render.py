@@ -118,7 +118,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     off = {}
     at = 0
     for key, n in (("OFF_XS", B * KC), ("OFF_OUT", out_cap), ("OFF_PART", NW * G * B), ("OFF_RS", B),
-                   ("OFF_BEST", 2 * B)):
+                   ("OFF_SSP", NW * B), ("OFF_BEST", 2 * B)):
         off[key] = at
         at = _align(at + f * n)
     gemv_end = at
@@ -139,7 +139,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_HB=max(1, out_cap // (HD * B)), RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        POLL_BATCH=o.poll_batch, TOKENS_CAP=L,
+        POLL_BATCH=o.poll_batch, AV_BATCH=8, TOKENS_CAP=L,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,

@@ -469,6 +469,7 @@ class CampaignSummary:
     bases: list[str] = field(default_factory=list)
     base_problems: list[str] = field(default_factory=list)
     oracle_kinds: dict[str, int] = field(default_factory=dict)
+    by_sync: dict[str, list[int]] = field(default_factory=dict)  # sync -> [mutants, unsafe]
     seconds: float = 0.0
     verify_seconds: float = 0.0
     oracle_seconds: float = 0.0
@@ -489,7 +490,8 @@ class CampaignSummary:
         lines = [f"{'mutation':<17}{'mutants':>8}{'unsafe':>8}{'safe':>7}{'rejected':>9}{'unsafe acc.':>12}"
                  f"{'safe rej.':>10}"]
         tot = KindRow()
-        for kind, r in self.rows.items():
+        order = list(MUTATORS)
+        for kind, r in sorted(self.rows.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99):
             lines.append(f"{kind:<17}{r.total:>8}{r.unsafe:>8}{r.total - r.unsafe:>7}{r.rejected:>9}"
                          f"{r.unsafe_accepted:>12}{r.safe_rejected:>10}")
             for f_ in dataclasses.fields(KindRow):
@@ -498,6 +500,7 @@ class CampaignSummary:
                      f"{tot.unsafe_accepted:>12}{tot.safe_rejected:>10}")
         found = ", ".join(f"{k} {v}" for k, v in sorted(self.oracle_kinds.items(), key=lambda kv: -kv[1]))
         lines.append(f"oracle findings: {found}")
+        lines.append("by sync mode: " + ", ".join(f"{k} {n} mutants ({u} unsafe)" for k, (n, u) in self.by_sync.items()))
         lines.append(f"{len(self.bases)} real schedules, all unmutated accepted by verifier and oracle: "
                      f"{'yes' if not self.base_problems else 'NO'}; {self.seconds:.0f} s "
                      f"(verify {self.verify_seconds:.0f} s, oracle {self.oracle_seconds:.0f} s)")
@@ -511,7 +514,7 @@ class CampaignSummary:
     def to_dict(self) -> dict:
         return {"rows": {k: dataclasses.asdict(v) for k, v in self.rows.items()}, "bases": self.bases,
                 "base_problems": self.base_problems, "disagreements": self.disagreements,
-                "oracle_kinds": self.oracle_kinds, "unsafe_accepted": self.unsafe_accepted,
+                "oracle_kinds": self.oracle_kinds, "by_sync": self.by_sync, "unsafe_accepted": self.unsafe_accepted,
                 "safe_rejected": self.safe_rejected, "total": self.total, "seconds": round(self.seconds, 1)}
 
 
@@ -550,6 +553,9 @@ def run_campaign(n: int, seed: int = 0, progress: Callable[[str], None] | None =
         row.total += 1
         row.unsafe += not truth.safe
         row.rejected += not rep.ok
+        sync = out.by_sync.setdefault(m.sched.sync, [0, 0])
+        sync[0] += 1
+        sync[1] += not truth.safe
         if not truth.safe:
             out.oracle_kinds[truth.kind] = out.oracle_kinds.get(truth.kind, 0) + 1
         if rep.ok and not truth.safe:

@@ -1,0 +1,56 @@
+"""The Python API: ``mkc.compile(model, target=..., batch_size=...)`` -> a runnable Megakernel."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from mkc.pipeline import Options, StageLog, compile_model
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MKC_CACHE", Path.home() / ".cache" / "mkc"))
+
+
+def compile(  # noqa: A001 (the natural name for a compiler's entry point)
+    model="llama-3.2-1b",
+    target: str = "h200",
+    batch_size: int = 1,
+    sync: str | None = None,
+    *,
+    max_seq_len: int = 4096,
+    weights: dict | None = None,
+    out: str | Path | None = None,
+    method: str = "cpsat",
+    time_limit: float = 10.0,
+    verbose: bool = False,
+    device=None,
+):
+    """Compile ``model`` and load it on the GPU.
+
+    ``model`` is a registry name, a local Hugging Face directory or a transformers model object;
+    ``weights`` (HF state-dict names -> tensors) default to the model's own: seeded random for
+    registry names, safetensors for a directory, the state dict of a model object. The build
+    directory (default: under ``$MKC_CACHE`` or ``~/.cache/mkc``) keeps every intermediate.
+    """
+    import torch
+
+    from mkc.capture import load_weights, resolve
+    from mkc.runtime import Megakernel
+
+    entry = resolve(model)
+    opts = Options(target=target, batches=(int(batch_size),), max_seq_len=max_seq_len, sync=sync,
+                   method=method, time_limit=time_limit)
+    if out is None:
+        key = f"{entry.name}|{target}|{batch_size}|{sync}|{max_seq_len}|{method}|{time_limit}"
+        out = cache_dir() / "builds" / f"{Path(entry.name).name}-{target}-b{batch_size}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    bdir = Path(out)
+    if not (bdir / f"b{batch_size}" / "schedule.json").exists() or isinstance(model, torch.nn.Module):
+        bdir.parent.mkdir(parents=True, exist_ok=True)
+        compile_model(model, bdir, opts, StageLog(quiet=not verbose))
+    if weights is None:
+        weights = load_weights(model)
+    dev = torch.device(device or "cuda")
+    weights = {k: v.to(device=dev, dtype=torch.bfloat16) for k, v in weights.items()}
+    return Megakernel.from_build_dir(bdir / f"b{batch_size}", weights, device=dev)

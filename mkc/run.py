@@ -1,0 +1,47 @@
+"""`mkc run DIR`: load a build directory's kernel on the GPU and decode greedily in one launch."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from mkc.errors import MkcError
+
+
+def run_cli(a) -> int:
+    import torch
+
+    from mkc.capture import load_weights
+    from mkc.runtime import Megakernel
+
+    if not torch.cuda.is_available():
+        raise MkcError("mkc run needs a CUDA GPU; none is visible (compiling works without one: mkc compile)")
+    root = Path(a.dir)
+    if (root / "manifest.json").exists():
+        manifest = json.loads((root / "manifest.json").read_text())
+        bdirs = [root / f"b{b}" for b in manifest["batches"]]
+        model = manifest["model"]
+    elif (root / "schedule.json").exists():
+        bdirs, model = [root], json.loads((root / "report.json").read_text())["model"]
+    else:
+        raise MkcError(f"{root} is not an mkc build directory (no manifest.json or schedule.json)")
+    try:
+        prompt = [int(x) for x in a.prompt_ids.split(",") if x.strip()]
+    except ValueError:
+        raise MkcError(f"--prompt-ids takes comma-separated token ids, got {a.prompt_ids!r}")
+    weights = load_weights(a.weights or model)
+    weights = {k: v.to("cuda", torch.bfloat16) for k, v in weights.items()}
+    for bdir in bdirs:
+        mk = Megakernel.from_build_dir(bdir, weights)
+        B = dict(mk.tg.dims)["B"]
+        ids = torch.tensor([prompt] * B, device="cuda")
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = mk.generate(ids, a.max_new_tokens)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        steps = len(prompt) + a.max_new_tokens - 1
+        print(f"{bdir.name}: batch {B}, {steps} steps in one launch, {1e3 * dt / steps:.3f} ms/step")
+        print(f"  tokens (row 0): {out[0].tolist()}")
+    return 0
