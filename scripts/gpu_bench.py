@@ -50,6 +50,8 @@ VARIANTS = {
     "b1-atomic-next64k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_next": 65536}),
     "b1-atomic-next128k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_next": 131072}),
     "b1-atomic-rr": ("llama-3.2-1b", 1, "atomic", "round_robin", {}),
+    "b1-atomic-nopreload": ("llama-3.2-1b", 1, "atomic", "list", {"preload": False}),
+    "b1-nan-nopreload": ("llama-3.2-1b", 1, "nan", "list", {"preload": False}),
     "b8-atomic": ("llama-3.2-1b", 8, "atomic", "list", {}),
 }
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic"]

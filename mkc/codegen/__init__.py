@@ -16,6 +16,10 @@ def build_binary(bdir: str | Path, target, verbose: bool = False) -> Path:
     from mkc.targets.spec import get_target
 
     target = get_target(target) if isinstance(target, str) else target
+    if target.vendor == "amd":
+        from mkc.targets.amd.build import build_into
+
+        return build_into(bdir, target.arch)  # clang: a code object, or gfx942 ISA (see there)
     if target.vendor != "nvidia":
         from mkc.errors import MkcError
 

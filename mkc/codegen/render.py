@@ -36,6 +36,7 @@ class CodegenOptions:
     prefetch_l2: int = 0  # bytes of each weight matrix of a task pulled into L2 before it waits (0: off)
     prefetch_next: int = 0  # bytes of the next queued task's weights pulled into L2 when a task starts
     poll_batch: int = 8  # nan mode: sentinel polls in flight per thread
+    preload: bool = True  # GEMV tasks issue their first weight loads before waiting on their inputs
     rows_per_warp: int = 2  # G: weight rows a warp streams at once
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0 = by batch size
     attn_chunk: int = 256  # positions per attention tile
@@ -72,8 +73,12 @@ def dialect_for(target: Target):
         from mkc.targets.nvidia.dialect import NvidiaDialect
 
         return NvidiaDialect(arch=target.arch)
-    raise ScheduleError(f"no code generator for {target.vendor} targets yet ({target.name}); "
-                        f"supported: the NVIDIA targets")
+    if target.vendor == "amd":
+        from mkc.targets.amd.dialect import AmdDialect
+
+        return AmdDialect(arch=target.arch, lds_bytes=target.smem_per_block)
+    raise ScheduleError(f"no code generator for {target.vendor} targets ({target.name}); "
+                        f"supported: NVIDIA and AMD targets")
 
 
 def _align(n: int, a: int = 16) -> int:
@@ -139,7 +144,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_HB=max(1, out_cap // (HD * B)), RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        POLL_BATCH=o.poll_batch, AV_BATCH=8, TOKENS_CAP=L,
+        POLL_BATCH=o.poll_batch, AV_BATCH=8, PRELOAD=int(o.preload), TOKENS_CAP=L,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,

@@ -65,6 +65,13 @@ __device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
+// the same load, kept in program order before a wait (volatile: not sunk past the spin)
+__device__ __forceinline__ uint4 mk_ld_weight16_early(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
 __device__ __forceinline__ unsigned mk_ld_weight4(const void* p) {
   unsigned v; asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p)); return v;
 }

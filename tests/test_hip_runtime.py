@@ -1,0 +1,258 @@
+"""The HIP host runtime without an AMD GPU: argument packing, buffer plan, pointer table, uploads,
+launch arguments and the error slot, through a stand-in for the HIP API (``FakeHip``).
+
+Nothing here proves the runtime works on AMD hardware (none was available); it proves the host
+side hands the kernel what the kernel reads.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from codegen_fixtures import rr_schedule, taskgraph
+from mkc.codegen import tables as T
+from mkc.errors import KernelError, MkcError
+from mkc.targets.amd.runtime import (
+    KERNEL_ARGS, Hip, HipError, HipMegakernel, arg_layout, bf16_bits, decode_fault, pack_args, plan_buffers,
+    pointer_table,
+)
+from mkc.taskgraph import names
+
+
+class FakeHip:
+    """Device memory as host bytes; records launches. ``on_launch(fake, args)`` plays the kernel."""
+
+    def __init__(self, cus: int = 110, blocks_per_cu: int = 1, on_launch=None):
+        self.mem: dict[int, bytearray] = {}
+        self.next = 0x7F00_0000_0000
+        self.cus, self.blocks_per_cu, self.on_launch = cus, blocks_per_cu, on_launch
+        self.launches: list[dict] = []
+        self.image = None
+
+    def _find(self, addr: int, n: int) -> tuple[bytearray, int]:
+        for base, buf in self.mem.items():
+            if base <= addr and addr + n <= base + len(buf):
+                return buf, addr - base
+        raise AssertionError(f"access [{addr:#x}, +{n}) outside every allocation")
+
+    def malloc(self, nbytes):
+        a = self.next
+        self.mem[a] = bytearray(max(int(nbytes), 4))
+        self.next += -(-max(int(nbytes), 4) // 256) * 256 + 256  # a gap: overruns are caught
+        return a
+
+    def free(self, a):
+        del self.mem[a]
+
+    def htod(self, dst, data):
+        b = np.ascontiguousarray(data).tobytes()
+        buf, off = self._find(dst, len(b))
+        buf[off: off + len(b)] = b
+
+    def dtoh(self, dst, src):
+        buf, off = self._find(src, dst.nbytes)
+        dst.reshape(-1).view(np.uint8)[:] = np.frombuffer(bytes(buf[off: off + dst.nbytes]), dtype=np.uint8)
+        return dst
+
+    def read(self, addr, dtype, count):
+        buf, off = self._find(addr, np.dtype(dtype).itemsize * count)
+        return np.frombuffer(bytes(buf[off: off + np.dtype(dtype).itemsize * count]), dtype=dtype)
+
+    def memset32(self, dst, value, count):
+        self.htod(dst, np.full(count, value, dtype=np.uint32))
+
+    def load_module(self, image):
+        self.image = image
+        return 1
+
+    def get_function(self, module, name):
+        self.kernel_name = name
+        return 2
+
+    def multiprocessor_count(self):
+        return self.cus
+
+    def max_blocks_per_cu(self, function, threads, smem):
+        self.occupancy_query = (threads, smem)
+        return self.blocks_per_cu
+
+    def launch(self, function, grid, block, smem, args):
+        vals = [struct.unpack_from("<" + ("Q" if k == "ptr" else "i"), args, off)[0]
+                for (_, k), (_, off, _) in zip(KERNEL_ARGS, arg_layout())]
+        rec = dict(zip([n for n, _ in KERNEL_ARGS], vals), grid=grid, block=block, smem=smem, nbytes=len(args))
+        self.launches.append(rec)
+        if self.on_launch:
+            self.on_launch(self, rec)
+
+    def synchronize(self):
+        pass
+
+
+def test_argument_layout_and_packing():
+    assert arg_layout() == [("tab", 0, 8), ("ptrs", 8, 8), ("fparams", 16, 8), ("ws", 24, 8), ("step0", 32, 4),
+                            ("nsteps", 36, 4), ("pos0", 40, 4), ("nforced", 44, 4), ("spin_limit", 48, 4)]
+    buf = pack_args((0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24))
+    assert len(buf) == 56
+    assert struct.unpack("<4Q5i", buf[:52]) == (0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24)
+    with pytest.raises(MkcError, match="int32"):
+        pack_args((0, 0, 0, 0, 2**31, 0, 0, 0, 0))
+    with pytest.raises(MkcError, match="9 arguments"):
+        pack_args((0, 0))
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_buffer_plan_and_pointer_table(sync):
+    tg = taskgraph("tiny-qwen2", 2, 64, "mi250x")
+    tab = T.build_tables(tg, rr_schedule(tg, "mi250x", sync, workers=9))
+    plan = plan_buffers(tg, tab)
+    by = {b.name: b for b in plan}
+    addrs, at = {}, 0x10000
+    for b in plan:
+        addrs[b.name] = at
+        at += b.copies * b.nbytes + 256
+    ptrs = pointer_table(tg, plan, addrs)
+    assert ptrs.shape == (T.n_slots(tg.dim("n_layers")), 2) and ptrs.dtype == np.uint64
+    for b in tg.buffers:
+        slot = T.slot_of(b.name)
+        if slot is None or b.name == "ids":
+            continue
+        d = by[b.name]
+        assert d.slot == slot and ptrs[slot, 0] == addrs[b.name], b.name
+        if b.name in tab.double_buffered:
+            assert d.copies == 2 and ptrs[slot, 1] == addrs[b.name] + d.nbytes
+        else:
+            assert ptrs[slot, 1] == ptrs[slot, 0]
+    assert bool(tab.double_buffered) == (sync == "nan")
+    assert by[names.EMBED].dtype == "bf16" and by["k_cache.0"].dtype == "bf16" and by["x0"].dtype == "f32"
+    assert ptrs[T.GLOBAL_SLOTS.index("ids"), 0] == addrs["ids"] and by["ids"].shape == (64, 2)
+    assert ptrs[T.GLOBAL_SLOTS.index("tokens"), 0] == addrs["tokens"]
+    if names.LM_HEAD not in addrs:
+        assert ptrs[T.GLOBAL_SLOTS.index("lm_head"), 0] == addrs[names.EMBED]
+    used = {s for s in (T.slot_of(b.name) for b in tg.buffers) if s is not None}
+    assert all(ptrs[s, 0] != 0 for s in used)
+
+
+def test_bf16_bits_round_like_torch():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32) * 3
+    x[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0 + 2**-8]
+    want = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    got = bf16_bits(x)
+    assert np.array_equal(got[1:], want[1:]) and (got[0] & 0x7F80) == 0x7F80 and (got[0] & 0x7F)
+    assert np.array_equal(bf16_bits(torch.from_numpy(x)), want)
+
+
+def _weights(tg, seed=0):
+    rng = np.random.default_rng(seed)
+    return {b.name: rng.standard_normal(b.shape).astype(np.float32) * 0.02 for b in tg.buffers if b.role == "weight"}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tg = taskgraph("tiny-llama", 2, 64, "mi250x")
+    return tg, _weights(tg)
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_megakernel_uploads_and_launches(tiny, sync):
+    tg, w = tiny
+    sched = rr_schedule(tg, "mi250x", sync, workers=12)
+
+    def kernel(fake, a):  # argmax writes next token k+1 for every step
+        for k in range(a["nsteps"]):
+            fake.htod(mk.addr["tokens"] + 4 * 2 * k, np.array([100 + k, 200 + k], dtype=np.int32))
+
+    fake = FakeHip(on_launch=kernel)
+    mk = HipMegakernel(tg, sched, w, hip=fake, code_object=b"\x7fELF-not-really", spin_limit=1234)
+    assert fake.image.startswith(b"\x7fELF") and fake.kernel_name == "mkc_megakernel"
+    assert fake.occupancy_query == (mk.cfg.threads, mk.cfg.smem_bytes)
+    # the schedule table and the pointer table are on the device, byte for byte
+    assert np.array_equal(fake.read(mk.tab, np.int32, mk.tables.ints.size), mk.tables.ints)
+    assert np.array_equal(fake.read(mk.ptrs, np.uint64, mk.ptr_table.size), mk.ptr_table.reshape(-1))
+    emb = names.EMBED
+    assert np.array_equal(fake.read(mk.addr[emb], np.uint16, w[emb].size), bf16_bits(w[emb]).reshape(-1))
+    fp = fake.read(mk.fparams, np.float32, 3)
+    assert np.allclose(fp, [tg.const("rms_eps"), tg.const("rope_scaling"), tg.const("attn_scale")])
+    # reset: counters zero; nan mode arms every cache word and both copies of polled activations
+    assert not fake.read(mk.ws, np.uint32, mk.tables.ws_words).any()
+    kc = mk.buffers["k_cache.0"]
+    cache = fake.read(mk.addr["k_cache.0"], np.uint32, kc.nbytes // 4)
+    x0 = fake.read(mk.addr["x0"], np.uint32, mk.buffers["x0"].nbytes * mk.buffers["x0"].copies // 4)
+    if sync == "nan":
+        assert (cache == T.SENTINEL).all() and (x0 == T.SENTINEL).all() and mk.buffers["x0"].copies == 2
+    else:
+        assert not cache.any() and not x0.any()
+
+    logits = mk(np.array([3, 4]), 5)
+    a = fake.launches[-1]
+    assert (a["tab"], a["ptrs"], a["fparams"], a["ws"]) == (mk.tab, mk.ptrs, mk.fparams, mk.ws)
+    assert (a["step0"], a["nsteps"], a["pos0"], a["nforced"], a["spin_limit"]) == (0, 1, 5, 1, 1234)
+    assert (a["grid"], a["block"], a["smem"], a["nbytes"]) == (12, mk.cfg.threads, mk.cfg.smem_bytes, 56)
+    assert logits.shape == (2, tg.dim("V")) and logits.dtype == np.float32
+    assert list(fake.read(mk.addr["ids"], np.int32, 2)) == [3, 4] and mk.step == 1
+
+    out = mk.generate(np.array([[1, 2, 3], [4, 5, 6]]), 4)  # one launch: 3 prompt + 3 more steps
+    a = fake.launches[-1]
+    assert (a["step0"], a["nsteps"], a["pos0"], a["nforced"]) == (0, 6, 0, 3)
+    assert list(fake.read(mk.addr["ids"], np.int32, 6)) == [1, 4, 2, 5, 3, 6]  # [L, B]: step-major
+    assert out.tolist() == [[1, 2, 3, 102, 103, 104, 105], [4, 5, 6, 202, 203, 204, 205]]
+    mk.close()
+    assert not fake.mem
+
+
+def test_nan_mode_rearms_the_cache_when_positions_repeat(tiny):
+    tg, w = tiny
+    fake = FakeHip()
+    mk = HipMegakernel(tg, rr_schedule(tg, "mi250x", "nan", workers=8), w, hip=fake, code_object=b"x")
+    mk(np.array([1, 1]), 0)
+    mk(np.array([1, 1]), 1)
+    kc = mk.buffers["k_cache.1"]
+    fake.htod(mk.addr["k_cache.1"], np.zeros(kc.nbytes // 4, dtype=np.uint32))  # "written" by the kernel
+    mk(np.array([1, 1]), 1)  # position 1 again: positions >= 1 must hold the sentinel once more
+    words = fake.read(mk.addr["k_cache.1"], np.uint32, kc.nbytes // 4).reshape(kc.shape[0], kc.shape[1], kc.shape[2], -1)
+    assert not words[:, :, :1].any() and (words[:, :, 1:] == T.SENTINEL).all()
+
+
+def test_error_slot_raises_a_named_fault(tiny):
+    tg, w = tiny
+    sched = rr_schedule(tg, "mi250x", "atomic", workers=8)
+    task = next(t for t in tg.tasks if t.kind == "attn")
+    ev = task.waits[0]
+
+    def timeout(fake, a):
+        slot = np.zeros(T.WS_COUNTERS, dtype=np.uint32)
+        for k, v in (("WS_ABORT", 1), ("WS_CLAIM", 1), ("WS_WORKER", 5), ("WS_TASK", task.id), ("WS_EVENT", ev),
+                     ("WS_SEEN", 2), ("WS_STEP", 0), ("WS_WANT", 3), ("WS_KIND", T.TASK_KINDS.index("attn"))):
+            slot[T.WORKSPACE.index(k)] = v
+        fake.htod(a["ws"], slot)
+
+    mk = HipMegakernel(tg, sched, w, hip=FakeHip(on_launch=timeout), code_object=b"x")
+    with pytest.raises(KernelError, match=rf"worker 5, task {task.id} \(attn layer {task.layer}\).*counter 2 < 3"):
+        mk(np.array([0, 0]), 0)
+    with pytest.raises(MkcError, match="faulted earlier"):
+        mk(np.array([0, 0]), 1)
+    mk.reset()
+    assert decode_fault(np.zeros(T.WS_COUNTERS, dtype=np.uint32), tg) is None
+
+
+def test_refuses_what_cannot_be_resident(tiny):
+    tg, w = tiny
+    sched = rr_schedule(tg, "mi250x", "nan", workers=20)
+    with pytest.raises(MkcError, match="cannot all be resident"):
+        HipMegakernel(tg, sched, w, hip=FakeHip(cus=16), code_object=b"x")
+    with pytest.raises(MkcError, match="cannot all be resident"):
+        HipMegakernel(tg, sched, w, hip=FakeHip(blocks_per_cu=0), code_object=b"x")
+    with pytest.raises(MkcError, match="missing"):
+        HipMegakernel(tg, sched, {}, hip=FakeHip(), code_object=b"x")
+
+
+def test_without_an_amd_gpu_the_runtime_says_so():
+    try:
+        Hip()
+    except HipError as e:
+        assert "no AMD GPU" in str(e) or "libamdhip64" in str(e)
+    else:
+        pytest.skip("an AMD GPU is visible here")
