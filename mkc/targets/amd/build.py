@@ -169,6 +169,12 @@ def build_hip(source: str, arch: str, *, out_dir: str | Path | None = None, kind
         proc = subprocess.run([clang, *flags, "-o", str(dst), str(src)], capture_output=True, text=True,
                               check=False, cwd=tmp)
         log = (proc.stdout + proc.stderr).replace(str(src), f"{name}.hip")
+        if kind == ISA:
+            isa = family_isa_lib(libdir, arch) if libdir is not None else None
+            how = ("no device libraries: calls to ocml/ockl stay external" if isa is None else
+                   f"device math linked with {isa.name}" + ("" if isa == _isa_lib(libdir, arch) else
+                                                             f" (no {_isa_lib(libdir, arch).name} here)"))
+            log = f"mkc: {arch} compiled to ISA assembly, not a loadable code object; {how}\n" + log
         if proc.returncode != 0:
             raise HipBuildError(f"clang failed for {arch} (exit {proc.returncode}):\n{log[-8000:]}")
         tmp_dst = out.with_name(out.name + ".tmp")
