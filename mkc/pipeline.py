@@ -84,7 +84,9 @@ def compile_model(model, out: str | Path, opts: Options, log: StageLog | None = 
     if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
         raise MkcError(f"{out} exists and is not an mkc build directory; choose another --out")
     entry = resolve(model)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
+    made_parent = not out.parent.exists()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # same filesystem: rename is atomic
     try:
         reports = {}
         for batch in opts.batches:
@@ -109,6 +111,8 @@ def compile_model(model, out: str | Path, opts: Options, log: StageLog | None = 
         tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made_parent and not any(out.parent.iterdir()):
+            out.parent.rmdir()
         raise
     return out
 

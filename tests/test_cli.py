@@ -50,6 +50,18 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, argv, needle):
     assert not any(p.name.startswith(".never") for p in tmp_path.iterdir())
 
 
+def test_default_out_parent_is_created(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", "tiny-mistral", "--max-seq-len", "16", "--stop-after", "lower", "-q"]) == 0
+    assert (tmp_path / "build" / "tiny-mistral-h200" / "b1" / "tasks.json").is_file()
+
+
+def test_failed_build_leaves_no_parent_behind(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", "no-such-model", "-q"]) == 2
+    assert not (tmp_path / "build").exists()
+
+
 def test_unsupported_architecture_exits_2(tmp_path, capsys):
     cfg = tmp_path / "gpt2"
     cfg.mkdir()

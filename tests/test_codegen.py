@@ -201,3 +201,39 @@ def test_options_change_the_source():
     a, _, _ = generate(tg, sched, "h200")
     b, _, _ = generate(tg, sched, "h200", CodegenOptions(prefetch_l2=65536, loads_in_flight=4))
     assert "PREFETCH_L2 = 0;" in a and "PREFETCH_L2 = 65536;" in b and "constexpr int U = 4;" in b
+
+
+MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+
+
+@pytest.mark.parametrize("target,batch", [("h200", 8), ("h200", 32), ("a100", 8), ("a100", 32), ("h200", 2)])
+def test_tensor_core_gemv_from_batch_2(target, batch):
+    tg = taskgraph("llama-3.2-1b", batch, 512, target)
+    src, cfg, _ = generate(tg, rr_schedule(tg, target), target)
+    c = dict(cfg.consts)
+    assert cfg.mma_gemv and MMA_PTX in src and "stage_x_bf16<K, NORM>" in src
+    # bf16 staging rows 64 bytes off 128 (conflict-free 16-byte reads), inside the block's shared memory
+    assert c["XST"] == c["KCB"] + 32 and (2 * c["XST"]) % 128 == 64 and c["KCB"] % 64 == 0
+    assert c["OFF_OUT"] >= c["OFF_XS"] + 2 * batch * c["XST"]
+    assert cfg.smem_needed <= cfg.smem_bytes <= get_target(target).smem_per_block
+    assert c["KCB"] >= 1024  # K = hidden (2048) in at most two chunks on both targets
+
+
+def test_batch_1_keeps_the_fma_gemv(llama_tg):
+    src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg), "h200")
+    assert not cfg.mma_gemv and "stage_x_bf16" not in src and "KCB" not in dict(cfg.consts)
+    tg = taskgraph("llama-3.2-1b", 8, 512)
+    src, cfg, _ = generate(tg, rr_schedule(tg), "h200", CodegenOptions(mma=False))
+    assert not cfg.mma_gemv and "stage_x_bf16" not in src
+    src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg), "h200", CodegenOptions(mma=True))
+    assert cfg.mma_gemv and "stage_x_bf16<K, NORM>" in src
+
+
+def test_amd_keeps_the_fma_gemv():
+    from mkc.errors import ScheduleError
+
+    tg = taskgraph("llama-3.2-1b", 8, 512, "mi300x")
+    src, cfg, _ = generate(tg, rr_schedule(tg, "mi300x"), "mi300x")
+    assert not cfg.mma_gemv and MMA_PTX not in src and "stage_x_bf16" not in src
+    with pytest.raises(ScheduleError, match="no bf16 MMA"):
+        generate(tg, rr_schedule(tg, "mi300x"), "mi300x", CodegenOptions(mma=True))

@@ -52,3 +52,29 @@ def test_emit_and_build_binary(tmp_path):
     assert paths["source"].name == "kernel.cu" and paths["tables"].exists() and paths["meta"].exists()
     out = build_binary(tmp_path, "h200")
     assert out.exists() and out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("target", ["h200", "a100"])
+@pytest.mark.parametrize("batch", [8, 32])
+def test_tensor_core_gemv_compiles_cleanly(target, batch, tmp_path):
+    """Batch >= 2 takes the mma.sync GEMV: no warning, no spill; HMMA in the SASS where cuobjdump is."""
+    import subprocess
+
+    from mkc.targets.nvidia.build import build_cubin
+
+    tg = taskgraph("llama-3.2-1b", batch, 4096, target)
+    src, cfg, _ = generate(tg, rr_schedule(tg, target, "atomic"), target)
+    assert cfg.mma_gemv
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert spills and max(spills) == 0, res.log
+    regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
+    assert regs and max(regs) * cfg.threads <= 65536, res.log
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump:
+        sass = subprocess.run([cuobjdump, "-sass", str(res.cubin)], capture_output=True, text=True).stdout
+        c = dict(cfg.consts)
+        # 5 GEMV kinds x U steps x 2 MMAs (k32) x batch tiles of 8, unrolled
+        assert sass.count("HMMA.16816.F32.BF16") == 5 * c["U"] * 2 * (batch + 7) // 8
+        assert "LDS.128" in sass and "LDG.E.NA.128.CONSTANT" in sass

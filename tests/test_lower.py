@@ -16,7 +16,7 @@ from mkc.targets.spec import TARGETS, get_target
 from mkc.errors import IRCheckError
 from mkc.taskgraph import Region, TaskGraph, lower, summary
 from mkc.taskgraph.events import OwnerGrid, coalesce
-from mkc.taskgraph.tiling import head_tiles, row_tiles
+from mkc.taskgraph.tiling import head_tiles, qkv_tiles, row_tiles
 
 LLAMA_1B = ModelInfo("LlamaForCausalLM", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 1e-5, True, False, False)
 QWEN3_8B = ModelInfo("Qwen3ForCausalLM", "qwen3", 4096, 12288, 36, 32, 8, 128, 151936, 1e-6, False, False, True)
@@ -107,7 +107,8 @@ def test_h200_tiles():
     per = {}
     for t in tg.tasks:
         per.setdefault((t.layer, t.kind), []).append(t)
-    assert len(per[(0, "qkv")]) == 48 and all(t.args[1] - t.args[0] == 1 for t in per[(0, "qkv")])
+    # 48 heads of 64 rows, each in two slices of 16 RoPE pairs (32 rows): 96 tasks on 132 SMs
+    assert [t.args for t in per[(0, "qkv")]] == [(h, h + 1, p, p + 16) for h in range(48) for p in (0, 16)]
     assert len(per[(0, "attn")]) == 8
     for kind, n in (("oproj", 2048), ("gateup", 8192), ("down", 2048)):
         tiles = [t.args for t in per[(0, kind)]]
@@ -122,6 +123,69 @@ def test_h200_tiles():
     assert [(r.buffer, r.box) for r in ev["l1.attn[*]>oproj"].regions] == [("attn.1", ((0, 1), (0, 2048)))]
     assert [(r.buffer, r.box) for r in ev["l0.down[*]>qkv"].regions] == [("xm.0", ((0, 1), (0, 2048)))]
     assert sorted(r.buffer for r in ev["lmhead[*]>argmax"].regions) == ["amax_idx", "amax_part"]
+
+
+@pytest.mark.parametrize("nh,nkv,hd", [(32, 8, 64), (32, 8, 128), (28, 4, 128), (16, 8, 128), (4, 2, 16),
+                                        (8, 1, 64), (14, 2, 64), (64, 8, 128)])
+@pytest.mark.parametrize("workers", [1, 3, 20, 47, 108, 132, 148, 304])
+@pytest.mark.parametrize("whole_rotary", [False, True])
+def test_qkv_tiles_cover_rows_once_and_fill_workers(nh, nkv, hd, workers, whole_rotary):
+    tiles = qkv_tiles(nh, nkv, hd, workers, whole_rotary)
+    n, half = nh + 2 * nkv, hd // 2
+    taken = np.zeros((n, hd), int)
+    for h0, h1, p0, p1 in tiles:
+        assert 0 <= h0 < h1 <= n and 0 <= p0 < p1 <= half
+        if (p0, p1) != (0, half):
+            assert h1 == h0 + 1 and p0 % 2 == 0 and p1 % 2 == 0  # one head, whole 32-bit cache words
+            assert not (whole_rotary and h0 < nh + nkv)
+        for h in range(h0, h1):
+            if h < nh + nkv:
+                taken[h, p0:p1] += 1
+                taken[h, half + p0: half + p1] += 1
+            else:
+                taken[h, 2 * p0: 2 * p1] += 1
+    assert (taken == 1).all()
+    rows = max((h1 - h0) * 2 * (p1 - p0) for h0, h1, p0, p1 in tiles)
+    if n < workers:
+        assert len(tiles) <= workers
+        if not whole_rotary and len(tiles) > n:
+            # no other even slice size fits the workers with fewer rows per task
+            for size in range(2, half, 2):
+                if 2 * size < rows:
+                    assert n * -(-half // size) > workers
+    else:
+        assert tiles == [(h0, h1, 0, half) for h0, h1 in head_tiles(n, workers)]
+
+
+def test_qkv_tiles_of_real_models():
+    # llama-3.2-1b (48 heads of 64 rows) on 132 SMs: slices of 16 pairs, 96 tasks of 32 rows
+    assert len(qkv_tiles(32, 8, 64, 132)) == 96
+    assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 64, 132)} == {16}
+    # qwen3-8b with q/k norm keeps whole heads; without it, 96 tasks of 64 rows
+    assert qkv_tiles(32, 8, 128, 132, whole_rotary=True) == [(h, h + 1, 0, 64) for h in range(48)]
+    assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 128, 132)} == {32}
+    # 304 CUs: slices of 6 pairs (12 rows) beat the 8-pair ones (16 rows): 288 tasks
+    t = qkv_tiles(32, 8, 64, 304)
+    assert len(t) == 288 and max(p1 - p0 for _, _, p0, p1 in t) == 6
+
+
+def test_qkv_slices_write_exact_regions():
+    tg = lower(graph_of(LLAMA_1B, layers=1), get_target("h200"))
+    L = tg.max_seq_len
+    for t in (t for t in tg.tasks if t.kind == "qkv"):
+        h, _, p0, p1 = t.args
+        w = sorted((r.buffer, r.box) for r in t.writes)
+        if h < 32:
+            assert w == [("q.0", ((0, 1), (h * 64 + p0, h * 64 + p1))), ("q.0", ((0, 1), (h * 64 + 32 + p0, h * 64 + 32 + p1)))]
+        elif h < 40:
+            g = h - 32
+            assert w == [("k_cache.0", ((0, 1), (g, g + 1), (L - 1, L), (p0, p1))),
+                         ("k_cache.0", ((0, 1), (g, g + 1), (L - 1, L), (32 + p0, 32 + p1)))]
+        else:
+            g = h - 40
+            assert w == [("v_cache.0", ((0, 1), (g, g + 1), (L - 1, L), (2 * p0, 2 * p1)))]
+        weights = [r for r in t.reads if r.buffer.endswith("proj.weight")]
+        assert sum(r.size() for r in weights) == 2 * (p1 - p0) * 2048
 
 
 def test_buffers_and_dims():
@@ -171,8 +235,8 @@ def test_attention_waits_only_for_its_heads():
             continue
         g = t.args[1]
         heads = set(range(g * n_rep, (g + 1) * n_rep)) | {nh + g, nh + nkv + g}
-        want = {q.id for q in tg.tasks if q.kind == "qkv" and q.layer == t.layer and set(range(*q.args)) & heads}
-        assert deps[t.id] == want and len(want) == n_rep + 2
+        want = {q.id for q in tg.tasks if q.kind == "qkv" and q.layer == t.layer and set(range(*q.args[:2])) & heads}
+        assert deps[t.id] == want and len(want) == 2 * (n_rep + 2)  # two slices per head
         assert len(t.waits) == 1
 
 

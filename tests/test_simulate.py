@@ -55,12 +55,14 @@ def toy(sms: int):
 
 
 # (name, ModelInfo, inv_freq, rope scaling, target): few workers make multi-head qkv tiles that
-# straddle q/k/v and uneven row tiles; h200 gives one head per tile and 16-row tiles.
+# straddle q/k/v and uneven row tiles; h200 gives qkv tiles of 2-pair head slices and 16-row tiles.
 VARIANTS = {
     "llama": (tiny("llama"), rope_inv_freq(16, 10000.0), 1.0, get_target("h200")),
     "llama3_tied": (tiny("llama", tied_embeddings=True), llama3_inv_freq(16), 1.25, toy(5)),
     "qwen2_bias_tied": (tiny("qwen2", qkv_bias=True, tied_embeddings=True), rope_inv_freq(16, 1e6), 1.0, toy(3)),
     "qwen3_qknorm": (tiny("qwen3", qk_norm=True, hidden=80, intermediate=144), rope_inv_freq(16, 1e6), 1.0, toy(3)),
+    # 20 workers: every head in two slices of 4 RoPE pairs, with biases
+    "qwen2_bias_sliced": (tiny("qwen2", qkv_bias=True), rope_inv_freq(16, 1e6), 1.0, toy(20)),
     "mistral_mqa": (tiny("mistral", n_kv_heads=1), rope_inv_freq(16, 1e6), 1.0, toy(7)),
 }
 
@@ -162,7 +164,7 @@ def test_undeclared_read_is_caught():
 
 
 def test_realistic_tiling_matches_reference():
-    """h200 tiling of a mid-size model (1 head per qkv tile, 16-row tiles, 132 LM-head tiles)."""
+    """h200 tiling of a mid-size model (4-pair head slices per qkv tile, 16-row tiles, 132 LM-head tiles)."""
     info = tiny("llama", hidden=512, intermediate=1536, n_heads=8, n_kv_heads=2, head_dim=64, vocab=4224)
     graph = build_graph(info, 4, 32, rope_inv_freq(64, 500000.0))
     tg = lower(graph, get_target("h200"))

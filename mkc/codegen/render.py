@@ -42,6 +42,7 @@ class CodegenOptions:
     attn_chunk: int = 256  # positions per attention tile
     spin_hot: int = 64  # polls before the spin starts to sleep
     spin_max_ns: int = 256  # longest sleep between polls
+    mma: bool | None = None  # tensor-core GEMV; None = where the batch is >= 2 and the target has a bf16 MMA
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class KernelConfig:
     canon_nan: int = T.CANON_NAN
     consts: tuple[tuple[str, int], ...] = ()
     B: int = 1
+    mma_gemv: bool = False  # GEMV kinds on tensor cores (bf16 staging, mma m16n8k16)
 
     def const(self, key: str) -> int:
         return dict(self.consts)[key]
@@ -110,8 +112,17 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if problems:
         raise IRCheckError("cannot generate the kernel: " + "; ".join(problems))
 
+    # Tensor cores for the GEMV kinds from batch 2: there the fp32 FMA path is bound by shared-memory
+    # reads of the staged input and by FMAs (each weight is used B times); at batch 1 it is memory
+    # bound already. A dialect without a bf16 MMA (``has_mma_bf16`` absent or False) keeps FMAs.
+    has_mma = bool(getattr(dialect, "has_mma_bf16", False))
+    mma = has_mma and (B >= 2 if o.mma is None else o.mma)
+    if o.mma and not has_mma:
+        raise ScheduleError(f"tensor-core GEMV asked for, but {target.name} ({target.arch}) has no bf16 MMA in mkc")
     G = o.rows_per_warp
-    U = o.loads_in_flight or (8 if B <= 2 else 4)
+    # MMA path: U segments per weight row per step, double-buffered (4U loads in flight per lane);
+    # past batch 32 the accumulators need the registers of half of them
+    U = o.loads_in_flight or ((4 if B <= 32 else 2) if mma else 8 if B <= 2 else 4)
     BB = min(B, 8)
     KC = d.get("smem_kc") or 8192
     KC = max(256, min(KC, _align(max(H, I, NH * HD), 256)))
@@ -122,10 +133,26 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # GEMV layout: staged input [B][KC], output block [rows][B], split-K partials, 1/rms, argmax
     off = {}
     at = 0
-    for key, n in (("OFF_XS", B * KC), ("OFF_OUT", out_cap), ("OFF_PART", NW * G * B), ("OFF_RS", B),
-                   ("OFF_SSP", NW * B), ("OFF_BEST", 2 * B)):
+    mma_consts = {}
+    if mma:
+        # MMA path: the input is staged as bf16 [B][XST] with XST = KCB + 32: a row is 64 bytes off
+        # 128, so the two batch columns of each 8-lane phase of a 16-byte shared load hit disjoint
+        # banks. KCB is the K-chunk: the largest multiple of 64 (of 256 when it can) that fits what
+        # the other regions leave, at most K. A chunk costs a barrier and a pause of the weight stream.
+        k_max = max(H, I, NH * HD)
+        rest = f * (out_cap + NW * 16 * B + B + NW * B + 2 * B) + 6 * 16 + 16
+        per_row = (target.smem_per_block - rest) // (2 * B) - 32
+        KCB = min(_align(k_max, 256), per_row // 256 * 256 or per_row // 64 * 64)
+        if KCB < 64:
+            raise ScheduleError(f"batch {B} leaves no room to stage a K-chunk in {target.name}'s shared memory")
+        mma_consts = dict(KCB=KCB, XST=KCB + 32)
+        xs_bytes, part_n = 2 * B * (KCB + 32), NW * 16 * B
+    else:
+        xs_bytes, part_n = f * B * KC, NW * G * B
+    for key, nbytes in (("OFF_XS", xs_bytes), ("OFF_OUT", f * out_cap), ("OFF_PART", f * part_n), ("OFF_RS", f * B),
+                        ("OFF_SSP", f * NW * B), ("OFF_BEST", f * 2 * B)):
         off[key] = at
-        at = _align(at + f * n)
+        at = _align(at + nbytes)
     gemv_end = at
     # attention layout (the same bytes, another task): q, probabilities, max/sum/rescale, partial outputs
     at = 0
@@ -141,15 +168,16 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     smem = min(max(needed, sched.plan.smem_bytes), target.smem_per_block)
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
-        KC=KC, G=G, U=U, BB=BB, QKV_HB=max(1, out_cap // (HD * B)), RESID_RB=out_cap // B,
+        KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        POLL_BATCH=o.poll_batch, AV_BATCH=8, PRELOAD=int(o.preload), TOKENS_CAP=L,
+        POLL_BATCH=o.poll_batch, AV_BATCH=8, PRELOAD=int(o.preload), TOKENS_CAP=L, **mma_consts,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,
         smem_needed=needed, num_workers=sched.num_workers, kernel_name=dialect.kernel_name,
         qk_norm=bool(d.get("qk_norm", 0)), qkv_bias=bool(d.get("qkv_bias", 0)), consts=tuple(consts.items()), B=B,
+        mma_gemv=mma,
     )
 
 

@@ -4,7 +4,7 @@ One int32 array holds everything (offsets in the header are in int32 words from 
 
     header   HDR_SIZE words: where each section starts, event count, argmax task count
     queues   2 per worker: (first record, number of records), records in queue order
-    records  T_SIZE per task: kind, layer, args, wait/signal/re-arm lists, task id, flags
+    records  T_SIZE per task: kind, layer, 4 args, wait/signal/re-arm lists, task id, flags
     waits    WT_SIZE per wait: event id, threshold, first region, region count (nan mode polls)
     signals  one event id each
     regions  RG_SIZE per region: pointer slot, flags, then the region's 32-bit words as
@@ -45,9 +45,10 @@ _GLOBAL_BUF = {"x0": "x0", "logits": "logits", "amax_part": "amax_part", "amax_i
 HEADER = ("HDR_QUEUE", "HDR_RECORDS", "HDR_WAITS", "HDR_SIGS", "HDR_REGIONS", "HDR_N_EVENTS", "HDR_N_ARGMAX",
           "HDR_N_WORKERS", "HDR_VERSION")
 HDR_SIZE = 16
-RECORD = ("T_KIND", "T_LAYER", "T_A0", "T_A1", "T_A2", "T_WAIT_OFF", "T_N_WAIT", "T_SIG_OFF", "T_N_SIG",
+RECORD = ("T_KIND", "T_LAYER", "T_A0", "T_A1", "T_A2", "T_A3", "T_WAIT_OFF", "T_N_WAIT", "T_SIG_OFF", "T_N_SIG",
           "T_REARM_OFF", "T_N_REARM", "T_ID", "T_FLAGS")
 T_SIZE = 16
+N_ARGS = 4  # T_A0..T_A3
 WAIT = ("WT_EVENT", "WT_THRESHOLD", "WT_REG_OFF", "WT_N_REG")
 REGION = ("RG_SLOT", "RG_FLAGS", "RG_BASE", "RG_RUN", "RG_N1", "RG_S1", "RG_N2", "RG_S2")
 RF_PARITY, RF_CACHE = 1, 2
@@ -56,7 +57,7 @@ TF_WAIT_LOOP, TF_SIGNAL_LOOP = 1, 2
 WORKSPACE = ("WS_ABORT", "WS_CLAIM", "WS_WORKER", "WS_TASK", "WS_EVENT", "WS_SEEN", "WS_STEP", "WS_WANT", "WS_KIND")
 WS_COUNTERS = 16
 FPARAMS = ("FP_EPS", "FP_ROPE_SCALING", "FP_ATTN_SCALE")
-VERSION = 1
+VERSION = 2  # 2: four task arguments (qkv head slices)
 
 
 def slot_of(name: str) -> int | None:
@@ -210,8 +211,10 @@ def build_tables(tg: TaskGraph, sched: Schedule) -> Tables:
                         b = bufs[r.buffer]
                         regions.append(region_desc(r, b.shape, b.dtype, b.role, True))
             flags = (TF_WAIT_LOOP if t.kind == "embed" else 0) | (TF_SIGNAL_LOOP if t.kind == "argmax" else 0)
-            args = list(t.args) + [0] * (3 - len(t.args))
-            rec = [kind_id[t.kind], t.layer, *args[:3], w0, len(t.waits), s0, len(t.signals), a0,
+            if len(t.args) > N_ARGS:
+                raise IRCheckError(f"task {t.id} ({t.kind}) has {len(t.args)} arguments; a record holds {N_ARGS}")
+            args = list(t.args) + [0] * (N_ARGS - len(t.args))
+            rec = [kind_id[t.kind], t.layer, *args, w0, len(t.waits), s0, len(t.signals), a0,
                    len(regions) - a0, t.id, flags]
             records.append(rec + [0] * (T_SIZE - len(rec)))
 

@@ -15,10 +15,14 @@ Activation buffers are fp32 ``[B, N]``; caches are ``[B, nkv, L, hd]``; ``l`` is
 kind        args                   what it does
 ==========  =====================  ===================================================================
 embed       c0, c1                 x0[:, c0:c1] = embed_table[ids[b], c0:c1]  (ids: ``ids`` buffer)
-qkv         h0, h1                 heads [h0, h1) of the concatenated (q | k | v) head space
-                                   (nh + 2*nkv heads of hd rows): y = rmsnorm(x_in) @ W_rows.T (+bias),
-                                   q/k heads: per-head q_norm/k_norm (Qwen3), then RoPE at ``pos``;
-                                   q heads -> q[l][:, rows]; k/v heads -> k_cache[l] / v_cache[l] at pos
+qkv         h0, h1, p0, p1         pairs [p0, p1) (of hd/2) of heads [h0, h1) of the concatenated
+                                   (q | k | v) head space (nh + 2*nkv heads of hd rows). Rows of a q/k
+                                   head: p0..p1 and hd/2+p0..hd/2+p1 (the RoPE pairs (i, i + hd/2));
+                                   of a v head: 2*p0..2*p1. Whole heads are (p0, p1) = (0, hd/2);
+                                   lowering slices only one head per task, into even pair counts.
+                                   y = rmsnorm(x_in) @ W_rows.T (+bias); q/k heads: per-head
+                                   q_norm/k_norm (Qwen3: whole heads only), then RoPE at ``pos``;
+                                   q rows -> q[l][:, rows]; k/v rows -> k_cache[l] / v_cache[l] at pos
 attn        b, g                   the n_rep query heads of kv head g for batch row b, causal over
                                    cache positions [0, pos] -> attn[l][b, g*n_rep*hd : (g+1)*n_rep*hd]
 oproj       r0, r1                 xa[l][:, r0:r1] = x_in[:, r0:r1] + attn[l] @ Wo[r0:r1].T

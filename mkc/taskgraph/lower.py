@@ -24,7 +24,7 @@ from mkc.taskgraph import names
 from mkc.taskgraph.events import Draft, build_events
 from mkc.taskgraph.ir import Buffer, Region, Task, TaskGraph
 from mkc.taskgraph.pattern import ModelSpec, match_graph
-from mkc.taskgraph.tiling import embed_tiles, head_tiles, row_tiles
+from mkc.taskgraph.tiling import embed_tiles, qkv_tiles, row_tiles
 
 ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i64": 8}
 SMALL_SMEM = 1024  # embed and argmax stage nothing but a few reduction slots
@@ -138,6 +138,17 @@ def _box(*ivals) -> tuple[tuple[int, int], ...]:
     return tuple(ivals)
 
 
+def qkv_rows(a: int, b: int, p0: int, p1: int, hd: int, rotary: bool) -> list[tuple[int, int]]:
+    """Row ranges of one projection matrix that heads [a, b) (of that matrix) take for pairs [p0, p1):
+    rotary heads rows p0..p1 and hd/2+p0..hd/2+p1 of each head, v heads rows 2*p0..2*p1."""
+    half = hd // 2
+    if (p0, p1) == (0, half):
+        return [(a * hd, b * hd)]
+    if rotary:
+        return [(h * hd + o + p0, h * hd + o + p1) for h in range(a, b) for o in (0, half)]
+    return [(h * hd + 2 * p0, h * hd + 2 * p1) for h in range(a, b)]
+
+
 def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
@@ -169,31 +180,36 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
     for l in range(info.n_layers):
         x_in = names.x_in(l)
         kc, vc = names.k_cache(l), names.v_cache(l)
-        # RMSNorm + QKV + (q/k norm) + RoPE + KV append, whole heads of the q|k|v head space.
-        for h0, h1 in head_tiles(nh + 2 * nkv, S):
+        # RMSNorm + QKV + (q/k norm) + RoPE + KV append: whole heads, or a pair slice of one head.
+        for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, S, whole_rotary=bool(info.qk_norm)):
             reads = [full(x_in, B, H), Region(W(l, "input_norm"), _box((0, H)))]
             writes = []
-            segments = (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv))
-            for role, s0, s1 in segments:
+            for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
                 a, b = max(h0, s0) - s0, min(h1, s1) - s0
                 if a >= b:
                     continue
-                reads.append(rows(W(l, role), a * hd, b * hd, H))
+                spans = qkv_rows(a, b, p0, p1, hd, rotary=role != "v")  # row ranges within the role's matrix
+                reads += [rows(W(l, role), r0, r1, H) for r0, r1 in spans]
                 if info.qkv_bias:
-                    reads.append(Region(W(l, role + "_bias"), _box((a * hd, b * hd))))
+                    reads += [Region(W(l, role + "_bias"), _box((r0, r1))) for r0, r1 in spans]
                 if info.qk_norm and role != "v":
                     reads.append(Region(W(l, role + "_norm"), _box((0, hd))))
-                if role == "q":
-                    writes.append(cols(f"q.{l}", a * hd, b * hd))
-                else:
-                    writes.append(Region(kc if role == "k" else vc, _box((0, B), (a, b), (L - 1, L), (0, hd))))
+                for r0, r1 in spans:
+                    if role == "q":
+                        writes.append(cols(f"q.{l}", r0, r1))
+                        continue
+                    # whole kv heads, or columns of one kv head, at pos
+                    g0, g1 = r0 // hd, -(-r1 // hd)
+                    d0, d1 = (0, hd) if r0 % hd == 0 and r1 % hd == 0 else (r0 - g0 * hd, r1 - g0 * hd)
+                    cache = kc if role == "k" else vc
+                    writes.append(Region(cache, _box((0, B), (g0, g1), (L - 1, L), (d0, d1))))
             roped = min(h1, nh + nkv) - h0
             if roped > 0:
                 reads.append(full("inv_freq", hd // 2))
             reads.append(full("pos", 1))
-            n_rows = (h1 - h0) * hd
-            flops = 2 * B * n_rows * H + 4 * B * H + 12 * B * max(roped, 0) * hd
-            add("qkv", l, (h0, h1), reads, writes, plan.gemv_bytes(B, H), flops)
+            n_rows = (h1 - h0) * 2 * (p1 - p0)
+            flops = 2 * B * n_rows * H + 4 * B * H + 12 * B * max(roped, 0) * 2 * (p1 - p0)
+            add("qkv", l, (h0, h1, p0, p1), reads, writes, plan.gemv_bytes(B, H), flops)
         # Attention: the n_rep query heads of one kv head for one batch row.
         for b in range(B):
             for g in range(nkv):

@@ -99,7 +99,7 @@ class _Sim:
         self.pos = int(pos)
         self.meta = {b.name: b for b in tg.buffers}
         self.data: dict[str, torch.Tensor] = {}
-        self.valid: dict[str, torch.Tensor] = {}  # written this step (caches: at pos, per [B, nkv])
+        self.valid: dict[str, torch.Tensor] = {}  # written this step (caches: at pos, per [B, nkv, hd])
         B = tg.batch
         for b in tg.buffers:
             if b.role == "weight":
@@ -108,7 +108,7 @@ class _Sim:
                 self.data[b.name] = torch.tensor(b.data, dtype=torch.float32).reshape(b.shape)
             elif b.role == "cache":
                 self.data[b.name] = caches[b.name]
-                self.valid[b.name] = torch.zeros(b.shape[:2], dtype=torch.bool)
+                self.valid[b.name] = torch.zeros(b.shape[:2] + b.shape[3:], dtype=torch.bool)
             elif b.role in ("act", "output"):
                 dt = {"i64": torch.int64, "i32": torch.int32}.get(b.dtype, torch.float32)
                 self.data[b.name] = torch.full(b.shape, -1 if dt != torch.float32 else float("nan"), dtype=dt)
@@ -135,7 +135,7 @@ class _Sim:
         sl = tuple(slice(lo, hi) for lo, hi in box)
         meta = self.meta[name]
         if meta.role == "cache":
-            if box[2][1] > self.pos and not self.valid[name][sl[:2]].all():
+            if box[2][1] > self.pos and not self.valid[name][sl[:2] + sl[3:]].all():
                 raise SimulationError(f"{_desc(t)} reads {name} at pos {self.pos} before it is written")
         elif name in self.valid and not self.valid[name][sl].all():
             raise SimulationError(f"{_desc(t)} reads {name}{list(box)} before it is written: a missing dependency")
@@ -144,7 +144,7 @@ class _Sim:
     def write(self, t: Task, name: str, box: Box, value: torch.Tensor) -> None:
         self._inside(t, t.writes, name, box, "writes")
         sl = tuple(slice(lo, hi) for lo, hi in box)
-        vsl = sl[:2] if self.meta[name].role == "cache" else sl
+        vsl = sl[:2] + sl[3:] if self.meta[name].role == "cache" else sl
         if self.valid[name][vsl].any():
             raise SimulationError(f"{_desc(t)} writes {name}{list(box)} a second time in one step")
         self.data[name][sl] = value.reshape(self.data[name][sl].shape).to(self.data[name].dtype)
@@ -171,39 +171,47 @@ class _Sim:
         table = self.read(t, names.EMBED, (0, V), (c0, c1))
         self.write(t, "x0", ((0, B), (c0, c1)), table[ids])
 
-    def _rope(self, x: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-        """HF rotate-half RoPE of x [B, n, hd] at pos."""
-        hd = x.shape[-1]
-        ang = float(self.pos) * inv_freq
-        emb = torch.cat([ang, ang])
-        cos, sin = emb.cos() * self.c["rope_scaling"], emb.sin() * self.c["rope_scaling"]
-        rot = torch.cat([-x[..., hd // 2:], x[..., : hd // 2]], dim=-1)
-        return x * cos + rot * sin
-
     def _qkv(self, t: Task) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
         H, hd, nh, nkv, eps = d["H"], d["hd"], d["nh"], d["nkv"], self.c["rms_eps"]
-        h0, h1 = t.args
+        h0, h1, p0, p1 = t.args
+        half, n = hd // 2, p1 - p0
+        whole = (p0, p1) == (0, half)
         xn = _rmsnorm(self.read(t, names.x_in(l), (0, B), (0, H)),
                       self.read(t, names.layer_weight(l, "input_norm"), (0, H)), eps)
         self.read(t, "pos", (0, 1))
         for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
-            a, b = max(h0, s0) - s0, min(h1, s1) - s0
-            if a >= b:
-                continue
-            y = xn @ self.read(t, names.layer_weight(l, role), (a * hd, b * hd), (0, H)).T
-            if d["qkv_bias"]:
-                y = y + self.read(t, names.layer_weight(l, role + "_bias"), (a * hd, b * hd))
-            y = y.reshape(B, b - a, hd)
-            if role != "v":
-                if d["qk_norm"]:
-                    y = _rmsnorm(y, self.read(t, names.layer_weight(l, role + "_norm"), (0, hd)), eps)
-                y = self._rope(y, self.read(t, "inv_freq", (0, hd // 2)))
-            if role == "q":
-                self.write(t, f"q.{l}", ((0, B), (a * hd, b * hd)), y)
-            else:
-                cache = names.k_cache(l) if role == "k" else names.v_cache(l)
-                self.write(t, cache, ((0, B), (a, b), (self.pos, self.pos + 1), (0, hd)), y)
+            for h in range(max(h0, s0) - s0, min(h1, s1) - s0):
+                # the head's rows in task order: [p0, p1) and [hd/2 + p0, hd/2 + p1), or [2p0, 2p1) for v
+                if whole:
+                    spans = [(h * hd, (h + 1) * hd)]
+                elif role == "v":
+                    spans = [(h * hd + 2 * p0, h * hd + 2 * p1)]
+                else:
+                    spans = [(h * hd + p0, h * hd + p1), (h * hd + half + p0, h * hd + half + p1)]
+                w = torch.cat([self.read(t, names.layer_weight(l, role), sp, (0, H)) for sp in spans])
+                y = xn @ w.T
+                if d["qkv_bias"]:
+                    y = y + torch.cat([self.read(t, names.layer_weight(l, role + "_bias"), sp) for sp in spans])
+                if role != "v":
+                    if d["qk_norm"]:
+                        if not whole:
+                            raise SimulationError(f"{_desc(t)} slices a {role} head of a q/k-norm model")
+                        y = _rmsnorm(y, self.read(t, names.layer_weight(l, role + "_norm"), (0, hd)), eps)
+                    ang = float(self.pos) * self.read(t, "inv_freq", (p0, p1))
+                    cos, sin = ang.cos() * self.c["rope_scaling"], ang.sin() * self.c["rope_scaling"]
+                    x1, x2 = y[:, :n], y[:, n:]
+                    y = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+                at = 0
+                for r0, r1 in spans:
+                    part = y[:, at: at + r1 - r0]
+                    at += r1 - r0
+                    if role == "q":
+                        self.write(t, f"q.{l}", ((0, B), (r0, r1)), part)
+                    else:
+                        cache = names.k_cache(l) if role == "k" else names.v_cache(l)
+                        c0, c1 = r0 - h * hd, r1 - h * hd
+                        self.write(t, cache, ((0, B), (h, h + 1), (self.pos, self.pos + 1), (c0, c1)), part)
 
     def _attn(self, t: Task) -> None:
         d, l, b, g = self.d, t.layer, t.args[0], t.args[1]

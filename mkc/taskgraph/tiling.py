@@ -6,6 +6,11 @@ units of ``align`` this is minimal at ``rows = ceil(ceil(N / align) / workers) *
 tile reaching the minimum (fewest tasks, least overhead). Rows are a multiple of 16 (an MMA tile
 edge) unless a multiple of 8 strictly shortens the most loaded worker (N = 2048 on 304 CUs: 256
 tiles of 8 rows instead of 128 of 16; on 108 SMs: 86 tiles of 24 rows instead of 64 of 32).
+
+The qkv op has more structure (``qkv_tiles``): RoPE mixes the pair (i, i + hd/2) of a head, so a
+task may take whole heads or a slice [p0, p1) of a head's hd/2 pairs. Slices are a multiple of
+QKV_PAIR_ALIGN pairs unless a multiple of 2 (whole 32-bit cache words) strictly shortens the
+most loaded worker, as for rows above.
 """
 
 from __future__ import annotations
@@ -38,6 +43,35 @@ def row_tiles(n: int, workers: int, align: int = ROW_ALIGN) -> list[tuple[int, i
 def head_tiles(n_heads: int, workers: int) -> list[tuple[int, int]]:
     """Whole heads per task (RoPE and q/k norm need a whole head): as many tasks as workers allow."""
     return _split(n_heads, _cdiv(n_heads, workers))
+
+
+QKV_PAIR_ALIGN = 8  # 8 pairs: 16 bf16 of a cache row in each rotary half
+
+
+def qkv_tiles(n_q: int, n_kv: int, head_dim: int, workers: int, whole_rotary: bool = False
+              ) -> list[tuple[int, int, int, int]]:
+    """Tiles ``(h0, h1, p0, p1)`` of the q|k|v head space (n_q + 2 * n_kv heads, the last n_kv are v).
+
+    Each task covers the pair slice [p0, p1) of every head in [h0, h1) (ir.py says which rows that
+    is); either whole heads (p0, p1) == (0, hd/2) grouped several to a task, or a slice of one
+    head. The most loaded worker streams ``ceil(tasks / workers) * rows`` weight rows; we take the
+    smallest rows per task whose tiles fit on ``workers`` in one wave (the largest slices reaching
+    it: fewest tasks), else whole heads as ``head_tiles`` does. ``whole_rotary``: q and k heads
+    must stay whole (a q/k RMSNorm over the head before RoPE), only v heads may be sliced.
+    """
+    pairs = head_dim // 2
+    n_heads, n_rot = n_q + 2 * n_kv, n_q + n_kv
+    if n_heads >= workers or head_dim % 4 or whole_rotary:
+        # whole_rotary: the q/k heads alone stream hd rows each; slicing v cannot shorten the worst worker
+        return [(h0, h1, 0, pairs) for h0, h1 in head_tiles(n_heads, workers)]
+
+    def smallest(align: int) -> int:  # fewest pairs per slice whose tasks fit on the workers
+        sizes = list(range(align, pairs, align)) + [pairs]
+        return next(s for s in sizes if n_heads * _cdiv(pairs, s) <= workers)
+
+    size = smallest(QKV_PAIR_ALIGN) if pairs % QKV_PAIR_ALIGN == 0 else pairs
+    size = min(size, smallest(2))  # a multiple of 2 pairs only where it is strictly smaller
+    return [(h, h + 1, p0, p1) for h in range(n_heads) for p0, p1 in _split(pairs, size)]
 
 
 def embed_tiles(batch: int, hidden: int, workers: int, elem_bytes: int) -> list[tuple[int, int]]:

@@ -85,6 +85,40 @@ __device__ __forceinline__ uint2 mk_ld_cache_word2(const unsigned* p) { return _
 __device__ __forceinline__ int mk_ld_table(const int* p) { return __ldg(p); }
 """
 
+# Tensor-core GEMV helpers (sm_80+): the template prints its MMA GEMV path only where the dialect
+# says ``has_mma_bf16`` and render.py turns it on (batch >= 2).
+MMA_HELPERS = r"""
+// mma.sync.aligned.m16n8k16 (bf16 in, fp32 accumulate). Fragments (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16 with floating point type"), lane = 4 * group + quad:
+//   A (16 x 16, row): a0 = (row group,     k 2quad, 2quad+1)   a1 = (row group + 8, same k)
+//                     a2 = (row group,     k 2quad+8, 2quad+9) a3 = (row group + 8, same k)
+//   B (16 x 8, col):  b0 = (k 2quad, 2quad+1; column group)    b1 = (k 2quad+8, 2quad+9; column group)
+//   C (16 x 8, f32):  c0, c1 = (row group; columns 2quad, 2quad+1)   c2, c3 = (row group + 8; same)
+__device__ __forceinline__ int mk_mma_group(int lane) { return lane >> 2; }
+__device__ __forceinline__ int mk_mma_quad(int lane) { return lane & 3; }
+__device__ __forceinline__ void mk_mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                             unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// C[16 x 8] += W[16 x 32] X[32 x 8] where lane (group, quad) brings 8 consecutive bf16 of weight
+// rows group and group + 8 (lo, hi) and of activation column group (x), all at the same 8 k's.
+// A dot product does not care about k order: the lane's k's 0-3 feed the first MMA's k slots
+// (2quad, 2quad+1, 2quad+8, 2quad+9) and 4-7 the second's, the same permutation for A and B, so
+// each operand is one 16-byte load straight from memory.
+__device__ __forceinline__ void mk_mma_k32(float (&c)[4], uint4 lo, uint4 hi, uint4 x) {
+  mk_mma_16816(c, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+  mk_mma_16816(c, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+}
+// two floats -> two bf16 (round to nearest even) in one word, lo in the low half
+__device__ __forceinline__ unsigned mk_pack_bf16x2(float lo, float hi) {
+  unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}
+__device__ __forceinline__ uint4 mk_ld_shared16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ void mk_st_shared8(void* p, unsigned a, unsigned b) { *reinterpret_cast<uint2*>(p) = make_uint2(a, b); }
+"""
+
 _PREFETCH_BULK = r"""
 // one thread asks the copy engine to pull [p, p + bytes) into L2 (16-byte aligned, multiple of 16)
 __device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {
@@ -122,6 +156,11 @@ class NvidiaDialect:
         return self.sm >= 90
 
     @property
+    def has_mma_bf16(self) -> bool:
+        """mma.sync m16n8k16 with bf16 operands exists from sm_80 (Ampere) on."""
+        return self.sm >= 80
+
+    @property
     def prelude(self) -> str:
         # only builtin vector types are used; no CUDA headers means a fast compile
         return "#include <stdint.h>"
@@ -135,7 +174,8 @@ class NvidiaDialect:
 
     @property
     def helpers(self) -> str:
-        return _COMMON + (_PREFETCH_BULK if self.has_bulk_prefetch else _PREFETCH_LINES)
+        return (_COMMON + (_PREFETCH_BULK if self.has_bulk_prefetch else _PREFETCH_LINES)
+                + (MMA_HELPERS if self.has_mma_bf16 else ""))
 
     @property
     def ptr_t(self) -> str:
