@@ -52,9 +52,15 @@ VARIANTS = {
     "b1-atomic-rr": ("llama-3.2-1b", 1, "atomic", "round_robin", {}),
     "b1-atomic-nopreload": ("llama-3.2-1b", 1, "atomic", "list", {"preload": False}),
     "b1-nan-nopreload": ("llama-3.2-1b", 1, "nan", "list", {"preload": False}),
+    "b1-atomic-mma": ("llama-3.2-1b", 1, "atomic", "list", {"mma": True}),
+    # batch >= 2 runs the GEMV kinds on tensor cores (mma.sync); "-ffma" is the fp32 FMA path before it
     "b8-atomic": ("llama-3.2-1b", 8, "atomic", "list", {}),
+    "b8-nan": ("llama-3.2-1b", 8, "nan", "list", {}),
+    "b8-atomic-ffma": ("llama-3.2-1b", 8, "atomic", "list", {"mma": False}),
+    "b32-atomic": ("llama-3.2-1b", 32, "atomic", "list", {}),
+    "b32-atomic-ffma": ("llama-3.2-1b", 32, "atomic", "list", {"mma": False}),
 }
-DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic"]
+DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 
 def bench(variant: str, steps: int, max_seq: int) -> dict:

@@ -76,5 +76,5 @@ def test_tensor_core_gemv_compiles_cleanly(target, batch, tmp_path):
         sass = subprocess.run([cuobjdump, "-sass", str(res.cubin)], capture_output=True, text=True).stdout
         c = dict(cfg.consts)
         # 5 GEMV kinds x U steps x 2 MMAs (k32) x batch tiles of 8, unrolled
-        assert sass.count("HMMA.16816.F32.BF16") == 5 * c["U"] * 2 * (batch + 7) // 8
+        assert sass.count("HMMA.16816.F32.BF16") == 5 * c["U"] * 2 * ((batch + 7) // 8)
         assert "LDS.128" in sass and "LDG.E.NA.128.CONSTANT" in sass

@@ -13,6 +13,8 @@ per docs/sync.md:
 - weights are streamed with ``ld.global.nc.L1::no_allocate.v4`` (16 bytes, read-only path) and
   prefetched into L2 before a task waits (``cp.async.bulk.prefetch.L2`` on sm_90+,
   ``prefetch.global.L2`` per 128-byte line elsewhere).
+- batch >= 2 GEMVs run on tensor cores (sm_80+): ``mma.sync.aligned.m16n8k16`` bf16 -> fp32 with
+  weights as A straight from 16-byte global loads and bf16-staged activations as B (``MMA_HELPERS``).
 """
 
 from __future__ import annotations
