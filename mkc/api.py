@@ -10,7 +10,7 @@ from mkc.pipeline import Options, StageLog, compile_model
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MKC_CACHE", Path.home() / ".cache" / "mkc"))
+    return Path(os.environ.get("MKC_CACHE_DIR") or Path.home() / ".cache" / "mkc")
 
 
 def compile(  # noqa: A001 (the natural name for a compiler's entry point)
@@ -32,7 +32,7 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
     ``model`` is a registry name, a local Hugging Face directory or a transformers model object;
     ``weights`` (HF state-dict names -> tensors) default to the model's own: seeded random for
     registry names, safetensors for a directory, the state dict of a model object. The build
-    directory (default: under ``$MKC_CACHE`` or ``~/.cache/mkc``) keeps every intermediate.
+    directory (default: under ``$MKC_CACHE_DIR`` or ``~/.cache/mkc``) keeps every intermediate.
     """
     import torch
 

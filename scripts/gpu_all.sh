@@ -13,6 +13,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then   # ortools and its pins, carried as whee
     && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+export MKC_CACHE_DIR=${MKC_CACHE_DIR:-$PWD/.cache/mkc}   # cubins prebuilt here by scripts/prebuild.py are reused
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
 if [ "${MKC_SKIP_TESTS:-0}" != 1 ]; then

@@ -1,0 +1,79 @@
+"""Build, on the CPU machine, the cubins a GPU run will need, so the device call only runs them.
+
+    MKC_CACHE_DIR=.cache/mkc python scripts/prebuild.py [--tests] [--bench llama-3.2-1b:1,8,32 ...]
+
+Cubins land in the cache keyed by a hash of source and flags (mkc.targets.nvidia.build); carry
+``.cache`` to the device machine and point MKC_CACHE_DIR there. Build directories go to /tmp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
+
+
+def test_sources():
+    from codegen_fixtures import rr_schedule, shape_graph
+
+    from mkc.codegen.render import generate
+    from mkc.targets.spec import get_target
+    from mkc.taskgraph import lower
+
+    cases = {(m, b, s) for m in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "llama-3.2-1b", "qwen3-0.6b")
+             for b in (1, 8) for s in ("atomic", "nan")}
+    cases |= {("tiny-qwen3", 2, "atomic"), ("tiny-qwen3", 2, "nan")}
+    for m, b, s in sorted(cases):
+        tg = lower(shape_graph(m, b, 128), get_target("h200"))
+        src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200")
+        yield f"test {m} b{b} {s}", src, cfg.arch
+
+
+def bench_sources(specs, max_seq_len: int):
+    """The kernels `mkc bench` will build: the same pipeline and options as mkc.compile."""
+    from mkc.codegen.render import generate
+    from mkc.pipeline import Options, StageLog, compile_model
+    from mkc.schedule.ir import Schedule
+    from mkc.targets.spec import get_target
+    from mkc.taskgraph.ir import TaskGraph
+
+    for spec in specs:
+        model, batches = spec.split(":")
+        for b in (int(x) for x in batches.split(",")):
+            out = Path(f"/tmp/mkc-prebuild/{model}-b{b}")
+            compile_model(model, out, Options(batches=(b,), max_seq_len=max_seq_len), StageLog(quiet=True))
+            tg = TaskGraph.load(out / f"b{b}" / "tasks.json")
+            sched = Schedule.load(out / f"b{b}" / "schedule.json")
+            src, cfg, _ = generate(tg, sched, get_target("h200"))
+            yield f"bench {model} b{b}", src, cfg.arch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tests", action="store_true", help="the kernels of tests/test_gpu_megakernel.py")
+    ap.add_argument("--bench", nargs="*", default=[], help="MODEL:B1,B2 as given to scripts/gpu_all.sh")
+    ap.add_argument("--max-seq-len", type=int, default=1024)
+    a = ap.parse_args()
+    os.environ.setdefault("MKC_CACHE_DIR", str(ROOT / ".cache" / "mkc"))
+    from mkc.targets.nvidia.build import build_cubin
+
+    jobs = (list(test_sources()) if a.tests else []) + list(bench_sources(a.bench, a.max_seq_len))
+
+    def build(job):
+        t = time.time()
+        r = build_cubin(job[1], job[2])
+        return job[0], "cached" if r.cached else "built", f"{time.time() - t:.1f}s"
+
+    with ThreadPoolExecutor(2) as ex:
+        for row in ex.map(build, jobs):
+            print(*row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
