@@ -67,6 +67,15 @@ def cmd_compile(a) -> int:
     return 0
 
 
+def cmd_rerun(a) -> int:
+    from mkc.pipeline import Options, StageLog, rerun
+
+    opts = Options(target=a.target or "h200", sync=a.sync, method=a.method, time_limit=a.time_limit)
+    path = rerun(a.dir, a.from_stage, opts, StageLog(quiet=a.quiet))
+    print(f"re-ran {a.from_stage} onwards in {path}")
+    return 0
+
+
 def cmd_models(a) -> int:
     from mkc.capture import list_models
 
@@ -149,6 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     _add_compile(sub)
+    rr = sub.add_parser("rerun", help="re-run the later stages of a build from a saved intermediate",
+                        description="Re-run the stages from --from on in one batch directory (e.g. build/x/b1), "
+                        "starting from the previous stage's saved output: lower <- graph.json, schedule <- tasks.json, "
+                        "verify/codegen <- schedule.json.")
+    rr.add_argument("dir", help="a batch directory of a build (holds graph.json, tasks.json, ...)")
+    rr.add_argument("--from", dest="from_stage", required=True, choices=("lower", "schedule", "verify", "codegen"))
+    rr.add_argument("--target", default=None, help="target for --from lower (default: h200)")
+    rr.add_argument("--sync", choices=("atomic", "nan"), default=None, help="sync mode (default: the build's)")
+    rr.add_argument("--method", choices=("cpsat", "list", "round_robin"), default="cpsat")
+    rr.add_argument("--time-limit", type=float, default=10.0)
+    rr.add_argument("-q", "--quiet", action="store_true")
     sub.add_parser("models", help="list the bundled models", description="List registry models with size and layers.")
     v = sub.add_parser("verify", help="statically verify a build's schedules, or run the mutation campaign",
                        description="Prove a schedule safe (exit 0) or name what is unsafe (exit 1). "
@@ -177,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"compile": cmd_compile, "models": cmd_models, "verify": cmd_verify, "inspect": cmd_inspect,
+COMMANDS = {"compile": cmd_compile, "rerun": cmd_rerun, "models": cmd_models, "verify": cmd_verify, "inspect": cmd_inspect,
             "run": cmd_run, "bench": cmd_bench}
 
 

@@ -8,7 +8,7 @@
 
 A build directory holds one sub-directory per batch size (``b1/``, ``b8/``...) with every
 intermediate and ``report.json``, plus ``manifest.json`` at the top. Each stage's output can be
-re-loaded and the later stages re-run from it (``mkc compile --from DIR/b1 --from-stage schedule``).
+re-loaded and the later stages re-run from it (``mkc rerun DIR/b1 --from schedule``).
 The directory is written under a temporary name and renamed at the end, so a failed build
 leaves nothing half-written.
 """
@@ -201,3 +201,50 @@ def schedule_summary(sched) -> dict:
     for k, v in sched.stats:
         out[k] = v
     return out
+
+
+def rerun(bdir: str | Path, from_stage: str, opts: Options, log: StageLog | None = None) -> Path:
+    """Re-run the stages from ``from_stage`` on in a batch directory, starting from the saved output
+    of the stage before it (graph.json, tasks.json or schedule.json). The directory is rebuilt in a
+    copy and swapped in at the end, so a failure leaves the old one untouched."""
+    from mkc.capture.graph import Graph
+    from mkc.schedule.ir import Schedule
+    from mkc.taskgraph.ir import TaskGraph
+
+    log = log or StageLog()
+    bdir = Path(bdir)
+    order = STAGES[1:]
+    if from_stage not in order:
+        raise MkcError(f"cannot re-run from {from_stage!r}; choose one of {', '.join(order)} (capture: use mkc compile)")
+    need = {"lower": "graph.json", "schedule": "tasks.json", "verify": "schedule.json", "codegen": "schedule.json"}[from_stage]
+    if not (bdir / need).exists():
+        raise MkcError(f"{bdir} has no {need}: it is not a batch directory of an mkc build (e.g. build/x/b1)")
+    old = json.loads((bdir / "report.json").read_text()) if (bdir / "report.json").exists() else {}
+    tmp = Path(tempfile.mkdtemp(prefix=f".{bdir.name}.", dir=bdir.parent))
+    try:
+        for f in bdir.iterdir():
+            if f.is_file():
+                shutil.copy2(f, tmp / f.name)
+        if from_stage == "lower":
+            graph = Graph.load(tmp / "graph.json")
+            target = get_target(opts.target)
+            sync = opts.sync or old.get("sync") or target.default_sync
+            report = run_from_graph(graph, tmp, target, sync, opts, log, model_name=old.get("model", graph.model.arch))
+        else:
+            tg = TaskGraph.load(tmp / "tasks.json")
+            target = get_target(tg.target)
+            if from_stage == "schedule":
+                sync = opts.sync or old.get("sync") or target.default_sync
+                report = {**old, **run_from_tasks(tg, tmp, target, sync, opts, log)}
+            else:
+                sched = Schedule.load(tmp / "schedule.json")
+                report = {**old, **run_from_schedule(tg, sched, tmp, target, opts, log)}
+            (tmp / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+        backup = bdir.with_name(f".{bdir.name}.old")
+        bdir.rename(backup)
+        tmp.rename(bdir)
+        shutil.rmtree(backup)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return bdir

@@ -92,3 +92,23 @@ def test_python_dash_m_and_help():
     assert r.returncode == 0
     for opt in ("--target", "--batch", "--max-seq-len", "--sync", "--out", "--time-limit"):
         assert opt in r.stdout
+
+
+def test_rerun_from_saved_intermediates(tmp_path, capsys):
+    out = tmp_path / "b"
+    assert main(["compile", "tiny-llama", "--max-seq-len", "32", "--out", str(out), "-q"]) == 0
+    bdir = out / "b1"
+    tasks_before = (bdir / "tasks.json").read_text()
+    # a different scheduler from the saved tasks.json: the task graph is kept, the schedule changes
+    assert main(["rerun", str(bdir), "--from", "schedule", "--method", "round_robin", "-q"]) == 0
+    assert (bdir / "tasks.json").read_text() == tasks_before
+    assert json.loads((bdir / "schedule.json").read_text())["method"] == "round_robin"
+    assert json.loads((bdir / "report.json").read_text())["verify"]["ok"] is True
+    # NaN-sentinel code from the saved graph.json
+    assert main(["rerun", str(bdir), "--from", "lower", "--sync", "nan", "-q"]) == 0
+    assert json.loads((bdir / "schedule.json").read_text())["sync"] == "nan"
+    assert (bdir / "kernel.cu").is_file()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    # a directory without the needed intermediate is a clear error
+    assert main(["rerun", str(out), "--from", "schedule"]) == 2
+    assert "not a batch directory" in capsys.readouterr().err
