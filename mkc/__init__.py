@@ -4,6 +4,7 @@
     mk = mkc.compile("llama-3.2-1b", target="h200", batch_size=1)
     logits = mk(input_ids, cache_position)
     tokens = mk.generate(prompt_ids, max_new_tokens=64)
+    mk8 = mkc.load("build/llama-3.2-1b-h200", batch_size=8, weights=w)   # a multi-batch build
 """
 
 __version__ = "0.1.0"
@@ -14,3 +15,10 @@ def compile(*args, **kwargs):  # noqa: A001
     from mkc.api import compile as _compile
 
     return _compile(*args, **kwargs)
+
+
+def load(build_dir, batch_size: int, weights: dict, device=None):
+    """See :func:`mkc.api.load`: picks the schedule of ``batch_size`` from a multi-batch build."""
+    from mkc.api import load as _load
+
+    return _load(build_dir, batch_size, weights, device)

@@ -54,3 +54,30 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
     dev = torch.device(device or "cuda")
     weights = {k: v.to(device=dev, dtype=torch.bfloat16) for k, v in weights.items()}
     return Megakernel.from_build_dir(bdir / f"b{batch_size}", weights, device=dev)
+
+
+def batch_dir(build_dir: str | Path, batch_size: int) -> Path:
+    """The sub-directory of a multi-batch build (``mkc compile --batch 1,8,32``) holding the schedule
+    for ``batch_size``; an error lists the batch sizes the build has."""
+    from mkc.errors import MkcError
+
+    root = Path(build_dir)
+    have = sorted(int(p.name[1:]) for p in root.glob("b*") if p.name[1:].isdigit() and (p / "schedule.json").exists())
+    if not have:
+        raise MkcError(f"{root} holds no compiled batch sizes (no b*/schedule.json); run `mkc compile` first")
+    if batch_size not in have:
+        raise MkcError(f"{root} has no schedule for batch size {batch_size}; it was compiled for batch sizes "
+                       f"{', '.join(map(str, have))} (recompile with --batch {batch_size})")
+    return root / f"b{batch_size}"
+
+
+def load(build_dir: str | Path, batch_size: int, weights: dict, device=None):
+    """Load the kernel of ``build_dir`` compiled for ``batch_size`` on the GPU."""
+    import torch
+
+    from mkc.runtime import Megakernel
+
+    bdir = batch_dir(build_dir, batch_size)
+    dev = torch.device(device or "cuda")
+    weights = {k: v.to(device=dev, dtype=torch.bfloat16) for k, v in weights.items()}
+    return Megakernel.from_build_dir(bdir, weights, device=dev)
