@@ -43,6 +43,10 @@ class CodegenOptions:
     spin_hot: int = 64  # polls before the spin starts to sleep
     spin_max_ns: int = 256  # longest sleep between polls
     mma: bool | None = None  # tensor-core GEMV; None = where the batch is >= 2 and the target has a bf16 MMA
+    # per-task device trace: [wait_start, start, end] timer stamps (ns) of every task of the first steps
+    # of a launch, written by one thread per block into a buffer passed as three extra kernel arguments
+    # (mkc.runtime.Megakernel allocates it, mkc.trace reads it). Off: the source is exactly the untraced one.
+    trace: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class KernelConfig:
     consts: tuple[tuple[str, int], ...] = ()
     B: int = 1
     mma_gemv: bool = False  # GEMV kinds on tensor cores (bf16 staging, mma m16n8k16)
+    trace: bool = False  # per-task timer stamps (CodegenOptions.trace): 3 more kernel arguments
 
     def const(self, key: str) -> int:
         return dict(self.consts)[key]
@@ -117,6 +122,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # bound already. A dialect without a bf16 MMA (``has_mma_bf16`` absent or False) keeps FMAs.
     has_mma = bool(getattr(dialect, "has_mma_bf16", False))
     mma = has_mma and (B >= 2 if o.mma is None else o.mma)
+    if o.trace and not getattr(dialect, "has_trace_timer", False):
+        raise ScheduleError(f"the per-task trace needs a device timer; mkc has none for {target.name} ({target.arch})")
     if o.mma and not has_mma:
         raise ScheduleError(f"tensor-core GEMV asked for, but {target.name} ({target.arch}) has no bf16 MMA in mkc")
     G = o.rows_per_warp
@@ -177,7 +184,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,
         smem_needed=needed, num_workers=sched.num_workers, kernel_name=dialect.kernel_name,
         qk_norm=bool(d.get("qk_norm", 0)), qkv_bias=bool(d.get("qkv_bias", 0)), consts=tuple(consts.items()), B=B,
-        mma_gemv=mma,
+        mma_gemv=mma, trace=bool(o.trace),
     )
 
 
