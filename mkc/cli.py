@@ -185,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--prompt-ids", default="1", help="comma-separated prompt token ids (default: 1)")
     r.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate (default: 32)")
     r.add_argument("--weights", default=None, help="local HF directory with safetensors (default: seeded random weights)")
+    r.add_argument("--trace", default=None, metavar="OUT.json",
+                   help="build the kernel with the per-task device trace and write a Perfetto/Chrome trace of the "
+                        "first traced steps (measured next to predicted), a Gantt PNG beside it and a summary")
     b = sub.add_parser("bench", help="benchmark mkc against eager, CUDA graph and torch.compile (GPU)",
                        description="Measure read bandwidth, then time mkc and PyTorch baselines per batch size in one run.")
     b.add_argument("model", nargs="?", default=DEFAULT_MODEL)

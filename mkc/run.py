@@ -13,6 +13,7 @@ def run_cli(a) -> int:
     import torch
 
     from mkc.capture import load_weights
+    from mkc.codegen.render import CodegenOptions
     from mkc.runtime import Megakernel
 
     if not torch.cuda.is_available():
@@ -33,7 +34,8 @@ def run_cli(a) -> int:
     weights = load_weights(a.weights or model)
     weights = {k: v.to("cuda", torch.bfloat16) for k, v in weights.items()}
     for bdir in bdirs:
-        mk = Megakernel.from_build_dir(bdir, weights)
+        trace = getattr(a, "trace", None)
+        mk = Megakernel.from_build_dir(bdir, weights, options=CodegenOptions(trace=True) if trace else None)
         B = dict(mk.tg.dims)["B"]
         ids = torch.tensor([prompt] * B, device="cuda")
         torch.cuda.synchronize()
@@ -44,4 +46,14 @@ def run_cli(a) -> int:
         steps = len(prompt) + a.max_new_tokens - 1
         print(f"{bdir.name}: batch {B}, {steps} steps in one launch, {1e3 * dt / steps:.3f} ms/step")
         print(f"  tokens (row 0): {out[0].tolist()}")
+        if trace:
+            from mkc.trace import format_summary, write_trace
+
+            path = Path(trace)
+            if len(bdirs) > 1:
+                path = path.with_name(f"{path.stem}-{bdir.name}{path.suffix}")
+            summary = write_trace(mk.tg, mk.sched, mk.trace(), path)
+            print(f"  trace of the first {summary['steps']} step(s): {summary['trace']} (ui.perfetto.dev), "
+                  f"{summary['png']}")
+            print("  " + format_summary(summary).replace("\n", "\n  "))
     return 0

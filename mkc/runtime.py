@@ -41,6 +41,7 @@ from mkc.taskgraph import names
 from mkc.taskgraph.ir import TASK_KINDS, TaskGraph
 
 DEFAULT_SPIN_LIMIT = 1 << 24  # polls (with up to 256 ns sleep each) before a wait gives up: ~5-10 s
+TRACE_STEPS = 8  # CodegenOptions(trace=True): the first steps of each launch that are stamped
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class KernelFault:
 class Megakernel:
     def __init__(self, tg: TaskGraph, sched: Schedule, weights: dict, *, target: Target | str | None = None,
                  options: CodegenOptions | None = None, device=None, build_dir: str | Path | None = None,
-                 spin_limit: int = DEFAULT_SPIN_LIMIT):
+                 spin_limit: int = DEFAULT_SPIN_LIMIT, trace_steps: int = TRACE_STEPS):
         import torch
 
         from mkc.targets.nvidia.build import build_cubin
@@ -87,6 +88,11 @@ class Megakernel:
         self.B, self.V, self.L = d["B"], d["V"], d["L"]
         self.sync = sched.sync
         self._alloc(weights)
+        self.trace_steps = int(trace_steps) if self.cfg.trace else 0
+        # [steps][tasks][wait_start, start, end] globaltimer ns (int64 holds them: ns since boot < 2^63)
+        self.trace_buf = (torch.zeros((self.trace_steps, len(tg.tasks), 3), dtype=torch.int64, device=self.device)
+                          if self.cfg.trace else None)
+        self._traced_steps = 0
         self.reset()
 
     # ---- setup -------------------------------------------------------------------------------
@@ -190,6 +196,10 @@ class Megakernel:
             self._rearm_cache_from(pos0)
         args = (self.table.data_ptr(), self.ptrs.data_ptr(), self.fparams.data_ptr(), self.ws.data_ptr(),
                 i32(self.step), i32(nsteps), i32(pos0), i32(nforced), i32(self.spin_limit))
+        if self.trace_buf is not None:
+            self.trace_buf.zero_()
+            args += (self.trace_buf.data_ptr(), i32(self.trace_steps), i32(self.trace_buf.shape[1]))
+            self._traced_steps = min(nsteps, self.trace_steps)
         stream = torch.cuda.current_stream(self.device)
         self.module.launch(self.cfg.num_workers, self.cfg.threads, args, stream.cuda_stream)
         stream.synchronize()
@@ -265,6 +275,23 @@ class Megakernel:
         self._launch(P + N - 1, 0, P)
         new = self.tokens[P - 1: P - 1 + N].T.long().cpu()
         return torch.cat([ids.long().cpu(), new], dim=1)
+
+    def trace(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The last launch's per-task stamps (``CodegenOptions(trace=True)``): ``(wait_start, start, end)``,
+        each float64 [steps, tasks] in us relative to the launch's first stamp, for its first
+        ``min(nsteps, trace_steps)`` steps. ``wait_start``: the task began waiting on its inputs (GEMV
+        kinds have issued their first weight loads); ``start``: its waits were satisfied; ``end``: its
+        outputs were published. A task that never ran (a fault) reads NaN."""
+        if self.trace_buf is None:
+            raise MkcError("this Megakernel was built without the trace: pass options=CodegenOptions(trace=True)")
+        raw = self.trace_buf[: self._traced_steps].cpu().numpy()
+        if raw.size == 0:
+            empty = np.zeros((0, raw.shape[1]))
+            return empty, empty.copy(), empty.copy()
+        valid = raw > 0
+        t0 = raw[valid].min() if valid.any() else 0
+        us = np.where(valid, (raw - t0) / 1e3, np.nan)
+        return us[..., 0], us[..., 1], us[..., 2]
 
     @classmethod
     def from_build_dir(cls, bdir: str | Path, weights: dict, **kw) -> "Megakernel":

@@ -1,6 +1,10 @@
 """Build, on the CPU machine, the cubins a GPU run will need, so the device call only runs them.
 
-    MKC_CACHE_DIR=.cache/mkc python scripts/prebuild.py [--tests] [--bench llama-3.2-1b:1,8,32 ...]
+    MKC_CACHE_DIR=.cache/mkc python scripts/prebuild.py [--tests] [--bench llama-3.2-1b:1,8,32 ...] [--trace]
+
+``--trace`` adds the CodegenOptions(trace=True) kernels: those of the gpu trace test (with --tests)
+and, for every --bench model and batch, the one `mkc run DIR --trace OUT.json` loads for a build
+made by `mkc compile MODEL --batch B --max-seq-len N` (the same pipeline options).
 
 Cubins land in the cache keyed by a hash of source and flags (mkc.targets.nvidia.build); carry
 ``.cache`` to the device machine and point MKC_CACHE_DIR there. Build directories go to /tmp.
@@ -19,10 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
 
 
-def test_sources():
+# the cases of test_trace_stamps_every_task_and_changes_nothing (tests/test_gpu_megakernel.py)
+TRACE_TEST_CASES = (("tiny-llama", 1, "atomic"), ("tiny-qwen3", 8, "nan"))
+
+
+def test_sources(trace: bool = False):
     from codegen_fixtures import rr_schedule, shape_graph
 
-    from mkc.codegen.render import generate
+    from mkc.codegen.render import CodegenOptions, generate
     from mkc.targets.spec import get_target
     from mkc.taskgraph import lower
 
@@ -33,11 +41,15 @@ def test_sources():
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200")
         yield f"test {m} b{b} {s}", src, cfg.arch
+    for m, b, s in TRACE_TEST_CASES if trace else ():
+        tg = lower(shape_graph(m, b, 128), get_target("h200"))
+        src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200", CodegenOptions(trace=True))
+        yield f"test {m} b{b} {s} trace", src, cfg.arch
 
 
-def bench_sources(specs, max_seq_len: int):
+def bench_sources(specs, max_seq_len: int, trace: bool = False):
     """The kernels `mkc bench` will build: the same pipeline and options as mkc.compile."""
-    from mkc.codegen.render import generate
+    from mkc.codegen.render import CodegenOptions, generate
     from mkc.pipeline import Options, StageLog, compile_model
     from mkc.schedule.ir import Schedule
     from mkc.targets.spec import get_target
@@ -52,6 +64,9 @@ def bench_sources(specs, max_seq_len: int):
             sched = Schedule.load(out / f"b{b}" / "schedule.json")
             src, cfg, _ = generate(tg, sched, get_target("h200"))
             yield f"bench {model} b{b}", src, cfg.arch
+            if trace:
+                src, cfg, _ = generate(tg, sched, get_target("h200"), CodegenOptions(trace=True))
+                yield f"bench {model} b{b} trace", src, cfg.arch
 
 
 def main() -> None:
@@ -59,11 +74,12 @@ def main() -> None:
     ap.add_argument("--tests", action="store_true", help="the kernels of tests/test_gpu_megakernel.py")
     ap.add_argument("--bench", nargs="*", default=[], help="MODEL:B1,B2 as given to scripts/gpu_all.sh")
     ap.add_argument("--max-seq-len", type=int, default=1024)
+    ap.add_argument("--trace", action="store_true", help="also the per-task trace kernels (mkc run --trace)")
     a = ap.parse_args()
     os.environ.setdefault("MKC_CACHE_DIR", str(ROOT / ".cache" / "mkc"))
     from mkc.targets.nvidia.build import build_cubin
 
-    jobs = (list(test_sources()) if a.tests else []) + list(bench_sources(a.bench, a.max_seq_len))
+    jobs = (list(test_sources(a.trace)) if a.tests else []) + list(bench_sources(a.bench, a.max_seq_len, a.trace))
 
     def build(job):
         t = time.time()

@@ -173,3 +173,44 @@ def test_pipeline_build_dir_end_to_end(tmp_path, sync):
     worst = max(rel(mk(ids[:, t], t), ref[:, t]) for t in range(16))
     assert worst < 2e-2, worst
     record(dict(test="pipeline", model="tiny-qwen3", batch=2, sync=sync, worst_rel=worst))
+
+
+@pytest.mark.parametrize("name,batch,sync", [("tiny-llama", 1, "atomic"), ("tiny-qwen3", 8, "nan")])
+def test_trace_stamps_every_task_and_changes_nothing(name, batch, sync, tmp_path):
+    """CodegenOptions(trace=True): every task of each traced step has wait_start <= start <= end,
+    a worker's stamps follow its queue, and logits and tokens equal the untraced kernel's."""
+    import numpy as np
+    import torch
+
+    from mkc.codegen.render import CodegenOptions
+    from mkc.runtime import TRACE_STEPS
+    from mkc.trace import format_summary, write_trace
+
+    hf = hf_models(name)
+    mk = megakernel(hf, batch, sync, options=CodegenOptions(trace=True))
+    plain = megakernel(hf, batch, sync)
+    assert mk.cfg.trace and not plain.cfg.trace and "trace" not in plain.source
+    P = 6
+    g = torch.Generator(device="cuda").manual_seed(4)
+    prompt = torch.randint(0, hf.vocab, (batch, P), device="cuda", generator=g)
+    assert torch.equal(mk.prefill(prompt), plain.prefill(prompt))
+    ws, st, en = mk.trace()
+    n = len(mk.tg.tasks)
+    assert ws.shape == st.shape == en.shape == (P, n)
+    assert np.isfinite(ws).all() and np.isfinite(st).all() and np.isfinite(en).all(), "a task has no stamps"
+    assert float(ws.min()) == 0.0  # relative to the launch's first stamp
+    assert (ws <= st).all() and (st <= en).all()
+    for q in mk.sched.queues:  # one thread stamps a worker's tasks in queue order, step after step
+        if q:
+            order = np.stack([ws[:, q], en[:, q]], -1).reshape(-1)
+            assert (np.diff(order) >= 0).all()
+    # a launch longer than the traced steps: the first TRACE_STEPS are stamped, tokens unchanged
+    N = TRACE_STEPS + 4
+    out = mk.generate(prompt, N)
+    assert torch.equal(out, plain.generate(prompt, N))
+    ws, st, en = mk.trace()
+    assert ws.shape == (TRACE_STEPS, n) and np.isfinite(en).all() and (ws <= st).all() and (st <= en).all()
+    summary = write_trace(mk.tg, mk.sched, (ws, st, en), tmp_path / "trace.json")
+    assert summary["missing_tasks"] == 0 and (tmp_path / "trace.png").exists()
+    print(format_summary(summary))
+    record(dict(test="trace", model=name, batch=batch, sync=sync, step_us=summary["step_us"][-1]))

@@ -159,6 +159,13 @@ class AmdDialect:
     sync_scope: str = SCOPE
 
     @property
+    def has_trace_timer(self) -> bool:
+        """The per-task trace (``CodegenOptions(trace=True)``) stamps with ``mk_globaltimer``:
+        ``s_memrealtime``, the constant 100 MHz counter shared by the device, scaled to ns (10 ns steps).
+        The AMD runtime does not pass the trace buffer yet: rendering works, running it is NVIDIA-only."""
+        return True
+
+    @property
     def prelude(self) -> str:
         # HIP's vector types (uint4, float4, make_uint4) and device math (expf, sincosf, min/max);
         # thread ids, barriers and atomics below use clang builtins, so no ockl call is needed

@@ -285,6 +285,8 @@ class HipMegakernel:
         self.target = get_target(target or sched.target) if not isinstance(target, Target) else target
         if self.target.vendor != "amd":
             raise MkcError(f"HipMegakernel runs AMD targets; {self.target.name} is {self.target.vendor}")
+        if options is not None and options.trace:
+            raise MkcError("the per-task trace (CodegenOptions(trace=True)) is not supported by the HIP runtime yet")
         self.source, self.cfg, self.tables = generate(tg, sched, self.target, options)
         if code_object is None:
             from mkc.targets.amd.build import CODE_OBJECT, build_hip

@@ -13,6 +13,7 @@ per docs/sync.md:
 - weights are streamed with ``ld.global.nc.L1::no_allocate.v4`` (16 bytes, read-only path) and
   prefetched into L2 before a task waits (``cp.async.bulk.prefetch.L2`` on sm_90+,
   ``prefetch.global.L2`` per 128-byte line elsewhere).
+- the per-task trace (``CodegenOptions(trace=True)``) reads ``%globaltimer`` (``mk_globaltimer``).
 - batch >= 2 GEMVs run on tensor cores (sm_80+): ``mma.sync.aligned.m16n8k16`` bf16 -> fp32 with
   weights as A straight from 16-byte global loads and bf16-staged activations as B (``MMA_HELPERS``).
 """
@@ -156,6 +157,13 @@ class NvidiaDialect:
     @property
     def has_bulk_prefetch(self) -> bool:
         return self.sm >= 90
+
+    @property
+    def has_trace_timer(self) -> bool:
+        """``mk_globaltimer`` (``mov.u64 %globaltimer``: ns, one clock for all SMs) stamps the per-task
+        trace of ``CodegenOptions(trace=True)``. Its update granularity is the driver's (about 1 us on
+        some parts, 32 ns on others), so sub-microsecond tasks may read as zero-length."""
+        return True
 
     @property
     def has_mma_bf16(self) -> bool:

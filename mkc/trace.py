@@ -1,0 +1,137 @@
+"""The measured per-task device trace next to the schedule's prediction.
+
+    mk = Megakernel(tg, sched, weights, options=CodegenOptions(trace=True))
+    mk.generate(prompt, 8)
+    summary = write_trace(tg, sched, mk.trace(), "trace.json")   # + trace.png
+    print(format_summary(summary))
+
+``measured`` is ``(wait_start, start, end)``, each [steps, tasks] (or [tasks] for one step) in us on
+one clock (``Megakernel.trace``: relative to the launch's first stamp). The Perfetto/Chrome trace
+holds process 1 "measured" (one thread per worker: every recorded step's tasks and, before each,
+its wait span) and process 0 "predicted" (the schedule, repeated at each measured step's first
+stamp so the two line up). The Gantt PNG compares one step (by default the last recorded, past the
+cold first step) with the prediction.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from mkc.schedule.inspect import gantt_compare_png, trace_events
+from mkc.schedule.ir import Schedule
+from mkc.taskgraph.ir import TaskGraph
+
+MEASURED_PID, PREDICTED_PID = 1, 0
+
+
+def _as_steps(measured, n_tasks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ws, st, en = (np.asarray(a, dtype=np.float64) for a in measured)
+    ws, st, en = (a[None, :] if a.ndim == 1 else a for a in (ws, st, en))
+    if not ws.shape == st.shape == en.shape or ws.ndim != 2 or ws.shape[1] != n_tasks:
+        raise ValueError(f"measured stamps must be three [steps, {n_tasks}] arrays, got "
+                         f"{ws.shape}, {st.shape}, {en.shape}")
+    return ws, st, en
+
+
+def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None) -> dict:
+    """Step times against the predicted makespan, wait time per kind and measured/predicted time
+    per kind (of ``step``, by default the last recorded one)."""
+    ws, st, en = _as_steps(measured, len(tg.tasks))
+    n = ws.shape[0]
+    step = n - 1 if step is None else step
+    step_us = [float(np.nanmax(en[k]) - np.nanmin(ws[k])) if np.isfinite(en[k]).any() else float("nan")
+               for k in range(n)]
+    kinds = sorted({t.kind for t in tg.tasks}, key=[t.kind for t in tg.tasks].index)
+    pred_dur = np.asarray(sched.end, dtype=np.float64) - np.asarray(sched.start, dtype=np.float64)
+    per_kind = {}
+    for kind in kinds:
+        ids = [t.id for t in tg.tasks if t.kind == kind]
+        meas = float(np.nansum(en[step, ids] - st[step, ids]))
+        pred = float(pred_dur[ids].sum())
+        per_kind[kind] = dict(tasks=len(ids), wait_us=float(np.nansum(st[step, ids] - ws[step, ids])),
+                              measured_us=meas, predicted_us=pred, ratio=meas / pred if pred > 0 else float("inf"))
+    slowest = sorted(per_kind, key=lambda k: -per_kind[k]["ratio"])[:5]
+    missing = int((~np.isfinite(en[step])).sum())
+    return dict(steps=n, step=step, step_us=step_us, predicted_makespan_us=float(sched.makespan),
+                per_kind=per_kind, slowest=slowest, missing_tasks=missing)
+
+
+def format_summary(s: dict) -> str:
+    steps = ", ".join(f"{x:.1f}" for x in s["step_us"])
+    k = s["step"]
+    pred = s["predicted_makespan_us"]
+    lines = [f"measured step time (us) per traced step: {steps}",
+             f"step {k}: {s['step_us'][k]:.1f} us measured vs {pred:.1f} us predicted makespan "
+             f"({s['step_us'][k] / pred:.2f}x)" if pred > 0 else
+             f"step {k}: {s['step_us'][k]:.1f} us measured; the schedule predicts no times (makespan 0)"]
+    if s["missing_tasks"]:
+        lines.append(f"  {s['missing_tasks']} task(s) have no stamps in step {k}")
+    lines.append(f"wait time per kind (step {k}, summed over tasks): " + ", ".join(
+        f"{kind} {v['wait_us']:.1f} us" for kind, v in s["per_kind"].items()))
+    lines.append("slowest kinds relative to prediction (measured / predicted busy time):")
+    for kind in s["slowest"]:
+        v = s["per_kind"][kind]
+        ratio = f"{v['ratio']:6.2f}x" if np.isfinite(v["ratio"]) else "    n/a"
+        lines.append(f"  {kind:8s} {ratio}  ({v['measured_us']:.1f} us measured, "
+                     f"{v['predicted_us']:.1f} us predicted, {v['tasks']} tasks)")
+    return "\n".join(ln for ln in lines if ln)
+
+
+def trace_doc(tg: TaskGraph, sched: Schedule, measured) -> dict:
+    """The Chrome/Perfetto trace document (see the module docstring)."""
+    ws, st, en = _as_steps(measured, len(tg.tasks))
+    wo = sched.worker_of()
+    workers = [wo[t] for t in range(len(tg.tasks))]
+    events: list[dict] = []
+    for k in range(ws.shape[0]):
+        events += trace_events(tg, st[k], en[k], workers, pid=MEASURED_PID, label="measured (device trace)",
+                               metadata=k == 0, extra={"step": k})
+        for t in tg.tasks:
+            i = t.id
+            if np.isfinite(ws[k, i]) and np.isfinite(st[k, i]) and st[k, i] > ws[k, i]:
+                events.append({"name": "wait", "cat": "wait", "ph": "X", "pid": MEASURED_PID, "tid": workers[i],
+                               "ts": round(float(ws[k, i]), 3), "dur": round(float(st[k, i] - ws[k, i]), 3),
+                               "args": {"task": i, "kind": t.kind, "layer": t.layer, "step": k}})
+        # the prediction at the step's first measured stamp
+        origin = float(np.nanmin(ws[k])) if np.isfinite(ws[k]).any() else 0.0
+        ps = [origin + float(x) for x in sched.start]
+        pe = [origin + float(x) for x in sched.end]
+        events += trace_events(tg, ps, pe, workers, pid=PREDICTED_PID, label=f"predicted ({sched.method})",
+                               metadata=k == 0, extra={"step": k})
+    # a task's wait_us in its args, for a click in the UI
+    for e in events:
+        if e.get("ph") == "X" and e.get("pid") == MEASURED_PID and e["name"] != "wait":
+            k, i = e["args"]["step"], e["args"]["task"]
+            e["args"]["wait_us"] = round(float(st[k, i] - ws[k, i]), 3) if np.isfinite(ws[k, i]) else None
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {"model": tg.model, "target": sched.target, "batch": sched.batch, "method": sched.method,
+                      "makespan_us": sched.makespan, "lower_bound_us": sched.lower_bound,
+                      "traced_steps": int(ws.shape[0])},
+    }
+
+
+def write_trace(tg: TaskGraph, sched: Schedule, measured, path, png: str | Path | None = None,
+                step: int | None = None) -> dict:
+    """Write the Perfetto/Chrome trace to ``path`` and the measured-vs-predicted Gantt chart to ``png``
+    (default: ``path`` with a .png suffix; False: none). Returns ``summarize``'s dict, with the paths."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(trace_doc(tg, sched, measured), separators=(",", ":")) + "\n")
+    summary = summarize(tg, sched, measured, step)
+    summary["trace"] = str(path)
+    if png is not False:
+        ws, st, en = _as_steps(measured, len(tg.tasks))
+        k = summary["step"]
+        origin = float(np.nanmin(ws[k])) if np.isfinite(ws[k]).any() else 0.0
+        rel = [np.nan_to_num(a[k] - origin, nan=0.0) for a in (ws, st, en)]
+        png = path.with_suffix(".png") if png is None else Path(png)
+        gantt_compare_png(tg, sched, png, rel[1], rel[2], wait_start=rel[0],
+                          title=f"{tg.model} on {sched.target}, batch {sched.batch}: measured step {k}, "
+                                f"{summary['step_us'][k]:.1f} us")
+        summary["png"] = str(png)
+    return summary

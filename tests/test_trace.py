@@ -1,0 +1,126 @@
+"""The per-task device trace, CPU tier: rendering on/off, a clean nvcc build, the trace writer."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from codegen_fixtures import rr_schedule, taskgraph
+from mkc.codegen.render import CodegenOptions, generate
+
+
+@pytest.fixture(scope="module")
+def llama_tg():
+    return taskgraph("llama-3.2-1b", 1, 512)
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_trace_off_source_is_unchanged(llama_tg, sync):
+    sched = rr_schedule(llama_tg, "h200", sync)
+    plain, cfg0, _ = generate(llama_tg, sched, "h200")
+    off, cfg1, _ = generate(llama_tg, sched, "h200", CodegenOptions(trace=False))
+    on, cfg2, _ = generate(llama_tg, sched, "h200", CodegenOptions(trace=True))
+    assert off == plain and not cfg0.trace and not cfg1.trace and cfg2.trace
+    assert "trace" not in plain and "= mk_globaltimer();" not in plain  # no trace code at all
+    # trace on: the buffer is 3 more kernel arguments, stamps by one thread at 3 points per task
+    assert "unsigned long long* trace, int trace_steps, int trace_tasks)" in on
+    assert on.count("= mk_globaltimer();") == 3
+    assert re.search(r"trace_rec\[0\] = mk_globaltimer\(\)", on) and "trace_rec[2] = mk_globaltimer()" in on
+    # only additions: removing the traced lines leaves the untraced source
+    assert len(on) > len(plain)
+
+
+def test_trace_on_amd_renders_without_vendor_words():
+    tg = taskgraph("tiny-llama", 1, 64, "mi300x")
+    src, cfg, _ = generate(tg, rr_schedule(tg, "mi300x"), "mi300x", CodegenOptions(trace=True))
+    assert cfg.trace and "trace_rec[1] = mk_globaltimer()" in src and "s_memrealtime" in src
+    assert "%globaltimer" not in src
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_trace_kernel_compiles_cleanly(llama_tg, sync, tmp_path):
+    from mkc.targets.nvidia.build import build_cubin
+
+    src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg, "h200", sync), "h200", CodegenOptions(trace=True))
+    assert cfg.arch == "sm_90a"
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.cubin.stat().st_size > 0
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert spills and max(spills) == 0, res.log
+
+
+def _synthetic(tg, sched, steps=3, seed=0):
+    """Stamps as a device would write them: the predicted schedule, stretched and shifted per step."""
+    rng = np.random.default_rng(seed)
+    s0, e0 = np.asarray(sched.start, float), np.asarray(sched.end, float)
+    span = float(e0.max())
+    ws, st, en = [], [], []
+    for k in range(steps):
+        off = k * span * 1.3
+        start = off + s0 * 1.2 + rng.uniform(0, 0.5, len(s0))
+        ws.append(start - rng.uniform(0, 2, len(s0)))
+        st.append(start)
+        en.append(start + (e0 - s0) * 1.1 + 0.05)
+    return np.array(ws), np.array(st), np.array(en)
+
+
+def test_write_trace_on_synthetic_stamps(tmp_path):
+    from mkc.trace import format_summary, write_trace
+
+    from mkc.schedule import schedule
+
+    tg = taskgraph("tiny-llama", 1, 64)
+    sched = schedule(tg, "h200", sync="atomic", method="list")  # predicted times (round robin has none)
+    assert sched.makespan > 0
+    measured = _synthetic(tg, sched)
+    summary = write_trace(tg, sched, measured, tmp_path / "t.json")
+    doc = json.loads((tmp_path / "t.json").read_text())
+    ev = doc["traceEvents"]
+    n, W = len(tg.tasks), sched.num_workers
+    wo = sched.worker_of()
+    for pid, label in ((1, "measured"), (0, "predicted")):
+        names = [e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name" and e["pid"] == pid]
+        assert len(names) == 1 and label in names[0]
+        tasks = [e for e in ev if e["ph"] == "X" and e["pid"] == pid and e["name"] != "wait"]
+        assert len(tasks) == 3 * n  # every task of every step
+        per_worker = {}
+        for e in tasks:
+            assert e["tid"] == wo[e["args"]["task"]] and e["dur"] >= 0
+            per_worker[e["tid"]] = per_worker.get(e["tid"], 0) + 1
+        assert sorted(per_worker) == sorted({w for w, q in enumerate(sched.queues) if q})
+        assert sum(per_worker.values()) == 3 * n
+    waits = [e for e in ev if e["name"] == "wait"]
+    assert waits and all(e["pid"] == 1 and e["dur"] > 0 for e in waits)
+    assert doc["otherData"]["traced_steps"] == 3
+    assert (tmp_path / "t.png").stat().st_size > 0 and summary["png"] == str(tmp_path / "t.png")
+    # summary: step times, wait per kind, the slowest kinds (all stretched 1.1x + 0.05 us)
+    assert len(summary["step_us"]) == 3 and all(x > 0 for x in summary["step_us"])
+    assert set(summary["per_kind"]) == {t.kind for t in tg.tasks} and len(summary["slowest"]) <= 5
+    assert all(v["ratio"] > 1.09 and v["wait_us"] > 0 for v in summary["per_kind"].values())
+    text = format_summary(summary)
+    assert "predicted makespan" in text and "slowest kinds" in text and W > 0
+    # a schedule without times (round robin) still summarises
+    rr = rr_schedule(tg, "h200", "atomic")
+    assert "predicts no times" in format_summary(write_trace(tg, rr, measured, tmp_path / "rr.json"))
+
+
+def test_write_trace_one_step_and_missing_tasks(tmp_path):
+    from mkc.trace import summarize, write_trace
+
+    tg = taskgraph("tiny-llama", 1, 64)
+    sched = rr_schedule(tg, "h200", "nan")
+    ws, st, en = (a[0].copy() for a in _synthetic(tg, sched, steps=1))
+    en[0] = st[0] = ws[0] = np.nan  # a task that never ran (a fault) is left out
+    write_trace(tg, sched, (ws, st, en), tmp_path / "one.json", png=False)
+    doc = json.loads((tmp_path / "one.json").read_text())
+    measured = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 1 and e["name"] != "wait"]
+    assert len(measured) == len(tg.tasks) - 1 and not (tmp_path / "one.png").exists()
+    assert summarize(tg, sched, (ws, st, en))["missing_tasks"] == 1
+    with pytest.raises(ValueError):
+        summarize(tg, sched, (ws[:-1], st[:-1], en[:-1]))
