@@ -40,7 +40,7 @@ tensors (RoPE's ``inv_freq``) carry their values in the graph; ``input`` tensors
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mkc.errors import IRCheckError
 from mkc.irjson import load_json, save_json

@@ -13,7 +13,7 @@ pointer table when the kernel is loaded (``mkc.runtime.Megakernel``).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import jinja2

@@ -60,7 +60,7 @@ def qkv_tiles(n_q: int, n_kv: int, head_dim: int, workers: int, whole_rotary: bo
     must stay whole (a q/k RMSNorm over the head before RoPE), only v heads may be sliced.
     """
     pairs = head_dim // 2
-    n_heads, n_rot = n_q + 2 * n_kv, n_q + n_kv
+    n_heads = n_q + 2 * n_kv
     if n_heads >= workers or head_dim % 4 or whole_rotary:
         # whole_rotary: the q/k heads alone stream hd rows each; slicing v cannot shorten the worst worker
         return [(h0, h1, 0, pairs) for h0, h1 in head_tiles(n_heads, workers)]
