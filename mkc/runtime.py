@@ -64,6 +64,17 @@ class KernelFault:
                 f"waiting on event {self.event} ({self.event_name}): {what}, at step {self.step}")
 
 
+def prepare_launch(mk, nsteps: int, pos0: int) -> None:
+    """What every runtime checks and does before a launch: refuse after a fault, keep positions
+    inside the cache, and re-arm the NaN-mode cache from pos0 when positions are re-used."""
+    if mk._faulted:
+        raise MkcError("the megakernel faulted earlier; call reset() (the KV cache is lost)")
+    if pos0 < 0 or pos0 + nsteps > mk.L:
+        raise MkcError(f"positions {pos0}..{pos0 + nsteps - 1} do not fit max_seq_len {mk.L}")
+    if mk.sync == "nan" and pos0 < mk._written:
+        mk._rearm_cache_from(pos0)
+
+
 class Megakernel:
     def __init__(self, tg: TaskGraph, sched: Schedule, weights: dict, *, target: Target | str | None = None,
                  options: CodegenOptions | None = None, device=None, build_dir: str | Path | None = None,
@@ -188,12 +199,7 @@ class Megakernel:
 
         from mkc.targets.nvidia.runtime import i32
 
-        if self._faulted:
-            raise MkcError("the megakernel faulted earlier; call reset() (the KV cache is lost)")
-        if pos0 < 0 or pos0 + nsteps > self.L:
-            raise MkcError(f"positions {pos0}..{pos0 + nsteps - 1} do not fit max_seq_len {self.L}")
-        if self.sync == "nan" and pos0 < self._written:
-            self._rearm_cache_from(pos0)
+        prepare_launch(self, nsteps, pos0)
         args = (self.table.data_ptr(), self.ptrs.data_ptr(), self.fparams.data_ptr(), self.ws.data_ptr(),
                 i32(self.step), i32(nsteps), i32(pos0), i32(nforced), i32(self.spin_limit))
         if self.trace_buf is not None:

@@ -20,3 +20,14 @@ def _capture(model: str, batch: int, max_seq_len: int):
 def captured():
     """captured(model, batch, max_seq_len) -> Graph, each capture done once per test session."""
     return _capture
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny eager steps run fastest on one thread, and do not stall when other jobs share the cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

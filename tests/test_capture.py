@@ -18,13 +18,7 @@ TINY = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"]
 L = 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny eager steps run fastest on one thread, and do not stall when other jobs share the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _strip_sources(g: Graph) -> Graph:

@@ -32,7 +32,7 @@ import numpy as np
 from mkc.codegen import tables as T
 from mkc.codegen.render import CodegenOptions, generate
 from mkc.errors import KernelError, MkcError
-from mkc.runtime import DEFAULT_SPIN_LIMIT, KernelFault
+from mkc.runtime import DEFAULT_SPIN_LIMIT, KernelFault, prepare_launch
 from mkc.targets.spec import Target, get_target
 from mkc.taskgraph import names
 from mkc.taskgraph.ir import TASK_KINDS, TaskGraph
@@ -361,12 +361,7 @@ class HipMegakernel:
                     self.hip.memset32(a, T.SENTINEL, (L - pos) * hd // 2)
 
     def _launch(self, nsteps: int, pos0: int, nforced: int) -> None:
-        if self._faulted:
-            raise MkcError("the megakernel faulted earlier; call reset() (the KV cache is lost)")
-        if pos0 < 0 or pos0 + nsteps > self.L:
-            raise MkcError(f"positions {pos0}..{pos0 + nsteps - 1} do not fit max_seq_len {self.L}")
-        if self.sync == "nan" and pos0 < self._written:
-            self._rearm_cache_from(pos0)
+        prepare_launch(self, nsteps, pos0)
         args = pack_args((self.tab, self.ptrs, self.fparams, self.ws, self.step, nsteps, pos0, nforced,
                           self.spin_limit))
         self.hip.launch(self.function, self.cfg.num_workers, self.cfg.threads, self.cfg.smem_bytes, args)
