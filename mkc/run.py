@@ -31,7 +31,8 @@ def run_cli(a) -> int:
         prompt = [int(x) for x in a.prompt_ids.split(",") if x.strip()]
     except ValueError:
         raise MkcError(f"--prompt-ids takes comma-separated token ids, got {a.prompt_ids!r}")
-    weights = load_weights(a.weights or model)
+    # seeded random weights are drawn on the GPU (a qwen3-8b draw on the CPU takes minutes)
+    weights = load_weights(a.weights or model, torch.bfloat16, device="cuda")
     weights = {k: v.to("cuda", torch.bfloat16) for k, v in weights.items()}
     for bdir in bdirs:
         trace = getattr(a, "trace", None)

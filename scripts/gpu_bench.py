@@ -59,21 +59,31 @@ VARIANTS = {
     "b8-atomic-ffma": ("llama-3.2-1b", 8, "atomic", "list", {"mma": False}),
     "b32-atomic": ("llama-3.2-1b", 32, "atomic", "list", {}),
     "b32-atomic-ffma": ("llama-3.2-1b", 32, "atomic", "list", {"mma": False}),
+    "b8-atomic-U8": ("llama-3.2-1b", 8, "atomic", "list", {"loads_in_flight": 8}),
+    "b32-atomic-U8": ("llama-3.2-1b", 32, "atomic", "list", {"loads_in_flight": 8}),
+    "b8-atomic-ring0": ("llama-3.2-1b", 8, "atomic", "list", {"ring_stages": 0}),
+    "b8-atomic-ring4": ("llama-3.2-1b", 8, "atomic", "list", {"ring_stages": 4}),
+    "b8-atomic-ring6-U2": ("llama-3.2-1b", 8, "atomic", "list", {"ring_stages": 6, "loads_in_flight": 2}),
+    "b32-atomic-ring3": ("llama-3.2-1b", 32, "atomic", "list", {"ring_stages": 3}),
+    "q8-b8-atomic-ring0": ("qwen3-8b", 8, "atomic", "list", {"ring_stages": 0}),
+    "q8-b8-atomic-ring4": ("qwen3-8b", 8, "atomic", "list", {"ring_stages": 4}),
+    "q8-b8-atomic-ring6-U2": ("qwen3-8b", 8, "atomic", "list", {"ring_stages": 6, "loads_in_flight": 2}),
+    "q8-b1-atomic": ("qwen3-8b", 1, "atomic", "list", {}),
+    "q8-b8-atomic": ("qwen3-8b", 8, "atomic", "list", {}),
+    "q8-b8-atomic-U6": ("qwen3-8b", 8, "atomic", "list", {"loads_in_flight": 6}),
+    "q8-b8-atomic-U8": ("qwen3-8b", 8, "atomic", "list", {"loads_in_flight": 8}),
 }
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 
-def bench(variant: str, steps: int, max_seq: int) -> dict:
+def variant_plan(variant: str, max_seq: int):
+    """(task graph, schedule, codegen options) of a variant: what bench runs and prebuild.py builds."""
     name, batch, sync, method, opts = VARIANTS[variant]
-    import torch
-
     from codegen_fixtures import rr_schedule, shape_graph
     from mkc.codegen.render import CodegenOptions
-    from mkc.runtime import Megakernel
     from mkc.targets.spec import get_target
     from mkc.taskgraph import lower
 
-    t0 = time.perf_counter()
     tg = lower(shape_graph(name, batch, max_seq), get_target("h200"))
     if method == "round_robin":
         sched = rr_schedule(tg, "h200", sync)
@@ -81,9 +91,20 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
         from mkc.schedule import schedule
 
         sched = schedule(tg, "h200", sync=sync, method=method, time_limit=20.0)
+    return tg, sched, CodegenOptions(**opts)
+
+
+def bench(variant: str, steps: int, max_seq: int) -> dict:
+    name, batch, sync, method, opts = VARIANTS[variant]
+    import torch
+
+    from mkc.runtime import Megakernel
+
+    t0 = time.perf_counter()
+    tg, sched, options = variant_plan(variant, max_seq)
     t_sched = time.perf_counter() - t0
     w = random_weights(tg)
-    mk = Megakernel(tg, sched, w, options=CodegenOptions(**opts))
+    mk = Megakernel(tg, sched, w, options=options)
     wbytes = sum(t.numel() * 2 for t in w.values())
     prompt = torch.randint(0, tg.dim("V"), (batch, 1), device="cuda")
     mk.generate(prompt, 8)  # warm-up
@@ -128,7 +149,7 @@ def table(rows: list[dict]) -> str:
         lines.append(f"failure test {r['test']} ({r['sync']}): ok {r.get('message', '')}")
     b = [r for r in rows if r["test"] == "bench"]
     if b:
-        lines.append("benchmark (llama-3.2-1b shape)  batch sync    sched         ms/token  %4.2TB/s  ms/call  floor  regs")
+        lines.append("benchmark (variant)             batch sync    sched         ms/token  %4.2TB/s  ms/call  floor  regs")
         for r in b:
             lines.append(f"  {r['variant']:<29} {r['batch']:>5} {r['sync']:<7} {r['method']:<12} "
                          f"{r['ms_per_token']:>8.3f} {r['pct_of_bw']:>8.1f} {r['ms_per_call']:>8.3f} {r['floor_ms']:>6.3f} "

@@ -69,17 +69,32 @@ def bench_sources(specs, max_seq_len: int, trace: bool = False):
                 yield f"bench {model} b{b} trace", src, cfg.arch
 
 
+def variant_sources(variants, max_seq: int = 512):
+    """The kernels of scripts/gpu_bench.py --variants (its max_seq 512)."""
+    from gpu_bench import variant_plan
+
+    from mkc.codegen.render import generate
+    from mkc.targets.spec import get_target
+
+    for v in variants:
+        tg, sched, options = variant_plan(v, max_seq)
+        src, cfg, _ = generate(tg, sched, get_target("h200"), options)
+        yield f"variant {v}", src, cfg.arch
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tests", action="store_true", help="the kernels of tests/test_gpu_megakernel.py")
     ap.add_argument("--bench", nargs="*", default=[], help="MODEL:B1,B2 as given to scripts/gpu_all.sh")
     ap.add_argument("--max-seq-len", type=int, default=1024)
     ap.add_argument("--trace", action="store_true", help="also the per-task trace kernels (mkc run --trace)")
+    ap.add_argument("--variants", default="", help="comma-separated scripts/gpu_bench.py variants")
     a = ap.parse_args()
     os.environ.setdefault("MKC_CACHE_DIR", str(ROOT / ".cache" / "mkc"))
     from mkc.targets.nvidia.build import build_cubin
 
     jobs = (list(test_sources(a.trace)) if a.tests else []) + list(bench_sources(a.bench, a.max_seq_len, a.trace))
+    jobs += list(variant_sources([v for v in a.variants.split(",") if v]))
 
     def build(job):
         t = time.time()

@@ -219,6 +219,24 @@ def test_tensor_core_gemv_from_batch_2(target, batch):
     assert c["KCB"] >= 1024  # K = hidden (2048) in at most two chunks on both targets
 
 
+def test_cp_async_weight_ring_up_to_batch_16():
+    """B <= 16 streams MMA weights through a cp.async ring in shared memory; past it, or with
+    ring_stages=0, through registers; the ring never costs more than halving K-chunks to 1024."""
+    for batch, want in ((2, 3), (8, 3), (16, 3), (32, 0)):
+        tg = taskgraph("llama-3.2-1b", batch, 512)
+        src, cfg, _ = generate(tg, rr_schedule(tg), "h200")
+        c = dict(cfg.consts)
+        assert cfg.ring == c["RING"] == want
+        assert ("ring_prologue(" in src) == (want > 0) and ("mma_chunk_ring(" in src) == (want > 0)
+        if want:
+            ring_bytes = want * 2 * c["U"] * 16 * c["NT"]
+            assert c["OFF_RING"] % 16 == 0 and c["OFF_RING"] + ring_bytes <= cfg.smem_needed <= cfg.smem_bytes
+            assert c["KCB"] >= 1024
+    tg = taskgraph("llama-3.2-1b", 8, 512)
+    src, cfg, _ = generate(tg, rr_schedule(tg), "h200", CodegenOptions(ring_stages=0))
+    assert cfg.ring == 0 and "ring_prologue(" not in src and "OFF_RING" not in dict(cfg.consts)
+
+
 def test_batch_1_keeps_the_fma_gemv(llama_tg):
     src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg), "h200")
     assert not cfg.mma_gemv and "stage_x_bf16" not in src and "KCB" not in dict(cfg.consts)

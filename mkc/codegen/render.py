@@ -43,6 +43,11 @@ class CodegenOptions:
     spin_hot: int = 64  # polls before the spin starts to sleep
     spin_max_ns: int = 256  # longest sleep between polls
     mma: bool | None = None  # tensor-core GEMV; None = where the batch is >= 2 and the target has a bf16 MMA
+    # MMA path: weights stream through a ring of this many stages in shared memory filled with cp.async
+    # (RING - 1 steps in flight per warp, across unit and task-wait boundaries); 0: registers, double-
+    # buffered. None: 3 up to batch 16; past it the staged input needs the shared memory (H200, llama-
+    # 3.2-1b, batch 32: 3.01 ms/token with a ring of 3 against 2.27 without; batch 8: 1.32 against 1.53)
+    ring_stages: int | None = None
     # per-task device trace: [wait_start, start, end] timer stamps (ns) of every task of the first steps
     # of a launch, written by one thread per block into a buffer passed as three extra kernel arguments
     # (mkc.runtime.Megakernel allocates it, mkc.trace reads it). Off: the source is exactly the untraced one.
@@ -69,6 +74,7 @@ class KernelConfig:
     consts: tuple[tuple[str, int], ...] = ()
     B: int = 1
     mma_gemv: bool = False  # GEMV kinds on tensor cores (bf16 staging, mma m16n8k16)
+    ring: int = 0  # MMA path: stages of the cp.async weight ring (0: register double buffer)
     trace: bool = False  # per-task timer stamps (CodegenOptions.trace): 3 more kernel arguments
 
     def const(self, key: str) -> int:
@@ -141,23 +147,35 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     off = {}
     at = 0
     mma_consts = {}
+    ring = 0
     if mma:
         # MMA path: the input is staged as bf16 [B][XST] with XST = KCB + 32: a row is 64 bytes off
         # 128, so the two batch columns of each 8-lane phase of a 16-byte shared load hit disjoint
         # banks. KCB is the K-chunk: the largest multiple of 64 (of 256 when it can) that fits what
         # the other regions leave, at most K. A chunk costs a barrier and a pause of the weight stream.
         k_max = max(H, I, NH * HD)
-        rest = f * (out_cap + NW * 16 * B + B + NW * B + 2 * B) + 6 * 16 + 16
-        per_row = (target.smem_per_block - rest) // (2 * B) - 32
-        KCB = min(_align(k_max, 256), per_row // 256 * 256 or per_row // 64 * 64)
+
+        def k_chunk(ring: int) -> int:
+            rest = f * (out_cap + NW * 16 * B + B + NW * B + 2 * B) + ring * 2 * U * 16 * NT + 7 * 16 + 16
+            per_row = (target.smem_per_block - rest) // (2 * B) - 32
+            return min(_align(k_max, 256), per_row // 256 * 256 or per_row // 64 * 64)
+
+        # the deepest weight ring (up to ring_stages) that leaves K-chunks of 1024 (or all of K)
+        want = o.ring_stages if o.ring_stages is not None else (3 if B <= 16 else 0)
+        ring = next((r for r in range(want, 1, -1) if k_chunk(r) >= min(_align(k_max, 256), 1024)), 0)
+        ring_bytes = ring * 2 * U * 16 * NT
+        KCB = k_chunk(ring)
         if KCB < 64:
             raise ScheduleError(f"batch {B} leaves no room to stage a K-chunk in {target.name}'s shared memory")
-        mma_consts = dict(KCB=KCB, XST=KCB + 32)
+        mma_consts = dict(KCB=KCB, XST=KCB + 32, RING=ring)
         xs_bytes, part_n = 2 * B * (KCB + 32), NW * 16 * B
     else:
         xs_bytes, part_n = f * B * KC, NW * G * B
-    for key, nbytes in (("OFF_XS", xs_bytes), ("OFF_OUT", f * out_cap), ("OFF_PART", f * part_n), ("OFF_RS", f * B),
-                        ("OFF_SSP", f * NW * B), ("OFF_BEST", f * 2 * B)):
+    regions = [("OFF_XS", xs_bytes), ("OFF_OUT", f * out_cap), ("OFF_PART", f * part_n), ("OFF_RS", f * B),
+               ("OFF_SSP", f * NW * B), ("OFF_BEST", f * 2 * B)]
+    if mma and ring:
+        regions.append(("OFF_RING", ring_bytes))
+    for key, nbytes in regions:
         off[key] = at
         at = _align(at + nbytes)
     gemv_end = at
@@ -184,7 +202,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,
         smem_needed=needed, num_workers=sched.num_workers, kernel_name=dialect.kernel_name,
         qk_norm=bool(d.get("qk_norm", 0)), qkv_bias=bool(d.get("qkv_bias", 0)), consts=tuple(consts.items()), B=B,
-        mma_gemv=mma, trace=bool(o.trace),
+        mma_gemv=mma, trace=bool(o.trace), ring=ring,
     )
 
 

@@ -119,6 +119,16 @@ __device__ __forceinline__ unsigned mk_pack_bf16x2(float lo, float hi) {
   unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
 __device__ __forceinline__ uint4 mk_ld_shared16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+// cp.async (sm_80+): 16 bytes global -> shared without registers, L2 only (.cg); zeros when !full
+__device__ __forceinline__ void mk_cp_async16(void* dst, const void* src, bool full) {
+  unsigned d;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void mk_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// wait until at most N of this thread's commit groups are still in flight
+template <int N>
+__device__ __forceinline__ void mk_cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 __device__ __forceinline__ void mk_st_shared8(void* p, unsigned a, unsigned b) { *reinterpret_cast<uint2*>(p) = make_uint2(a, b); }
 """
 
