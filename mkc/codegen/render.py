@@ -181,7 +181,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     gemv_end = at
     # attention layout (the same bytes, another task): q, probabilities, max/sum/rescale, partial outputs
     at = 0
-    for key, n in (("OFF_AQ", NREP * HD), ("OFF_AP", NREP * ATT_CH), ("OFF_AM", 3 * NREP),
+    for key, n in (("OFF_AQ", NREP * HD), ("OFF_AK", HD), ("OFF_AP", NREP * ATT_CH), ("OFF_AM", 3 * NREP),
                    ("OFF_ARED", (NT // (HD // 2)) * NREP * HD)):
         off[key] = at
         at = _align(at + f * n)

@@ -26,7 +26,8 @@ Violations: deadlock (no worker can move), a read of a cell that holds the senti
 written, a read of an activation written in another step (stale), a read or write not ordered
 after the last write of the cell, a write not ordered after the reads of the old value, and a
 cell written twice in one step. Caches start with the prompt at positions below ``prompt_len``;
-step s writes position ``prompt_len + s`` and reads ``[0, prompt_len + s]``.
+step s writes position ``prompt_len + s`` and reads ``[0, prompt_len + s]`` (``[0, prompt_len + s)`` for a
+read region ending at L - 1, ir.py).
 
 Resources (shared memory, residency, table sizes) have no dynamic behaviour here: they are judged
 by ``resource_problems``, the documented resource model written out on its own.
@@ -155,8 +156,9 @@ class Simulator:
         ranges = []
         for d, (lo, hi) in enumerate(box):
             if cache and d == SEQ:
+                # reads end relative to the worst case pos = L - 1: (0, L) is [0, pos], (0, L - 1) is [0, pos)
                 pos = self.p0 + step
-                lo, hi = (lo, min(hi, pos + 1)) if mode == "read" else (pos, pos + 1)
+                lo, hi = (lo, pos + 1 - (cuts[d][-1] - hi)) if mode == "read" else (pos, pos + 1)
             c = cuts[d]
             i0, i1 = bisect_right(c, lo) - 1, bisect_left(c, hi)
             ranges.append(range(max(i0, 0), i1) if lo < hi else range(0))

@@ -241,7 +241,11 @@ class _Analysis:
         def flat(b: Box) -> Box:
             return tuple((0, 1) if cache and d == CACHE_SEQ_DIM else iv for d, iv in enumerate(b))
 
-        return uncovered(flat(box), [flat(self.writes[buffer][i][1]) for i in idx.query(box)])
+        # a cache read of positions before pos (ir.py) needs those positions written in earlier steps,
+        # so writers anywhere along the sequence count
+        query = tuple((0, self.bufs[buffer].shape[d]) if cache and d == CACHE_SEQ_DIM else iv
+                      for d, iv in enumerate(box))
+        return uncovered(flat(box), [flat(self.writes[buffer][i][1]) for i in idx.query(query)])
 
 
 def _event_edges(a: _Analysis, ev_check: Check, nan_check: Check):

@@ -20,11 +20,14 @@ qkv         h0, h1, p0, p1         pairs [p0, p1) (of hd/2) of heads [h0, h1) of
                                    head: p0..p1 and hd/2+p0..hd/2+p1 (the RoPE pairs (i, i + hd/2));
                                    of a v head: 2*p0..2*p1. Whole heads are (p0, p1) = (0, hd/2);
                                    lowering slices only one head per task, into even pair counts.
-                                   y = rmsnorm(x_in) @ W_rows.T (+bias); q/k heads: per-head
-                                   q_norm/k_norm (Qwen3: whole heads only), then RoPE at ``pos``;
-                                   q rows -> q[l][:, rows]; k/v rows -> k_cache[l] / v_cache[l] at pos
+                                   y = rmsnorm(x_in) @ W_rows.T (+bias); q/k heads: RoPE at ``pos``;
+                                   q rows -> q[l][:, rows]; k/v rows -> k_cache[l] / v_cache[l] at pos.
+                                   With q/k norm (Qwen3) the norm needs whole heads, so qkv leaves q
+                                   and k raw: q rows -> q[l], k rows -> kr[l][:, rows]; attn norms them
 attn        b, g                   the n_rep query heads of kv head g for batch row b, causal over
-                                   cache positions [0, pos] -> attn[l][b, g*n_rep*hd : (g+1)*n_rep*hd]
+                                   cache positions [0, pos] -> attn[l][b, g*n_rep*hd : (g+1)*n_rep*hd].
+                                   With q/k norm: q = RoPE(q_norm(q[l])), the new key RoPE(k_norm(
+                                   kr[l][b, g])) -> k_cache[l][b, g] at pos (it reads [0, pos) there)
 oproj       r0, r1                 xa[l][:, r0:r1] = x_in[:, r0:r1] + attn[l] @ Wo[r0:r1].T
 gateup      r0, r1                 h[l][:, r0:r1] = silu(rmsnorm(xa[l]) @ Wg[r0:r1].T) * (.. @ Wu[r0:r1].T)
 down        r0, r1                 xm[l][:, r0:r1] = xa[l][:, r0:r1] + h[l] @ Wd[r0:r1].T
@@ -44,7 +47,9 @@ the const ``inv_freq`` (values in ``Buffer.data``) and weights under their Huggi
 
 Regions are boxes ``((lo, hi), ...)`` per dimension of the buffer, half-open. A cache region
 along the sequence dimension is written for the worst case ``pos = L - 1`` (the write at pos is
-inside every read of ``[0, pos]``, whatever pos is).
+inside every read of ``[0, pos]``, whatever pos is). A cache read's end is relative to that worst
+case: ``(0, L)`` reads positions ``[0, pos]`` and ``(0, L - 1)`` reads ``[0, pos)``.
+With q/k norm there is one more buffer per layer, ``kr.{l}`` (fp32 ``[B, nkv*hd]``: raw keys).
 """
 
 from __future__ import annotations

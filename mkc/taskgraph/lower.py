@@ -104,6 +104,8 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int) -> list[Buffer]
     for i in range(info.n_layers):
         for nm, n in (("q", nh * hd), ("attn", nh * hd), ("xa", H), ("h", I), ("xm", H)):
             bufs.append(Buffer(f"{nm}.{i}", (B, n), "f32", "act", polled=True))
+        if info.qk_norm:  # raw keys: attention norms and rotates them into the cache
+            bufs.append(Buffer(names.k_raw(i), (B, nkv * hd), "f32", "act", polled=True))
         for cname in (names.k_cache(i), names.v_cache(i)):
             bufs.append(Buffer(cname, (B, nkv, L, hd), tmap[cname].dtype, "cache", polled=True))
     # Nothing on the device reads the logits (argmax reads the partials), so they are not polled
@@ -180,8 +182,10 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
     for l in range(info.n_layers):
         x_in = names.x_in(l)
         kc, vc = names.k_cache(l), names.v_cache(l)
-        # RMSNorm + QKV + (q/k norm) + RoPE + KV append: whole heads, or a pair slice of one head.
-        for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, S, whole_rotary=bool(info.qk_norm)):
+        # RMSNorm + QKV + RoPE + KV append: whole heads, or a pair slice of one head. With q/k norm
+        # (a norm over the whole head) q and k leave raw and attention norms and rotates them.
+        qkn = bool(info.qk_norm)
+        for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, S):
             reads = [full(x_in, B, H), Region(W(l, "input_norm"), _box((0, H)))]
             writes = []
             for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
@@ -192,18 +196,19 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
                 reads += [rows(W(l, role), r0, r1, H) for r0, r1 in spans]
                 if info.qkv_bias:
                     reads += [Region(W(l, role + "_bias"), _box((r0, r1))) for r0, r1 in spans]
-                if info.qk_norm and role != "v":
-                    reads.append(Region(W(l, role + "_norm"), _box((0, hd))))
                 for r0, r1 in spans:
                     if role == "q":
                         writes.append(cols(f"q.{l}", r0, r1))
+                        continue
+                    if role == "k" and qkn:
+                        writes.append(cols(names.k_raw(l), r0, r1))
                         continue
                     # whole kv heads, or columns of one kv head, at pos
                     g0, g1 = r0 // hd, -(-r1 // hd)
                     d0, d1 = (0, hd) if r0 % hd == 0 and r1 % hd == 0 else (r0 - g0 * hd, r1 - g0 * hd)
                     cache = kc if role == "k" else vc
                     writes.append(Region(cache, _box((0, B), (g0, g1), (L - 1, L), (d0, d1))))
-            roped = min(h1, nh + nkv) - h0
+            roped = 0 if qkn else min(h1, nh + nkv) - h0
             if roped > 0:
                 reads.append(full("inv_freq", hd // 2))
             reads.append(full("pos", 1))
@@ -215,9 +220,21 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
             for g in range(nkv):
                 qbox = _box((b, b + 1), (g * n_rep * hd, (g + 1) * n_rep * hd))
                 cbox = _box((b, b + 1), (g, g + 1), (0, L), (0, hd))
-                reads = [Region(f"q.{l}", qbox), Region(kc, cbox), Region(vc, cbox), full("pos", 1)]
+                reads = [Region(f"q.{l}", qbox), Region(vc, cbox), full("pos", 1)]
+                writes = [Region(f"attn.{l}", qbox)]
                 flops = 4 * n_rep * context * hd + 5 * n_rep * context
-                add("attn", l, (b, g), reads, [Region(f"attn.{l}", qbox)], attn_smem(B, n_rep, hd), flops)
+                if qkn:
+                    # the cached keys before pos, and the new one from its raw projection
+                    if L > 1:
+                        reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, L - 1), (0, hd))))
+                    reads += [Region(names.k_raw(l), _box((b, b + 1), (g * hd, (g + 1) * hd))),
+                              Region(W(l, "q_norm"), _box((0, hd))), Region(W(l, "k_norm"), _box((0, hd))),
+                              full("inv_freq", hd // 2)]
+                    writes.append(Region(kc, _box((b, b + 1), (g, g + 1), (L - 1, L), (0, hd))))
+                    flops += 10 * (n_rep + 1) * hd
+                else:
+                    reads.append(Region(kc, cbox))
+                add("attn", l, (b, g), reads, writes, attn_smem(B, n_rep, hd), flops)
         # O-proj + residual.
         for r0, r1 in row_tiles(H, S):
             reads = [full(f"attn.{l}", B, QD), cols(x_in, r0, r1), rows(W(l, "o"), r0, r1, QD)]

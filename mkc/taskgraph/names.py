@@ -49,3 +49,8 @@ def k_cache(layer: int) -> str:
 
 def v_cache(layer: int) -> str:
     return f"v_cache.{layer}"
+
+
+def k_raw(layer: int) -> str:
+    """Raw (pre-norm, pre-RoPE) keys of a q/k-norm model's layer: attention norms them into the cache."""
+    return f"kr.{layer}"

@@ -175,7 +175,7 @@ class _Sim:
         d, l, B = self.d, t.layer, self.tg.batch
         H, hd, nh, nkv, eps = d["H"], d["hd"], d["nh"], d["nkv"], self.c["rms_eps"]
         h0, h1, p0, p1 = t.args
-        half, n = hd // 2, p1 - p0
+        half = hd // 2
         whole = (p0, p1) == (0, half)
         xn = _rmsnorm(self.read(t, names.x_in(l), (0, B), (0, H)),
                       self.read(t, names.layer_weight(l, "input_norm"), (0, H)), eps)
@@ -193,34 +193,49 @@ class _Sim:
                 y = xn @ w.T
                 if d["qkv_bias"]:
                     y = y + torch.cat([self.read(t, names.layer_weight(l, role + "_bias"), sp) for sp in spans])
-                if role != "v":
-                    if d["qk_norm"]:
-                        if not whole:
-                            raise SimulationError(f"{_desc(t)} slices a {role} head of a q/k-norm model")
-                        y = _rmsnorm(y, self.read(t, names.layer_weight(l, role + "_norm"), (0, hd)), eps)
-                    ang = float(self.pos) * self.read(t, "inv_freq", (p0, p1))
-                    cos, sin = ang.cos() * self.c["rope_scaling"], ang.sin() * self.c["rope_scaling"]
-                    x1, x2 = y[:, :n], y[:, n:]
-                    y = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+                if role != "v" and not d["qk_norm"]:  # with q/k norm, attention norms and rotates
+                    y = self._rope(t, y, p0, p1)
                 at = 0
                 for r0, r1 in spans:
                     part = y[:, at: at + r1 - r0]
                     at += r1 - r0
                     if role == "q":
                         self.write(t, f"q.{l}", ((0, B), (r0, r1)), part)
+                    elif role == "k" and d["qk_norm"]:
+                        self.write(t, names.k_raw(l), ((0, B), (r0, r1)), part)
                     else:
                         cache = names.k_cache(l) if role == "k" else names.v_cache(l)
                         c0, c1 = r0 - h * hd, r1 - h * hd
                         self.write(t, cache, ((0, B), (h, h + 1), (self.pos, self.pos + 1), (c0, c1)), part)
 
+    def _rope(self, t: Task, y: torch.Tensor, p0: int, p1: int) -> torch.Tensor:
+        """RoPE (rotate-half) at pos on rows [p0..p1) | [hd/2+p0..hd/2+p1) of y's last dimension."""
+        n = p1 - p0
+        ang = float(self.pos) * self.read(t, "inv_freq", (p0, p1))
+        cos, sin = ang.cos() * self.c["rope_scaling"], ang.sin() * self.c["rope_scaling"]
+        x1, x2 = y[..., :n], y[..., n:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
     def _attn(self, t: Task) -> None:
         d, l, b, g = self.d, t.layer, t.args[0], t.args[1]
-        hd, n_rep, T = d["hd"], d["n_rep"], self.pos + 1
+        hd, n_rep, T, eps = d["hd"], d["n_rep"], self.pos + 1, self.c["rms_eps"]
         cols = (g * n_rep * hd, (g + 1) * n_rep * hd)
         self.read(t, "pos", (0, 1))
         q = self.read(t, f"q.{l}", (b, b + 1), cols).reshape(n_rep, hd)
         cbox = ((b, b + 1), (g, g + 1), (0, T), (0, hd))
-        k = self.read(t, names.k_cache(l), *cbox).reshape(T, hd)
+        kc = names.k_cache(l)
+        if d["qk_norm"]:
+            # q and the new key arrive raw: norm over the head, RoPE, the key into the cache at pos
+            q = self._rope(t, _rmsnorm(q, self.read(t, names.layer_weight(l, "q_norm"), (0, hd)), eps), 0, hd // 2)
+            kn = _rmsnorm(self.read(t, names.k_raw(l), (b, b + 1), (g * hd, (g + 1) * hd)),
+                          self.read(t, names.layer_weight(l, "k_norm"), (0, hd)), eps)
+            kn = self._rope(t, kn, 0, hd // 2)
+            old = (self.read(t, kc, (b, b + 1), (g, g + 1), (0, T - 1), (0, hd)).reshape(T - 1, hd) if T > 1
+                   else self.data[kc].new_zeros((0, hd)))
+            self.write(t, kc, ((b, b + 1), (g, g + 1), (self.pos, self.pos + 1), (0, hd)), kn)
+            k = torch.cat([old.float(), kn.to(self.data[kc].dtype).float().reshape(1, hd)])
+        else:
+            k = self.read(t, kc, *cbox).reshape(T, hd)
         v = self.read(t, names.v_cache(l), *cbox).reshape(T, hd)
         p = torch.softmax((q @ k.T) * self.c["attn_scale"], dim=-1)
         self.write(t, f"attn.{l}", ((b, b + 1), cols), p @ v)
