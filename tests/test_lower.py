@@ -161,7 +161,7 @@ def test_qkv_tiles_of_real_models():
     # llama-3.2-1b (48 heads of 64 rows) on 132 SMs: slices of 16 pairs, 96 tasks of 32 rows
     assert len(qkv_tiles(32, 8, 64, 132)) == 96
     assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 64, 132)} == {16}
-    # qwen3-8b with q/k norm keeps whole heads; without it, 96 tasks of 64 rows
+    # whole_rotary keeps q/k heads whole (48 tasks); without it (lowering, q/k norm or not) 96 of 64 rows
     assert qkv_tiles(32, 8, 128, 132, whole_rotary=True) == [(h, h + 1, 0, 64) for h in range(48)]
     assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 128, 132)} == {32}
     # 304 CUs: slices of 6 pairs (12 rows) beat the 8-pair ones (16 rows): 288 tasks
@@ -186,6 +186,32 @@ def test_qkv_slices_write_exact_regions():
             assert w == [("v_cache.0", ((0, 1), (g, g + 1), (L - 1, L), (2 * p0, 2 * p1)))]
         weights = [r for r in t.reads if r.buffer.endswith("proj.weight")]
         assert sum(r.size() for r in weights) == 2 * (p1 - p0) * 2048
+
+
+def test_qk_norm_models_slice_heads_and_norm_keys_in_attention():
+    """Qwen3's q/k norm needs whole heads, so qkv leaves q and k raw (q.l, kr.l) and may slice them
+    like any other model; attention norms and rotates them and appends the key at pos, reading the
+    cached keys before pos only (no task reads its own write)."""
+    tg = lower(graph_of(QWEN3_8B, layers=1), get_target("h200"))
+    L = tg.max_seq_len
+    qkv = [t for t in tg.tasks if t.kind == "qkv"]
+    assert len(qkv) == 96 and {t.args[3] - t.args[2] for t in qkv} == {32}  # not 48 whole heads
+    assert not any(r.buffer.startswith("k_cache") for t in qkv for r in t.writes)
+    assert not any("norm.weight" in r.buffer and "layernorm" not in r.buffer for t in qkv for r in t.reads)
+    kr = {x.name: x for x in tg.buffers}["kr.0"]
+    assert kr.shape == (1, 8 * 128) and kr.polled and kr.role == "act"
+    for t in (t for t in tg.tasks if t.kind == "attn"):
+        b, g = t.args
+        reads = {(r.buffer, r.box) for r in t.reads}
+        assert ("k_cache.0", ((b, b + 1), (g, g + 1), (0, L - 1), (0, 128))) in reads
+        assert ("v_cache.0", ((b, b + 1), (g, g + 1), (0, L), (0, 128))) in reads
+        assert ("kr.0", ((b, b + 1), (g * 128, (g + 1) * 128))) in reads
+        assert {"model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight"} <= {
+            r.buffer for r in t.reads}
+        assert ("k_cache.0", ((b, b + 1), (g, g + 1), (L - 1, L), (0, 128))) in {(r.buffer, r.box) for r in t.writes}
+        # it waits for the qkv tasks of its raw keys and its v head, not on itself
+        producers = {p for e in t.waits for p in tg.tasks if e in p.signals}
+        assert t not in producers and all(p.kind == "qkv" for p in producers)
 
 
 def test_buffers_and_dims():
