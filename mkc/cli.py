@@ -47,6 +47,9 @@ def _add_compile(sub) -> None:
                    help="stop after this stage (default: codegen)")
     p.add_argument("--build", action="store_true", help="also compile the kernel source with nvcc/clang")
     p.add_argument("--out", default=None, help="build directory (default: build/<model>-<target>)")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="scale the cost model's per-kind task times by a calibration file "
+                        "(mkc run DIR --trace T.json writes T.calibration.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
@@ -55,7 +58,8 @@ def cmd_compile(a) -> int:
 
     out = a.out or f"build/{Path(str(a.model)).name}-{a.target}"
     opts = Options(target=a.target, batches=a.batch, max_seq_len=a.max_seq_len, sync=a.sync, method=a.method,
-                   time_limit=a.time_limit, stop_after=a.stop_after, compile_binary=a.build)
+                   time_limit=a.time_limit, stop_after=a.stop_after, compile_binary=a.build,
+                   calibration=a.calibration)
     if a.max_seq_len < 1:
         raise MkcError("--max-seq-len must be positive")
     path = compile_model(a.model, out, opts, StageLog(quiet=a.quiet))
@@ -70,7 +74,8 @@ def cmd_compile(a) -> int:
 def cmd_rerun(a) -> int:
     from mkc.pipeline import Options, StageLog, rerun
 
-    opts = Options(target=a.target or "h200", sync=a.sync, method=a.method, time_limit=a.time_limit)
+    opts = Options(target=a.target or "h200", sync=a.sync, method=a.method, time_limit=a.time_limit,
+                   calibration=a.calibration)
     path = rerun(a.dir, a.from_stage, opts, StageLog(quiet=a.quiet))
     print(f"re-ran {a.from_stage} onwards in {path}")
     return 0
@@ -168,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--sync", choices=("atomic", "nan"), default=None, help="sync mode (default: the build's)")
     rr.add_argument("--method", choices=("cpsat", "list", "round_robin"), default="cpsat")
     rr.add_argument("--time-limit", type=float, default=10.0)
+    rr.add_argument("--calibration", default=None, metavar="FILE", help="cost-model calibration file (as for compile)")
     rr.add_argument("-q", "--quiet", action="store_true")
     sub.add_parser("models", help="list the bundled models", description="List registry models with size and layers.")
     v = sub.add_parser("verify", help="statically verify a build's schedules, or run the mutation campaign",

@@ -41,6 +41,7 @@ class Options:
     time_limit: float = 10.0
     stop_after: str = "codegen"
     compile_binary: bool = False  # also run nvcc/clang on the emitted source
+    calibration: str | None = None  # cost-model calibration file (mkc run --trace writes one)
 
 
 @dataclass
@@ -80,6 +81,10 @@ def compile_model(model, out: str | Path, opts: Options, log: StageLog | None = 
         raise MkcError(f"unknown sync mode {sync!r}; choose atomic or nan")
     if opts.stop_after not in STAGES:
         raise MkcError(f"unknown stage {opts.stop_after!r}; stages: {', '.join(STAGES)}")
+    if opts.calibration:
+        from mkc.schedule.cost import load_calibration
+
+        load_calibration(opts.calibration)  # a bad file stops the build before the long stages
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
         raise MkcError(f"{out} exists and is not an mkc build directory; choose another --out")
@@ -147,13 +152,19 @@ def run_from_tasks(tg, bdir: Path, target: Target, sync: str, opts: Options, log
     if stop < STAGES.index("schedule"):
         return report
     from mkc.schedule import schedule
+    from mkc.schedule.cost import DEFAULT_COST, load_calibration
 
+    cost = load_calibration(opts.calibration) if opts.calibration else DEFAULT_COST
+    if opts.calibration:
+        log(f"cost model calibrated by {opts.calibration}: " + ", ".join(f"{k} x{v:g}" for k, v in cost.kind_scale.items()))
     sched = _timed(
-        log, "schedule", schedule, tg, target, sync=sync, method=opts.method, time_limit=opts.time_limit, progress=log
+        log, "schedule", schedule, tg, target, sync=sync, method=opts.method, time_limit=opts.time_limit, progress=log,
+        cost=cost,
     )
     sched.check(len(tg.tasks))
     sched.save(bdir / "schedule.json")
     report["schedule"] = schedule_summary(sched)
+    report["schedule"]["kind_scale"] = dict(cost.kind_scale)
     log(
         f"makespan {sched.makespan:.1f} us, lower bound {sched.lower_bound:.1f} us "
         f"(gap {100 * (sched.makespan / sched.lower_bound - 1):.1f} %), method {sched.method}"

@@ -48,13 +48,21 @@ def run_cli(a) -> int:
         print(f"{bdir.name}: batch {B}, {steps} steps in one launch, {1e3 * dt / steps:.3f} ms/step")
         print(f"  tokens (row 0): {out[0].tolist()}")
         if trace:
-            from mkc.trace import format_summary, write_trace
+            from mkc.trace import calibration, format_summary, write_trace
 
             path = Path(trace)
             if len(bdirs) > 1:
                 path = path.with_name(f"{path.stem}-{bdir.name}{path.suffix}")
-            summary = write_trace(mk.tg, mk.sched, mk.trace(), path)
+            measured = mk.trace()
+            summary = write_trace(mk.tg, mk.sched, measured, path)
             print(f"  trace of the first {summary['steps']} step(s): {summary['trace']} (ui.perfetto.dev), "
                   f"{summary['png']}")
             print("  " + format_summary(summary).replace("\n", "\n  "))
+            # measured task times back into the cost model: a calibration file for the next compile
+            report = json.loads((bdir / "report.json").read_text()) if (bdir / "report.json").exists() else {}
+            base = report.get("schedule", {}).get("kind_scale") or {}
+            cal_path = path.with_name(f"{path.stem}.calibration.json")
+            cal_path.write_text(json.dumps(calibration(mk.tg, mk.sched, measured, base), indent=1) + "\n")
+            print(f"  calibration of the cost model: {cal_path} "
+                  f"(mkc compile {model} --batch {B} --calibration {cal_path})")
     return 0

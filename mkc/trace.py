@@ -59,6 +59,26 @@ def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None)
                 per_kind=per_kind, slowest=slowest, missing_tasks=missing)
 
 
+def calibration(tg: TaskGraph, sched: Schedule, measured, base_scale: dict[str, float] | None = None,
+                step: int | None = None) -> dict:
+    """The cost model's per-kind factors that would have predicted ``measured``: for each kind of
+    ``CALIBRATED_KINDS``, the factor the schedule was made with (``base_scale``) times measured over
+    predicted busy time (start to end, waits excluded) in ``step`` (default: the last recorded one,
+    past the cold first step). ``mkc compile --calibration FILE`` schedules with them."""
+    from mkc.schedule.cost import CALIBRATED_KINDS
+
+    s = summarize(tg, sched, measured, step)
+    base = dict(base_scale or {})
+    scale = dict(base)
+    for kind, v in s["per_kind"].items():
+        if kind in CALIBRATED_KINDS and v["predicted_us"] > 0 and np.isfinite(v["ratio"]) and v["measured_us"] > 0:
+            scale[kind] = round(base.get(kind, 1.0) * v["ratio"], 4)
+    return {"kind_scale": scale,
+            "source": {"model": tg.model, "target": sched.target, "batch": sched.batch, "step": s["step"],
+                       "measured_step_us": s["step_us"][s["step"]], "predicted_makespan_us": sched.makespan,
+                       "base_scale": base}}
+
+
 def format_summary(s: dict) -> str:
     steps = ", ".join(f"{x:.1f}" for x in s["step_us"])
     k = s["step"]

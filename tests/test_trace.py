@@ -124,3 +124,74 @@ def test_write_trace_one_step_and_missing_tasks(tmp_path):
     assert summarize(tg, sched, (ws, st, en))["missing_tasks"] == 1
     with pytest.raises(ValueError):
         summarize(tg, sched, (ws[:-1], st[:-1], en[:-1]))
+
+
+def test_measured_times_calibrate_the_cost_model(tmp_path):
+    """A trace where gate/up tasks took 3x their prediction (the rest 1.1x) gives a calibration
+    file; scheduling with it predicts those times, and a second round composes with the first."""
+    from mkc.schedule import schedule
+    from mkc.schedule.cost import durations, load_calibration
+    from mkc.targets.spec import get_target
+    from mkc.trace import calibration
+
+    tg = taskgraph("tiny-llama", 1, 64)
+    sched = schedule(tg, "h200", sync="atomic", method="list")
+    ws, st, en = _synthetic(tg, sched)
+    gateup = [t.id for t in tg.tasks if t.kind == "gateup"]
+    pred = np.asarray(sched.end) - np.asarray(sched.start)
+    en[:, gateup] = st[:, gateup] + 3.0 * pred[gateup]
+    cal = calibration(tg, sched, (ws, st, en))
+    scale = cal["kind_scale"]
+    assert "attn" not in scale  # position-dependent: not calibrated from a short trace
+    assert abs(scale["gateup"] - 3.0) < 1e-3 and all(1.1 < v < 1.2 for k, v in scale.items() if k != "gateup")
+    assert cal["source"]["batch"] == 1 and cal["source"]["measured_step_us"] > 0
+    path = tmp_path / "t.calibration.json"
+    path.write_text(json.dumps(cal))
+    cost = load_calibration(path)
+    target = get_target("h200")
+    base, scaled = durations(tg, target), durations(tg, target, cost)
+    assert all(abs(scaled[i] - 3.0 * base[i]) < 1e-6 for i in gateup)
+    recal = schedule(tg, "h200", sync="atomic", method="list", cost=cost)
+    assert recal.makespan > sched.makespan
+    # measured exactly as the calibrated schedule predicts: the factors stay put
+    again = calibration(tg, recal, (np.asarray([recal.start]), np.asarray([recal.start]), np.asarray([recal.end])),
+                        base_scale=scale)
+    assert all(abs(again["kind_scale"][k] - v) < 1e-3 for k, v in scale.items())
+
+
+@pytest.mark.parametrize("content,why", [
+    ("not json", "cannot read"),
+    ('{"scale": {}}', "kind_scale"),
+    ('{"kind_scale": {"conv": 2.0}}', "bad kind_scale"),
+    ('{"kind_scale": {"qkv": -1}}', "bad kind_scale"),
+])
+def test_bad_calibration_files_are_refused(tmp_path, content, why):
+    from mkc.errors import MkcError
+    from mkc.schedule.cost import load_calibration
+
+    path = tmp_path / "c.json"
+    path.write_text(content)
+    with pytest.raises(MkcError, match=why):
+        load_calibration(path)
+
+
+def test_compile_with_a_calibration_file(tmp_path, capsys):
+    """mkc compile --calibration: the schedule uses it and the report says so; a bad file stops the
+    build with exit code 2 before capture, leaving no directory."""
+    from mkc.cli import main
+
+    cal = tmp_path / "c.json"
+    cal.write_text(json.dumps({"kind_scale": {"gateup": 2.0, "down": 1.5}}))
+    out = tmp_path / "b"
+    assert main(["compile", "tiny-llama", "--max-seq-len", "64", "--method", "list", "--calibration", str(cal),
+                 "--out", str(out), "-q"]) == 0
+    rep = json.loads((out / "b1" / "report.json").read_text())
+    assert rep["schedule"]["kind_scale"] == {"gateup": 2.0, "down": 1.5}
+    plain = tmp_path / "p"
+    assert main(["compile", "tiny-llama", "--max-seq-len", "64", "--method", "list", "--out", str(plain), "-q"]) == 0
+    prep = json.loads((plain / "b1" / "report.json").read_text())
+    assert prep["schedule"]["kind_scale"] == {} and rep["schedule"]["makespan_us"] > prep["schedule"]["makespan_us"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind_scale": {"gateup": "fast"}}')
+    assert main(["compile", "tiny-llama", "--calibration", str(bad), "--out", str(tmp_path / "x"), "-q"]) == 2
+    assert "bad kind_scale" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -16,7 +16,9 @@ Every constant lives here so a calibration run changes one file.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mkc.targets.smem import GEMV_KINDS, smem_plan
 from mkc.targets.spec import Target
@@ -68,6 +70,31 @@ class CostModel:
 
 
 DEFAULT_COST = CostModel()
+
+# Kinds a device trace calibrates. Attention is left out: its time grows with the position, and a
+# trace's first steps sit at short positions, while lowering costs it at the worst case.
+CALIBRATED_KINDS = ("embed", "qkv", "oproj", "gateup", "down", "lmhead", "argmax")
+
+
+def load_calibration(path: str | Path) -> CostModel:
+    """The cost model with ``kind_scale`` from a calibration file (``mkc run DIR --trace T.json``
+    writes ``T.calibration.json``): ``{"kind_scale": {kind: factor, ...}, ...}``."""
+    from mkc.errors import MkcError
+    from mkc.taskgraph.ir import TASK_KINDS
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise MkcError(f"cannot read the calibration file {path}: {e}") from None
+    scale = data.get("kind_scale") if isinstance(data, dict) else None
+    if not isinstance(scale, dict):
+        raise MkcError(f"{path} is not a calibration file: it has no \"kind_scale\" object of task kind -> factor")
+    bad = {k: v for k, v in scale.items()
+           if k not in TASK_KINDS or isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e3}
+    if bad:
+        raise MkcError(f"{path}: bad kind_scale entries {bad}: kinds are {', '.join(TASK_KINDS)}, factors positive")
+    return CostModel(kind_scale={k: float(v) for k, v in scale.items()})
 
 
 def durations(tg: TaskGraph, target: Target, cost: CostModel | None = None) -> list[float]:
