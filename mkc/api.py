@@ -24,6 +24,7 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
     out: str | Path | None = None,
     method: str = "cpsat",
     time_limit: float = 10.0,
+    calibration: str | Path | None = None,
     verbose: bool = False,
     device=None,
 ):
@@ -33,6 +34,7 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
     ``weights`` (HF state-dict names -> tensors) default to the model's own: seeded random for
     registry names, safetensors for a directory, the state dict of a model object. The build
     directory (default: under ``$MKC_CACHE_DIR`` or ``~/.cache/mkc``) keeps every intermediate.
+    ``calibration``: a cost-model calibration file (``mkc run DIR --trace T.json`` writes one).
     """
     import torch
 
@@ -41,9 +43,10 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
 
     entry = resolve(model)
     opts = Options(target=target, batches=(int(batch_size),), max_seq_len=max_seq_len, sync=sync,
-                   method=method, time_limit=time_limit)
+                   method=method, time_limit=time_limit, calibration=str(calibration) if calibration else None)
     if out is None:
-        key = f"{entry.name}|{target}|{batch_size}|{sync}|{max_seq_len}|{method}|{time_limit}"
+        cal = hashlib.sha1(Path(calibration).read_bytes()).hexdigest()[:10] if calibration and Path(calibration).is_file() else ""
+        key = f"{entry.name}|{target}|{batch_size}|{sync}|{max_seq_len}|{method}|{time_limit}|{cal}"
         out = cache_dir() / "builds" / f"{Path(entry.name).name}-{target}-b{batch_size}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     bdir = Path(out)
     if not (bdir / f"b{batch_size}" / "schedule.json").exists() or isinstance(model, torch.nn.Module):
