@@ -109,7 +109,8 @@ def test_h200_tiles():
         per.setdefault((t.layer, t.kind), []).append(t)
     # 48 heads of 64 rows, each in two slices of 16 RoPE pairs (32 rows): 96 tasks on 132 SMs
     assert [t.args for t in per[(0, "qkv")]] == [(h, h + 1, p, p + 16) for h in range(48) for p in (0, 16)]
-    assert len(per[(0, "attn")]) == 8
+    # attention: 8 kv heads x 4 splits of the 256-position cache (132 // 8 = 16 would fit; 256 / 64 = 4)
+    assert tg.dim("attn_split") == 4 and [t.args for t in per[(0, "attn")]] == [(0, g, s) for g in range(8) for s in range(4)]
     for kind, n in (("oproj", 2048), ("gateup", 8192), ("down", 2048)):
         tiles = [t.args for t in per[(0, kind)]]
         assert len(tiles) == 128 and tiles[-1][1] == n
@@ -120,7 +121,8 @@ def test_h200_tiles():
     assert head_tiles(48, 132) == [(i, i + 1) for i in range(48)]
     # fan-in events poll one coalesced box
     ev = {e.name: e for e in tg.events}
-    assert [(r.buffer, r.box) for r in ev["l1.attn[*]>oproj"].regions] == [("attn.1", ((0, 1), (0, 2048)))]
+    assert sorted((r.buffer, r.box) for r in ev["l1.attn[*]>oproj"].regions) == [
+        ("alse.1", ((0, 1), (0, 4), (0, 32))), ("ao.1", ((0, 1), (0, 4), (0, 2048)))]
     assert [(r.buffer, r.box) for r in ev["l0.down[*]>qkv"].regions] == [("xm.0", ((0, 1), (0, 2048)))]
     assert sorted(r.buffer for r in ev["lmhead[*]>argmax"].regions) == ["amax_idx", "amax_part"]
 
@@ -200,18 +202,21 @@ def test_qk_norm_models_slice_heads_and_norm_keys_in_attention():
     assert not any("norm.weight" in r.buffer and "layernorm" not in r.buffer for t in qkv for r in t.reads)
     kr = {x.name: x for x in tg.buffers}["kr.0"]
     assert kr.shape == (1, 8 * 128) and kr.polled and kr.role == "act"
+    S = tg.dim("attn_split")
     for t in (t for t in tg.tasks if t.kind == "attn"):
-        b, g = t.args
+        b, g, s = t.args
+        last = s == S - 1  # the split that reaches pos appends the new key
         reads = {(r.buffer, r.box) for r in t.reads}
         assert ("k_cache.0", ((b, b + 1), (g, g + 1), (0, L - 1), (0, 128))) in reads
-        assert ("v_cache.0", ((b, b + 1), (g, g + 1), (0, L), (0, 128))) in reads
-        assert ("kr.0", ((b, b + 1), (g * 128, (g + 1) * 128))) in reads
-        assert {"model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight"} <= {
-            r.buffer for r in t.reads}
-        assert ("k_cache.0", ((b, b + 1), (g, g + 1), (L - 1, L), (0, 128))) in {(r.buffer, r.box) for r in t.writes}
-        # it waits for the qkv tasks of its raw keys and its v head, not on itself
+        assert ("v_cache.0", ((b, b + 1), (g, g + 1), (0, L if last else L - 1), (0, 128))) in reads
+        assert (("kr.0", ((b, b + 1), (g * 128, (g + 1) * 128))) in reads) == last
+        assert ("model.layers.0.self_attn.k_norm.weight" in {r.buffer for r in t.reads}) == last
+        assert "model.layers.0.self_attn.q_norm.weight" in {r.buffer for r in t.reads}
+        assert (("k_cache.0", ((b, b + 1), (g, g + 1), (L - 1, L), (0, 128))) in {
+            (r.buffer, r.box) for r in t.writes}) == last
+        # it waits for the qkv tasks of its q (and, last, raw k and v) heads, not on itself
         producers = {p for e in t.waits for p in tg.tasks if e in p.signals}
-        assert t not in producers and all(p.kind == "qkv" for p in producers)
+        assert t not in producers and producers and all(p.kind == "qkv" for p in producers)
 
 
 def test_buffers_and_dims():
@@ -259,11 +264,14 @@ def test_attention_waits_only_for_its_heads():
     for t in tg.tasks:
         if t.kind != "attn":
             continue
-        g = t.args[1]
-        heads = set(range(g * n_rep, (g + 1) * n_rep)) | {nh + g, nh + nkv + g}
+        g, s = t.args[1], t.args[2]
+        # every split waits for its q heads; only the last (which reaches pos) for this step's k and v
+        heads = set(range(g * n_rep, (g + 1) * n_rep))
+        if s == tg.dim("attn_split") - 1:
+            heads |= {nh + g, nh + nkv + g}
         want = {q.id for q in tg.tasks if q.kind == "qkv" and q.layer == t.layer and set(range(*q.args[:2])) & heads}
-        assert deps[t.id] == want and len(want) == 2 * (n_rep + 2)  # two slices per head
-        assert len(t.waits) == 1
+        assert deps[t.id] == want and len(want) == 2 * len(heads)  # two slices per head
+        assert len(t.waits) == (2 if s == tg.dim("attn_split") - 1 else 1)
 
 
 def test_fine_grained_mlp_and_residual_edges():
@@ -338,8 +346,8 @@ def test_bytes_count_each_weight_once_and_cache_at_context():
         short = lower(g, get_target("h200"), context=100)
         a_long = next(t for t in tg.tasks if t.kind == "attn")
         a_short = next(t for t in short.tasks if t.kind == "attn")
-        hd = info.head_dim
-        assert a_long.bytes - a_short.bytes == 2 * 2 * (1024 - 100) * hd
+        hd, S = info.head_dim, tg.dim("attn_split")  # each split reads its share of the context
+        assert a_long.bytes - a_short.bytes == 2 * 2 * (-(-1024 // S) - -(-100 // S)) * hd
         assert short.dim("context") == 100 and tg.dim("context") == 1024
 
 
@@ -348,10 +356,11 @@ def test_summary():
     s = summary(tg)
     json.dumps(s)
     assert s["tasks"] == len(tg.tasks) and s["events"] == len(tg.events)
-    assert s["tasks_per_kind"]["attn"] == 3 * 2 * 8
+    assert tg.dim("attn_split") == 4 and s["tasks_per_kind"]["attn"] == 3 * 2 * 8 * 4
     assert s["critical_path_tasks"] == 5 * 3 + 3  # embed, 5 per layer, lmhead, argmax
     assert s["critical_path_bytes"] < s["bytes"]
-    assert s["events_per_edge"]["qkv>attn"] == 3 * 8
+    # per layer and kv group: its q heads (every split waits) and its k/v heads (the last splits wait)
+    assert s["events_per_edge"]["qkv>attn"] == 3 * 8 * 2
     assert s["max_smem"] <= get_target("h200").smem_per_block
 
 
@@ -370,7 +379,10 @@ def test_every_batch_lowers_on_every_target(target, one_layer_graphs):
         tg = lower(graph, tgt)
         bufs = {b.name: b for b in tg.buffers}
         assert max(t.smem for t in tg.tasks) <= tgt.smem_per_block
-        assert sum(t.kind == "attn" for t in tg.tasks) == batch * LLAMA_1B.n_kv_heads
+        S = tg.dim("attn_split")
+        per = tgt.sms // (batch * 8)
+        assert S == (1 if per < 4 else min(8, per, 512 // 64))
+        assert sum(t.kind == "attn" for t in tg.tasks) == batch * LLAMA_1B.n_kv_heads * S
         assert max(sum(t.kind == k for t in tg.tasks) for k in ("oproj", "gateup", "down", "lmhead")) <= tgt.sms
         written: dict[str, int] = {}
         for t in tg.tasks:

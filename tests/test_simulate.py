@@ -180,3 +180,27 @@ def test_realistic_tiling_matches_reference():
         assert torch.equal(out["next_ids"], next_ids)
         for name, ref in ref_caches.items():
             close(caches[name], ref, f"step {s} {name}")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("batch,pos0", [(1, 0), (1, 300), (3, 4), (8, 9)])
+def test_split_attention_matches_reference(family, batch, pos0):
+    """A long cache splits attention over the sequence (partial softmaxes combined by o-proj), also
+    when fewer positions than splits leave some splits empty (pos0 0 and 4)."""
+    info = tiny(family, qk_norm=family == "qwen3")
+    graph = build_graph(info, batch, 512, rope_inv_freq(16, 1e6))
+    tg = lower(graph, get_target("h200"))
+    S = tg.dim("attn_split")
+    assert S == 8 and sum(1 for t in tg.tasks if t.kind == "attn") == 2 * batch * 2 * S
+    weights = weights_for(graph, 5)
+    g = torch.Generator().manual_seed(6)
+    caches0 = {t.name: torch.randn(t.shape, generator=g) for t in graph.tensors if t.role == "cache"}
+    ids = torch.arange(batch) * 5 % info.vocab
+    for seed in range(3):
+        caches = {k: v.clone() for k, v in caches0.items()}
+        for s, (ids_s, logits, next_ids, ref_caches) in enumerate(reference_steps(graph, weights, caches0, ids, pos0)):
+            out = simulate.run_step(tg, weights, caches, ids_s, pos0 + s, seed=100 * seed + s)
+            close(out["logits"], logits, f"{family} b{batch} pos {pos0 + s} logits")
+            assert torch.equal(out["next_ids"], next_ids)
+            for name, ref in ref_caches.items():
+                close(caches[name], ref, f"{family} b{batch} pos {pos0 + s} {name}")

@@ -106,6 +106,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     B, H, I, NH, NKV, HD = d["B"], d["H"], d["I"], d["nh"], d["nkv"], d["hd"]
     V, L, NL, NTILES = d["V"], d["L"], d["n_layers"], d["n_lm_tiles"]
     NREP = NH // NKV
+    ATT_SPLIT = d.get("attn_split", 1)  # attention tasks per (batch row, kv head): splits of the sequence
     NT = sched.plan.threads
     dialect = dialect_for(target)
     WARP = dialect.warp_size
@@ -157,7 +158,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         k_max = max(H, I, NH * HD)
 
         def k_chunk(ring: int) -> int:
-            rest = f * (out_cap + NW * 16 * B + B + NW * B + 2 * B) + ring * 2 * U * 16 * NT + 7 * 16 + 16
+            rest = (f * (out_cap + NW * 16 * B + B + NW * B + 2 * B + B * ATT_SPLIT * NH) + ring * 2 * U * 16 * NT
+                    + 8 * 16 + 16)
             per_row = (target.smem_per_block - rest) // (2 * B) - 32
             return min(_align(k_max, 256), per_row // 256 * 256 or per_row // 64 * 64)
 
@@ -172,8 +174,9 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         xs_bytes, part_n = 2 * B * (KCB + 32), NW * 16 * B
     else:
         xs_bytes, part_n = f * B * KC, NW * G * B
+    # o-proj combining the attention splits: one weight per (batch row, split, head)
     regions = [("OFF_XS", xs_bytes), ("OFF_OUT", f * out_cap), ("OFF_PART", f * part_n), ("OFF_RS", f * B),
-               ("OFF_SSP", f * NW * B), ("OFF_BEST", f * 2 * B)]
+               ("OFF_SSP", f * NW * B), ("OFF_BEST", f * 2 * B), ("OFF_AW", f * B * ATT_SPLIT * NH)]
     if mma and ring:
         regions.append(("OFF_RING", ring_bytes))
     for key, nbytes in regions:
@@ -197,7 +200,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, **mma_consts,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,

@@ -33,11 +33,12 @@ CANON_NAN = 0x7FC00000
 GLOBAL_SLOTS = ("embed", "final_norm", "lm_head", "inv_freq", "x0", "logits", "amax_part", "amax_idx",
                 "next_ids", "ids", "tokens")
 LAYER_ROLES = ("in_norm", "wq", "wk", "wv", "bq", "bk", "bv", "qnorm", "knorm", "wo", "post_norm", "wg", "wu",
-               "wd", "q", "attn", "xa", "h", "xm", "kc", "vc", "kr")
+               "wd", "q", "attn", "xa", "h", "xm", "kc", "vc", "kr", "ao", "alse")
 _WEIGHT_ROLE = {"input_norm": "in_norm", "q": "wq", "k": "wk", "v": "wv", "q_bias": "bq", "k_bias": "bk",
                 "v_bias": "bv", "q_norm": "qnorm", "k_norm": "knorm", "o": "wo", "post_norm": "post_norm",
                 "gate": "wg", "up": "wu", "down": "wd"}
-_ACT_ROLE = {"q": "q", "attn": "attn", "xa": "xa", "h": "h", "xm": "xm", "k_cache": "kc", "v_cache": "vc", "kr": "kr"}
+_ACT_ROLE = {"q": "q", "attn": "attn", "xa": "xa", "h": "h", "xm": "xm", "k_cache": "kc", "v_cache": "vc", "kr": "kr",
+             "ao": "ao", "alse": "alse"}
 _GLOBAL_BUF = {"x0": "x0", "logits": "logits", "amax_part": "amax_part", "amax_idx": "amax_idx",
                "next_ids": "next_ids", "ids": "ids", "inv_freq": "inv_freq", names.EMBED: "embed",
                names.FINAL_NORM: "final_norm", names.LM_HEAD: "lm_head"}
@@ -140,7 +141,13 @@ def region_desc(region: Region, shape: tuple[int, ...], dtype: str, role: str, p
         if c0 == 0 and c1 == n:
             return [slot, flags, r0 * n, (r1 - r0) * n, 1, 0, 1, 0]
         return [slot, flags, r0 * n + c0, c1 - c0, r1 - r0, n, 1, 0]
-    raise IRCheckError(f"polled activation {region.buffer} has {len(shape)} dimensions; 1 or 2 are supported")
+    if len(shape) == 3:  # [B, splits, N]: runs of columns, n1 splits, n2 batch rows
+        (r0, r1), (s0, s1), (c0, c1) = box
+        ns, n = shape[1], shape[2]
+        if c0 == 0 and c1 == n:
+            return [slot, flags, (r0 * ns + s0) * n, (s1 - s0) * n, r1 - r0, ns * n, 1, 0]
+        return [slot, flags, (r0 * ns + s0) * n + c0, c1 - c0, s1 - s0, n, r1 - r0, ns * n]
+    raise IRCheckError(f"polled activation {region.buffer} has {len(shape)} dimensions; 1 to 3 are supported")
 
 
 @dataclass(frozen=True)

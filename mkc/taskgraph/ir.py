@@ -24,11 +24,18 @@ qkv         h0, h1, p0, p1         pairs [p0, p1) (of hd/2) of heads [h0, h1) of
                                    q rows -> q[l][:, rows]; k/v rows -> k_cache[l] / v_cache[l] at pos.
                                    With q/k norm (Qwen3) the norm needs whole heads, so qkv leaves q
                                    and k raw: q rows -> q[l], k rows -> kr[l][:, rows]; attn norms them
-attn        b, g                   the n_rep query heads of kv head g for batch row b, causal over
-                                   cache positions [0, pos] -> attn[l][b, g*n_rep*hd : (g+1)*n_rep*hd].
-                                   With q/k norm: q = RoPE(q_norm(q[l])), the new key RoPE(k_norm(
-                                   kr[l][b, g])) -> k_cache[l][b, g] at pos (it reads [0, pos) there)
-oproj       r0, r1                 xa[l][:, r0:r1] = x_in[:, r0:r1] + attn[l] @ Wo[r0:r1].T
+attn        b, g, s                the n_rep query heads of kv head g for batch row b, causal over
+                                   split s of the cache positions [0, pos]: [s*T/S, (s+1)*T/S) with
+                                   T = pos + 1 and S = dims["attn_split"] (only the last split reaches
+                                   pos). S == 1: -> attn[l][b, g*n_rep*hd : (g+1)*n_rep*hd]; S > 1:
+                                   the split's softmax-normalised output -> ao[l][b, s, same columns]
+                                   and its log-sum-exp per head -> alse[l][b, s, g*n_rep : (g+1)*n_rep]
+                                   (0 and -inf for a split with no positions).
+                                   With q/k norm: q = RoPE(q_norm(q[l])); the last split also appends
+                                   the new key RoPE(k_norm(kr[l][b, g])) -> k_cache[l][b, g] at pos
+                                   (every split reads [0, pos) of the cache there)
+oproj       r0, r1                 xa[l][:, r0:r1] = x_in[:, r0:r1] + attn[l] @ Wo[r0:r1].T; with S > 1
+                                   attn[l][b, head] = sum_s softmax_s(alse[l][b, :, head]) ao[l][b, s, head]
 gateup      r0, r1                 h[l][:, r0:r1] = silu(rmsnorm(xa[l]) @ Wg[r0:r1].T) * (.. @ Wu[r0:r1].T)
 down        r0, r1                 xm[l][:, r0:r1] = xa[l][:, r0:r1] + h[l] @ Wd[r0:r1].T
 lmhead      r0, r1, t              logits[:, r0:r1] = rmsnorm_final(x_last) @ W_lm[r0:r1].T, and tile
@@ -49,7 +56,9 @@ Regions are boxes ``((lo, hi), ...)`` per dimension of the buffer, half-open. A 
 along the sequence dimension is written for the worst case ``pos = L - 1`` (the write at pos is
 inside every read of ``[0, pos]``, whatever pos is). A cache read's end is relative to that worst
 case: ``(0, L)`` reads positions ``[0, pos]`` and ``(0, L - 1)`` reads ``[0, pos)``.
-With q/k norm there is one more buffer per layer, ``kr.{l}`` (fp32 ``[B, nkv*hd]``: raw keys).
+With q/k norm there is one more buffer per layer, ``kr.{l}`` (fp32 ``[B, nkv*hd]``: raw keys); with
+attention split over the sequence (S > 1) ``attn.{l}`` is replaced by ``ao.{l}`` (``[B, S, nh*hd]``)
+and ``alse.{l}`` (``[B, S, nh]``).
 """
 
 from __future__ import annotations

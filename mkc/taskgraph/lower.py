@@ -24,7 +24,7 @@ from mkc.taskgraph import names
 from mkc.taskgraph.events import Draft, build_events
 from mkc.taskgraph.ir import Buffer, Region, Task, TaskGraph
 from mkc.taskgraph.pattern import ModelSpec, match_graph
-from mkc.taskgraph.tiling import embed_tiles, qkv_tiles, row_tiles
+from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_tiles, row_tiles
 
 ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i64": 8}
 SMALL_SMEM = 1024  # embed and argmax stage nothing but a few reduction slots
@@ -61,8 +61,9 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None) 
         raise ValueError(f"context {ctx} must be in 1..max_seq_len={graph.max_seq_len}")
     drafts, plan = make_tasks(graph, spec, target, ctx)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
-    buffers = make_buffers(graph, spec, n_lm_tiles)
-    cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx)
+    split = attn_splits(graph.batch, graph.model.n_kv_heads, graph.max_seq_len, target.sms)
+    buffers = make_buffers(graph, spec, n_lm_tiles, split)
+    cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
     events, waits, signals = build_events(drafts, {b.name: b for b in buffers})
     tasks = tuple(
         Task(i, d.kind, d.layer, d.args, tuple(d.reads), tuple(d.writes), waits[i], signals[i],
@@ -80,7 +81,7 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None) 
         hd=info.head_dim, V=info.vocab, L=graph.max_seq_len, n_layers=info.n_layers,
         n_rep=info.n_heads // info.n_kv_heads, n_lm_tiles=n_lm_tiles, qkv_bias=int(info.qkv_bias),
         qk_norm=int(info.qk_norm), tied=int(spec.tied), context=ctx, smem_kc=plan.kc,
-        smem_stages=plan.stages, smem_stage_bytes=plan.stage_bytes,
+        smem_stages=plan.stages, smem_stage_bytes=plan.stage_bytes, attn_split=split,
     )
     consts = (("rms_eps", spec.rms_eps), ("rope_scaling", spec.rope_scaling), ("attn_scale", spec.attn_scale))
     return TaskGraph(
@@ -89,7 +90,7 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None) 
     ).check()
 
 
-def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int) -> list[Buffer]:
+def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1) -> list[Buffer]:
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
     nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
@@ -103,6 +104,10 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int) -> list[Buffer]
     bufs.append(Buffer("x0", (B, H), "f32", "act", polled=True))
     for i in range(info.n_layers):
         for nm, n in (("q", nh * hd), ("attn", nh * hd), ("xa", H), ("h", I), ("xm", H)):
+            if nm == "attn" and split > 1:  # split attention: partial outputs and their log-sum-exp
+                bufs.append(Buffer(names.attn_out(i), (B, split, nh * hd), "f32", "act", polled=True))
+                bufs.append(Buffer(names.attn_lse(i), (B, split, nh), "f32", "act", polled=True))
+                continue
             bufs.append(Buffer(f"{nm}.{i}", (B, n), "f32", "act", polled=True))
         if info.qk_norm:  # raw keys: attention norms and rotates them into the cache
             bufs.append(Buffer(names.k_raw(i), (B, nkv * hd), "f32", "act", polled=True))
@@ -119,16 +124,17 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int) -> list[Buffer]
     return bufs
 
 
-def cost(drafts: list[Draft], bufs: dict[str, Buffer], batch: int, context: int) -> None:
-    """Bytes each task moves: its regions, except a cache read moves ``context`` positions and the
-    embedding gather reads ``batch`` rows of its columns, not the whole table."""
+def cost(drafts: list[Draft], bufs: dict[str, Buffer], batch: int, context: int, split: int = 1) -> None:
+    """Bytes each task moves: its regions, except a cache read moves ``context`` positions (over
+    ``split`` attention tasks) and the embedding gather reads ``batch`` rows of its columns, not the
+    whole table."""
     for d in drafts:
         total = 0
         for r in d.reads:
             buf = bufs[r.buffer]
             n = r.size()
             if buf.role == "cache":
-                n = n // (r.box[2][1] - r.box[2][0]) * context
+                n = n // (r.box[2][1] - r.box[2][0]) * -(-context // split)
             elif d.kind == "embed" and buf.role == "weight":
                 n = batch * (r.box[1][1] - r.box[1][0])
             total += n * ELEM_BYTES[buf.dtype]
@@ -155,7 +161,7 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
     nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
-    n_rep, QD, S = nh // nkv, nh * hd, target.sms
+    n_rep, QD, NS = nh // nkv, nh * hd, target.sms
     plan = smem_plan(target, B, max(H, I, QD))
     drafts: list[Draft] = []
     index: dict[tuple[int, str], int] = {}
@@ -174,7 +180,7 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
     def cols(buf, c0, c1):
         return Region(buf, _box((0, B), (c0, c1)))
 
-    for c0, c1 in embed_tiles(B, H, S, ELEM_BYTES[graph.tensor(names.EMBED).dtype]):
+    for c0, c1 in embed_tiles(B, H, NS, ELEM_BYTES[graph.tensor(names.EMBED).dtype]):
         add("embed", -1, (c0, c1), [full("ids", B), Region(names.EMBED, _box((0, V), (c0, c1)))],
             [cols("x0", c0, c1)], SMALL_SMEM, 0)
 
@@ -185,7 +191,7 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
         # RMSNorm + QKV + RoPE + KV append: whole heads, or a pair slice of one head. With q/k norm
         # (a norm over the whole head) q and k leave raw and attention norms and rotates them.
         qkn = bool(info.qk_norm)
-        for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, S):
+        for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, NS):
             reads = [full(x_in, B, H), Region(W(l, "input_norm"), _box((0, H)))]
             writes = []
             for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
@@ -215,39 +221,54 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
             n_rows = (h1 - h0) * 2 * (p1 - p0)
             flops = 2 * B * n_rows * H + 4 * B * H + 12 * B * max(roped, 0) * 2 * (p1 - p0)
             add("qkv", l, (h0, h1, p0, p1), reads, writes, plan.gemv_bytes(B, H), flops)
-        # Attention: the n_rep query heads of one kv head for one batch row.
+        # Attention: the n_rep query heads of one kv head for one batch row, over split s of the
+        # positions [0, pos]: [s T / S, (s + 1) T / S) with T = pos + 1. Only the last split
+        # reaches pos (so only it waits for this step's keys and values); with S > 1 each split
+        # writes its normalised output and log-sum-exp, and o-proj combines them.
+        S = attn_splits(B, nkv, L, NS)
         for b in range(B):
             for g in range(nkv):
-                qbox = _box((b, b + 1), (g * n_rep * hd, (g + 1) * n_rep * hd))
-                cbox = _box((b, b + 1), (g, g + 1), (0, L), (0, hd))
-                reads = [Region(f"q.{l}", qbox), Region(vc, cbox), full("pos", 1)]
-                writes = [Region(f"attn.{l}", qbox)]
-                flops = 4 * n_rep * context * hd + 5 * n_rep * context
-                if qkn:
-                    # the cached keys before pos, and the new one from its raw projection
-                    if L > 1:
-                        reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, L - 1), (0, hd))))
-                    reads += [Region(names.k_raw(l), _box((b, b + 1), (g * hd, (g + 1) * hd))),
-                              Region(W(l, "q_norm"), _box((0, hd))), Region(W(l, "k_norm"), _box((0, hd))),
-                              full("inv_freq", hd // 2)]
-                    writes.append(Region(kc, _box((b, b + 1), (g, g + 1), (L - 1, L), (0, hd))))
-                    flops += 10 * (n_rep + 1) * hd
-                else:
-                    reads.append(Region(kc, cbox))
-                add("attn", l, (b, g), reads, writes, attn_smem(B, n_rep, hd), flops)
-        # O-proj + residual.
-        for r0, r1 in row_tiles(H, S):
-            reads = [full(f"attn.{l}", B, QD), cols(x_in, r0, r1), rows(W(l, "o"), r0, r1, QD)]
+                for s in range(S):
+                    last = s == S - 1
+                    qbox = _box((b, b + 1), (g * n_rep * hd, (g + 1) * n_rep * hd))
+                    reads = [Region(f"q.{l}", qbox), full("pos", 1)]
+                    if S == 1:
+                        writes = [Region(f"attn.{l}", qbox)]
+                    else:
+                        writes = [Region(names.attn_out(l), _box((b, b + 1), (s, s + 1), qbox[1])),
+                                  Region(names.attn_lse(l), _box((b, b + 1), (s, s + 1), (g * n_rep, (g + 1) * n_rep)))]
+                    kv_end = L if last else L - 1  # cache reads end relative to pos (ir.py)
+                    if kv_end > 0:
+                        reads.append(Region(vc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
+                    flops = (4 * n_rep * context * hd + 5 * n_rep * context) // S
+                    if qkn:
+                        # the cached keys before pos; the last split also the new one, from its raw projection
+                        if L > 1:
+                            reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, L - 1), (0, hd))))
+                        reads += [Region(W(l, "q_norm"), _box((0, hd))), full("inv_freq", hd // 2)]
+                        if last:
+                            reads += [Region(names.k_raw(l), _box((b, b + 1), (g * hd, (g + 1) * hd))),
+                                      Region(W(l, "k_norm"), _box((0, hd)))]
+                            writes.append(Region(kc, _box((b, b + 1), (g, g + 1), (L - 1, L), (0, hd))))
+                        flops += 10 * (n_rep + 1) * hd
+                    elif kv_end > 0:
+                        reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
+                    add("attn", l, (b, g, s), reads, writes, attn_smem(B, n_rep, hd), flops)
+        # O-proj + residual (combining the attention splits while it stages its input).
+        attn_in = ([full(f"attn.{l}", B, QD)] if S == 1 else
+                   [full(names.attn_out(l), B, S, QD), full(names.attn_lse(l), B, S, nh)])
+        for r0, r1 in row_tiles(H, NS):
+            reads = attn_in + [cols(x_in, r0, r1), rows(W(l, "o"), r0, r1, QD)]
             add("oproj", l, (r0, r1), reads, [cols(f"xa.{l}", r0, r1)], plan.gemv_bytes(B, QD),
                 2 * B * (r1 - r0) * QD + B * (r1 - r0))
         # RMSNorm + gate/up + SiLU * up.
-        for r0, r1 in row_tiles(I, S):
+        for r0, r1 in row_tiles(I, NS):
             reads = [full(f"xa.{l}", B, H), Region(W(l, "post_norm"), _box((0, H))),
                      rows(W(l, "gate"), r0, r1, H), rows(W(l, "up"), r0, r1, H)]
             add("gateup", l, (r0, r1), reads, [cols(f"h.{l}", r0, r1)], plan.gemv_bytes(B, H),
                 4 * B * (r1 - r0) * H + 4 * B * H + 6 * B * (r1 - r0))
         # Down-proj + residual.
-        for r0, r1 in row_tiles(H, S):
+        for r0, r1 in row_tiles(H, NS):
             reads = [full(f"h.{l}", B, I), cols(f"xa.{l}", r0, r1), rows(W(l, "down"), r0, r1, I)]
             add("down", l, (r0, r1), reads, [cols(f"xm.{l}", r0, r1)], plan.gemv_bytes(B, I),
                 2 * B * (r1 - r0) * I + B * (r1 - r0))
@@ -255,7 +276,7 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
     # Final RMSNorm + LM head + per-tile (max, argmax) partials; then one argmax task.
     x_last = names.x_in(info.n_layers)
     w_lm = names.lm_head_weight(spec.tied)
-    lm_tiles = row_tiles(V, S)
+    lm_tiles = row_tiles(V, NS)
     T = len(lm_tiles)
     for t, (r0, r1) in enumerate(lm_tiles):
         reads = [full(x_last, B, H), Region(names.FINAL_NORM, _box((0, H))), rows(w_lm, r0, r1, H)]

@@ -54,3 +54,13 @@ def v_cache(layer: int) -> str:
 def k_raw(layer: int) -> str:
     """Raw (pre-norm, pre-RoPE) keys of a q/k-norm model's layer: attention norms them into the cache."""
     return f"kr.{layer}"
+
+
+def attn_out(layer: int) -> str:
+    """Per-split attention outputs [B, S, nh*hd] (each normalised by its own softmax sum)."""
+    return f"ao.{layer}"
+
+
+def attn_lse(layer: int) -> str:
+    """Per-split log-sum-exp of the scores [B, S, nh] (-inf for a split with no positions)."""
+    return f"alse.{layer}"

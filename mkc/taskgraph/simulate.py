@@ -217,34 +217,56 @@ class _Sim:
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
     def _attn(self, t: Task) -> None:
-        d, l, b, g = self.d, t.layer, t.args[0], t.args[1]
+        d, l, (b, g, s) = self.d, t.layer, t.args
         hd, n_rep, T, eps = d["hd"], d["n_rep"], self.pos + 1, self.c["rms_eps"]
+        S = d.get("attn_split", 1)
+        lo, hi = s * T // S, (s + 1) * T // S  # this split's positions; only the last reaches pos
         cols = (g * n_rep * hd, (g + 1) * n_rep * hd)
         self.read(t, "pos", (0, 1))
         q = self.read(t, f"q.{l}", (b, b + 1), cols).reshape(n_rep, hd)
-        cbox = ((b, b + 1), (g, g + 1), (0, T), (0, hd))
-        kc = names.k_cache(l)
+        kc, vc = names.k_cache(l), names.v_cache(l)
+
+        def cache(name, a, z):
+            if a >= z:
+                return self.data[name].new_zeros((0, hd)).float()
+            return self.read(t, name, (b, b + 1), (g, g + 1), (a, z), (0, hd)).reshape(z - a, hd).float()
+
         if d["qk_norm"]:
             # q and the new key arrive raw: norm over the head, RoPE, the key into the cache at pos
             q = self._rope(t, _rmsnorm(q, self.read(t, names.layer_weight(l, "q_norm"), (0, hd)), eps), 0, hd // 2)
-            kn = _rmsnorm(self.read(t, names.k_raw(l), (b, b + 1), (g * hd, (g + 1) * hd)),
-                          self.read(t, names.layer_weight(l, "k_norm"), (0, hd)), eps)
-            kn = self._rope(t, kn, 0, hd // 2)
-            old = (self.read(t, kc, (b, b + 1), (g, g + 1), (0, T - 1), (0, hd)).reshape(T - 1, hd) if T > 1
-                   else self.data[kc].new_zeros((0, hd)))
-            self.write(t, kc, ((b, b + 1), (g, g + 1), (self.pos, self.pos + 1), (0, hd)), kn)
-            k = torch.cat([old.float(), kn.to(self.data[kc].dtype).float().reshape(1, hd)])
+            k = cache(kc, lo, min(hi, self.pos))
+            if hi == T:
+                kn = _rmsnorm(self.read(t, names.k_raw(l), (b, b + 1), (g * hd, (g + 1) * hd)),
+                              self.read(t, names.layer_weight(l, "k_norm"), (0, hd)), eps)
+                kn = self._rope(t, kn, 0, hd // 2)
+                self.write(t, kc, ((b, b + 1), (g, g + 1), (self.pos, self.pos + 1), (0, hd)), kn)
+                k = torch.cat([k, kn.to(self.data[kc].dtype).float().reshape(1, hd)])
         else:
-            k = self.read(t, kc, *cbox).reshape(T, hd)
-        v = self.read(t, names.v_cache(l), *cbox).reshape(T, hd)
-        p = torch.softmax((q @ k.T) * self.c["attn_scale"], dim=-1)
-        self.write(t, f"attn.{l}", ((b, b + 1), cols), p @ v)
+            k = cache(kc, lo, hi)
+        v = cache(vc, lo, hi)
+        sc = (q @ k.T) * self.c["attn_scale"]  # [n_rep, hi - lo]
+        if S == 1:
+            self.write(t, f"attn.{l}", ((b, b + 1), cols), torch.softmax(sc, dim=-1) @ v)
+            return
+        if hi > lo:
+            lse = torch.logsumexp(sc, dim=-1)
+            o = torch.exp(sc - lse[:, None]) @ v
+        else:
+            lse, o = torch.full((n_rep,), float("-inf")), torch.zeros(n_rep, hd)
+        self.write(t, names.attn_out(l), ((b, b + 1), (s, s + 1), cols), o)
+        self.write(t, names.attn_lse(l), ((b, b + 1), (s, s + 1), (g * n_rep, (g + 1) * n_rep)), lse)
 
     def _oproj(self, t: Task) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
         r0, r1 = t.args
-        QD = d["nh"] * d["hd"]
-        a = self.read(t, f"attn.{l}", (0, B), (0, QD))
+        nh, hd, S = d["nh"], d["hd"], d.get("attn_split", 1)
+        QD = nh * hd
+        if S == 1:
+            a = self.read(t, f"attn.{l}", (0, B), (0, QD))
+        else:  # combine the splits: weights softmax(lse) over the splits, per batch row and head
+            o = self.read(t, names.attn_out(l), (0, B), (0, S), (0, QD)).reshape(B, S, nh, hd)
+            w = torch.softmax(self.read(t, names.attn_lse(l), (0, B), (0, S), (0, nh)), dim=1)
+            a = (w[..., None] * o).sum(dim=1).reshape(B, QD)
         x = self.read(t, names.x_in(l), (0, B), (r0, r1))
         w = self.read(t, names.layer_weight(l, "o"), (r0, r1), (0, QD))
         self.write(t, f"xa.{l}", ((0, B), (r0, r1)), x + a @ w.T)
