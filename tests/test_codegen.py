@@ -131,6 +131,41 @@ def test_region_descriptors_address_their_regions(name):
             assert bool(desc[1] & T.RF_PARITY) == (r.buffer in tab.double_buffered)
 
 
+def test_split_attention_regions_decode_to_their_boxes():
+    """With attention split over the sequence (a 512-position cache), the 3-D partial outputs
+    [B, S, nh*hd] and log-sum-exps [B, S, nh] are polled (o-proj's event) and re-armed (each split
+    task's writes); every descriptor decodes to exactly its box's words."""
+    tg = taskgraph("tiny-qwen3", 3, 512)
+    assert tg.dim("attn_split") == 8
+    sched = rr_schedule(tg, "h200", "nan", workers=5)
+    tab = T.build_tables(tg, sched)
+    bufs = {b.name: b for b in tg.buffers}
+    at, F = tab.header("HDR_REGIONS"), {f: i for i, f in enumerate(T.RECORD)}
+    desc = lambda k: tab.ints[at + k * len(T.REGION): at + (k + 1) * len(T.REGION)]  # noqa: E731
+    k, seen3d = 0, 0
+    for e in tg.events:
+        for r in e.regions:
+            b = bufs[r.buffer]
+            if b.role != "cache":
+                np.testing.assert_array_equal(np.sort(region_words(desc(k), 0, 16)), box_words(r.box, b.shape, b.dtype))
+                seen3d += len(b.shape) == 3
+            k += 1
+    for w, q in enumerate(sched.queues):
+        for i, tid in enumerate(q):
+            t = tg.tasks[tid]
+            if t.kind != "attn":
+                continue
+            rec = tab.record(w, i)
+            writes = [r for r in t.writes if r.buffer in tab.double_buffered]
+            assert rec[F["T_N_REARM"]] == len(writes) == 2  # ao and alse, not the cache
+            for j, r in enumerate(writes):
+                b = bufs[r.buffer]
+                got = np.sort(region_words(desc(rec[F["T_REARM_OFF"]] + j), 0, 16))
+                np.testing.assert_array_equal(got, box_words(r.box, b.shape, b.dtype))
+                seen3d += 1
+    assert seen3d > 2 * 3 * 2 * 8
+
+
 def test_every_buffer_has_a_slot():
     tg = taskgraph("tiny-qwen2", 1, 64)
     slots = {}
@@ -157,6 +192,18 @@ def test_control_flow_model(name, batch, workers, sync):
         m.launch(1, 1)
         m.launch(9, 2)  # prefill + decode in one launch
         m.launch(2, 11)
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_control_flow_model_with_split_attention(sync):
+    """The same with attention split in 4 over the sequence (and its 3-D partial buffers)."""
+    tg = taskgraph("tiny-qwen3", 1, 256)
+    assert tg.dim("attn_split") == 4
+    sched = rr_schedule(tg, "h200", sync, workers=40)
+    m = KernelModel(tg, sched, seed=3)
+    m.launch(1, 0)
+    m.launch(9, 1)
+    m.launch(3, 10)
 
 
 def test_model_catches_a_missing_decode_loop_wait():
