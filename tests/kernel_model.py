@@ -148,7 +148,12 @@ class KernelModel:
                     raise ModelError(f"task {tid} ({task.kind} l{task.layer}) read {r.buffer}{list(r.box)} at "
                                      f"step {step} before it was written (found {sorted(set(got.tolist()))[:3]})")
             elif b.role == "cache":
-                if r.box[2][1] < b.shape[2]:  # positions before pos only (ir.py): earlier steps wrote them
+                if r.box[2][1] < b.shape[2]:  # positions before pos only (ir.py): an earlier step wrote pos - 1
+                    if pos > 0:
+                        got = self.mem[r.buffer][0, box_words(r.box, b.shape, b.dtype, pos - 1)]
+                        if not ((got >= np.uint32(1000)) & (got < stamp)).all():
+                            raise ModelError(f"task {tid} ({task.kind}) read {r.buffer} at pos {pos - 1} before "
+                                             f"an earlier step wrote it")
                     continue
                 words = box_words(r.box, b.shape, b.dtype, pos)
                 if not (self.mem[r.buffer][0, words] == stamp).all():

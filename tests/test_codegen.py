@@ -204,6 +204,11 @@ def test_control_flow_model_with_split_attention(sync):
     m.launch(1, 0)
     m.launch(9, 1)
     m.launch(3, 10)
+    # a split that reads the positions before pos sees a gap the model left unwritten
+    gap = KernelModel(tg, sched, seed=3)
+    gap.launch(1, 0)
+    with pytest.raises(ModelError, match="at pos 4 before an earlier step wrote it"):
+        gap.launch(1, 5)
 
 
 def test_model_catches_a_missing_decode_loop_wait():

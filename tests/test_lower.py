@@ -130,16 +130,14 @@ def test_h200_tiles():
 @pytest.mark.parametrize("nh,nkv,hd", [(32, 8, 64), (32, 8, 128), (28, 4, 128), (16, 8, 128), (4, 2, 16),
                                         (8, 1, 64), (14, 2, 64), (64, 8, 128)])
 @pytest.mark.parametrize("workers", [1, 3, 20, 47, 108, 132, 148, 304])
-@pytest.mark.parametrize("whole_rotary", [False, True])
-def test_qkv_tiles_cover_rows_once_and_fill_workers(nh, nkv, hd, workers, whole_rotary):
-    tiles = qkv_tiles(nh, nkv, hd, workers, whole_rotary)
+def test_qkv_tiles_cover_rows_once_and_fill_workers(nh, nkv, hd, workers):
+    tiles = qkv_tiles(nh, nkv, hd, workers)
     n, half = nh + 2 * nkv, hd // 2
     taken = np.zeros((n, hd), int)
     for h0, h1, p0, p1 in tiles:
         assert 0 <= h0 < h1 <= n and 0 <= p0 < p1 <= half
         if (p0, p1) != (0, half):
             assert h1 == h0 + 1 and p0 % 2 == 0 and p1 % 2 == 0  # one head, whole 32-bit cache words
-            assert not (whole_rotary and h0 < nh + nkv)
         for h in range(h0, h1):
             if h < nh + nkv:
                 taken[h, p0:p1] += 1
@@ -150,7 +148,7 @@ def test_qkv_tiles_cover_rows_once_and_fill_workers(nh, nkv, hd, workers, whole_
     rows = max((h1 - h0) * 2 * (p1 - p0) for h0, h1, p0, p1 in tiles)
     if n < workers:
         assert len(tiles) <= workers
-        if not whole_rotary and len(tiles) > n:
+        if len(tiles) > n:
             # no other even slice size fits the workers with fewer rows per task
             for size in range(2, half, 2):
                 if 2 * size < rows:
@@ -163,8 +161,7 @@ def test_qkv_tiles_of_real_models():
     # llama-3.2-1b (48 heads of 64 rows) on 132 SMs: slices of 16 pairs, 96 tasks of 32 rows
     assert len(qkv_tiles(32, 8, 64, 132)) == 96
     assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 64, 132)} == {16}
-    # whole_rotary keeps q/k heads whole (48 tasks); without it (lowering, q/k norm or not) 96 of 64 rows
-    assert qkv_tiles(32, 8, 128, 132, whole_rotary=True) == [(h, h + 1, 0, 64) for h in range(48)]
+    # qwen3-8b (q/k norm or not): 96 tasks of 64 rows
     assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 128, 132)} == {32}
     # 304 CUs: slices of 6 pairs (12 rows) beat the 8-pair ones (16 rows): 288 tasks
     t = qkv_tiles(32, 8, 64, 304)

@@ -59,9 +59,9 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None) 
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
         raise ValueError(f"context {ctx} must be in 1..max_seq_len={graph.max_seq_len}")
-    drafts, plan = make_tasks(graph, spec, target, ctx)
-    n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
     split = attn_splits(graph.batch, graph.model.n_kv_heads, graph.max_seq_len, target.sms)
+    drafts, plan = make_tasks(graph, spec, target, ctx, split)
+    n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
     buffers = make_buffers(graph, spec, n_lm_tiles, split)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
     events, waits, signals = build_events(drafts, {b.name: b for b in buffers})
@@ -157,7 +157,8 @@ def qkv_rows(a: int, b: int, p0: int, p1: int, hd: int, rotary: bool) -> list[tu
     return [(h * hd + 2 * p0, h * hd + 2 * p1) for h in range(a, b)]
 
 
-def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
+def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1):
+    """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
     nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
@@ -225,7 +226,6 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
         # positions [0, pos]: [s T / S, (s + 1) T / S) with T = pos + 1. Only the last split
         # reaches pos (so only it waits for this step's keys and values); with S > 1 each split
         # writes its normalised output and log-sum-exp, and o-proj combines them.
-        S = attn_splits(B, nkv, L, NS)
         for b in range(B):
             for g in range(nkv):
                 for s in range(S):
@@ -237,9 +237,8 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
                     else:
                         writes = [Region(names.attn_out(l), _box((b, b + 1), (s, s + 1), qbox[1])),
                                   Region(names.attn_lse(l), _box((b, b + 1), (s, s + 1), (g * n_rep, (g + 1) * n_rep)))]
-                    kv_end = L if last else L - 1  # cache reads end relative to pos (ir.py)
-                    if kv_end > 0:
-                        reads.append(Region(vc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
+                    kv_end = L if last else L - 1  # cache reads end relative to pos (ir.py); L > 1 when S > 1
+                    reads.append(Region(vc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
                     flops = (4 * n_rep * context * hd + 5 * n_rep * context) // S
                     if qkn:
                         # the cached keys before pos; the last split also the new one, from its raw projection
@@ -251,7 +250,7 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int):
                                       Region(W(l, "k_norm"), _box((0, hd)))]
                             writes.append(Region(kc, _box((b, b + 1), (g, g + 1), (L - 1, L), (0, hd))))
                         flops += 10 * (n_rep + 1) * hd
-                    elif kv_end > 0:
+                    else:
                         reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
                     add("attn", l, (b, g, s), reads, writes, attn_smem(B, n_rep, hd), flops)
         # O-proj + residual (combining the attention splits while it stages its input).

@@ -48,21 +48,19 @@ def head_tiles(n_heads: int, workers: int) -> list[tuple[int, int]]:
 QKV_PAIR_ALIGN = 8  # 8 pairs: 16 bf16 of a cache row in each rotary half
 
 
-def qkv_tiles(n_q: int, n_kv: int, head_dim: int, workers: int, whole_rotary: bool = False
-              ) -> list[tuple[int, int, int, int]]:
+def qkv_tiles(n_q: int, n_kv: int, head_dim: int, workers: int) -> list[tuple[int, int, int, int]]:
     """Tiles ``(h0, h1, p0, p1)`` of the q|k|v head space (n_q + 2 * n_kv heads, the last n_kv are v).
 
     Each task covers the pair slice [p0, p1) of every head in [h0, h1) (ir.py says which rows that
     is); either whole heads (p0, p1) == (0, hd/2) grouped several to a task, or a slice of one
     head. The most loaded worker streams ``ceil(tasks / workers) * rows`` weight rows; we take the
     smallest rows per task whose tiles fit on ``workers`` in one wave (the largest slices reaching
-    it: fewest tasks), else whole heads as ``head_tiles`` does. ``whole_rotary``: q and k heads
-    must stay whole (a q/k RMSNorm over the head before RoPE), only v heads may be sliced.
+    it: fewest tasks), else whole heads as ``head_tiles`` does. (A q/k RMSNorm over the head does not
+    stop the slicing: lowering leaves q and k raw then, and attention norms whole heads.)
     """
     pairs = head_dim // 2
     n_heads = n_q + 2 * n_kv
-    if n_heads >= workers or head_dim % 4 or whole_rotary:
-        # whole_rotary: the q/k heads alone stream hd rows each; slicing v cannot shorten the worst worker
+    if n_heads >= workers or head_dim % 4:
         return [(h0, h1, 0, pairs) for h0, h1 in head_tiles(n_heads, workers)]
 
     def smallest(align: int) -> int:  # fewest pairs per slice whose tasks fit on the workers
@@ -84,8 +82,6 @@ def embed_tiles(batch: int, hidden: int, workers: int, elem_bytes: int) -> list[
 
 ATTN_MIN_POSITIONS = 64  # worst-case positions per attention split
 ATTN_MAX_SPLIT = 8
-
-
 ATTN_MIN_SPLIT = 4  # fewer would-be splits than this: none (o-proj's combine costs more than it saves)
 
 
