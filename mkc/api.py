@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
+from mkc.backend import cache_dir, for_target
 from mkc.pipeline import Options, StageLog, compile_model
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("MKC_CACHE_DIR") or Path.home() / ".cache" / "mkc")
+from mkc.target import get_target
 
 
 def compile(  # noqa: A001 (the natural name for a compiler's entry point)
@@ -35,14 +32,19 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
     registry names, safetensors for a directory, the state dict of a model object. The build
     directory (default: under ``$MKC_CACHE_DIR`` or ``~/.cache/mkc``) keeps every intermediate.
     ``calibration``: a cost-model calibration file (``mkc run DIR --trace T.json`` writes one).
+    Where no GPU of the target's vendor can run the kernel, this fails before capturing anything.
     """
+    tgt = get_target(target)
+    backend = for_target(tgt)
+    backend.check_runtime(device)  # seconds, not the minutes of a capture, before saying no
+
     import torch
 
     from mkc.capture import load_weights, resolve
     from mkc.runtime import Megakernel
 
     entry = resolve(model)
-    opts = Options(target=target, batches=(int(batch_size),), max_seq_len=max_seq_len, sync=sync,
+    opts = Options(target=tgt.name, batches=(int(batch_size),), max_seq_len=max_seq_len, sync=sync,
                    method=method, time_limit=time_limit, calibration=str(calibration) if calibration else None)
     if out is None:
         cal = hashlib.sha1(Path(calibration).read_bytes()).hexdigest()[:10] if calibration and Path(calibration).is_file() else ""
@@ -54,9 +56,15 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
         compile_model(model, bdir, opts, StageLog(quiet=not verbose))
     if weights is None:
         weights = load_weights(model)
-    dev = torch.device(device or "cuda")
-    weights = {k: v.to(device=dev, dtype=torch.bfloat16) for k, v in weights.items()}
-    return Megakernel.from_build_dir(bdir / f"b{batch_size}", weights, device=dev)
+    return Megakernel.from_build_dir(bdir / f"b{batch_size}", _on_device(weights, backend, device), device=device)
+
+
+def _on_device(weights: dict, backend, device) -> dict:
+    """bf16 weights where the backend's driver can use them in place (else the driver uploads them)."""
+    import torch
+
+    where = backend.torch_device(device)
+    return {k: v.to(device=where or v.device, dtype=torch.bfloat16) for k, v in weights.items()}
 
 
 def batch_dir(build_dir: str | Path, batch_size: int) -> Path:
@@ -74,13 +82,26 @@ def batch_dir(build_dir: str | Path, batch_size: int) -> Path:
     return root / f"b{batch_size}"
 
 
+def build_target(bdir: str | Path):
+    """The target a batch directory was compiled for (its report.json says, else its tasks.json)."""
+    import json
+
+    bdir = Path(bdir)
+    for name in ("report.json", "tasks.json"):
+        if (bdir / name).exists():
+            found = json.loads((bdir / name).read_text()).get("target")
+            if found:
+                return get_target(found)
+    from mkc.errors import MkcError
+
+    raise MkcError(f"{bdir} is not a batch directory of an mkc build (no report.json or tasks.json)")
+
+
 def load(build_dir: str | Path, batch_size: int, weights: dict, device=None):
     """Load the kernel of ``build_dir`` compiled for ``batch_size`` on the GPU."""
-    import torch
-
     from mkc.runtime import Megakernel
 
     bdir = batch_dir(build_dir, batch_size)
-    dev = torch.device(device or "cuda")
-    weights = {k: v.to(device=dev, dtype=torch.bfloat16) for k, v in weights.items()}
-    return Megakernel.from_build_dir(bdir, weights, device=dev)
+    backend = for_target(build_target(bdir))
+    backend.check_runtime(device)
+    return Megakernel.from_build_dir(bdir, _on_device(weights, backend, device), device=device)

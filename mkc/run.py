@@ -10,14 +10,9 @@ from mkc.errors import MkcError
 
 
 def run_cli(a) -> int:
-    import torch
+    from mkc.api import build_target
+    from mkc.backend import for_target
 
-    from mkc.capture import load_weights
-    from mkc.codegen.render import CodegenOptions
-    from mkc.runtime import Megakernel
-
-    if not torch.cuda.is_available():
-        raise MkcError("mkc run needs a CUDA GPU; none is visible (compiling works without one: mkc compile)")
     root = Path(a.dir)
     if (root / "manifest.json").exists():
         manifest = json.loads((root / "manifest.json").read_text())
@@ -27,22 +22,30 @@ def run_cli(a) -> int:
         bdirs, model = [root], json.loads((root / "report.json").read_text())["model"]
     else:
         raise MkcError(f"{root} is not an mkc build directory (no manifest.json or schedule.json)")
+    backend = for_target(build_target(bdirs[0]))
+    backend.check_runtime()  # before the weights are drawn or loaded
+
+    import torch
+
+    from mkc.capture import load_weights
+    from mkc.codegen.render import CodegenOptions
+    from mkc.runtime import Megakernel
+
+    where = backend.torch_device() or "cpu"
     try:
         prompt = [int(x) for x in a.prompt_ids.split(",") if x.strip()]
     except ValueError:
         raise MkcError(f"--prompt-ids takes comma-separated token ids, got {a.prompt_ids!r}")
-    # seeded random weights are drawn on the GPU (a qwen3-8b draw on the CPU takes minutes)
-    weights = load_weights(a.weights or model, torch.bfloat16, device="cuda")
-    weights = {k: v.to("cuda", torch.bfloat16) for k, v in weights.items()}
+    # seeded random weights are drawn on the GPU where torch has it (a qwen3-8b draw on the CPU takes minutes)
+    weights = load_weights(a.weights or model, torch.bfloat16, device=where)
+    weights = {k: v.to(where, torch.bfloat16) for k, v in weights.items()}
     for bdir in bdirs:
         trace = getattr(a, "trace", None)
         mk = Megakernel.from_build_dir(bdir, weights, options=CodegenOptions(trace=True) if trace else None)
         B = dict(mk.tg.dims)["B"]
-        ids = torch.tensor([prompt] * B, device="cuda")
-        torch.cuda.synchronize()
+        ids = torch.tensor([prompt] * B)
         t0 = time.perf_counter()
-        out = mk.generate(ids, a.max_new_tokens)
-        torch.cuda.synchronize()
+        out = mk.generate(ids, a.max_new_tokens)  # returns after the launch has finished
         dt = time.perf_counter() - t0
         steps = len(prompt) + a.max_new_tokens - 1
         print(f"{bdir.name}: batch {B}, {steps} steps in one launch, {1e3 * dt / steps:.3f} ms/step")

@@ -1,4 +1,5 @@
-"""The Megakernel: one compiled persistent kernel, its device buffers, and the decode loop.
+"""The Megakernel: one compiled persistent kernel, its device buffers and the decode loop, on any
+backend's driver (``mkc.backend``). Nothing here is vendor-specific.
 
     mk = Megakernel(tg, sched, weights)              # weights: HF state-dict names -> tensors
     logits = mk(input_ids, cache_position)           # one decode step, one launch -> [B, V] fp32
@@ -8,8 +9,10 @@
 Design notes:
 
 - The schedule is data (``mkc.codegen.tables``); weights, KV caches [B, nkv, L, hd] bf16 per
-  layer, fp32 activations, counters and the error slot are torch tensors bound through a
-  pointer table. Weights given as bf16 CUDA tensors are used in place (no copy).
+  layer, fp32 activations, counters and the error slot are driver arrays bound through a pointer
+  table. Weights the driver can use in place (bf16 tensors on its device) are not copied.
+- Results are torch tensors: views of device memory where torch owns the device (NVIDIA), host
+  copies otherwise (AMD, through ctypes HIP).
 - ``step`` counts decode steps since ``reset()``; counters are never reset between steps
   (atomic mode waits for ``count >= threshold * (step + 1)``), and nan mode selects the parity
   copy of every double-buffered activation by ``step % 2``.
@@ -29,14 +32,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
+from mkc.backend import BackendUnavailableError, Driver, for_target
 from mkc.codegen import tables as T
 from mkc.codegen.render import CodegenOptions, KernelConfig, generate
 from mkc.errors import KernelError, MkcError
 from mkc.schedule.ir import Schedule
-from mkc.targets.spec import Target, get_target
+from mkc.target import Target, get_target
 from mkc.taskgraph import names
 from mkc.taskgraph.ir import TASK_KINDS, TaskGraph
 
@@ -64,167 +69,204 @@ class KernelFault:
                 f"waiting on event {self.event} ({self.event_name}): {what}, at step {self.step}")
 
 
-def prepare_launch(mk, nsteps: int, pos0: int) -> None:
-    """What every runtime checks and does before a launch: refuse after a fault, keep positions
-    inside the cache, and re-arm the NaN-mode cache from pos0 when positions are re-used."""
-    if mk._faulted:
-        raise MkcError("the megakernel faulted earlier; call reset() (the KV cache is lost)")
-    if pos0 < 0 or pos0 + nsteps > mk.L:
-        raise MkcError(f"positions {pos0}..{pos0 + nsteps - 1} do not fit max_seq_len {mk.L}")
-    if mk.sync == "nan" and pos0 < mk._written:
-        mk._rearm_cache_from(pos0)
+# ---- device buffers: what to allocate and how the pointer table binds it -------------------------
+@dataclass(frozen=True)
+class DeviceBuffer:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # bf16 | f32 | i32 (as stored on the device)
+    role: str  # weight | const | cache | act | output | io
+    copies: int  # 2: parity copies (nan mode), laid out back to back
+    slot: int | None  # pointer-table slot
+
+    @property
+    def numel(self) -> int:  # one copy
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:  # one copy
+        return self.numel * (2 if self.dtype == "bf16" else 4)
+
+    @property
+    def armed(self) -> bool:
+        """nan mode fills it with the sentinel on reset: caches and parity-copied activations."""
+        return self.role == "cache" or self.copies == 2
+
+
+def plan_buffers(tg: TaskGraph, tables: T.Tables) -> list[DeviceBuffer]:
+    """Every device buffer the kernel reads or writes. i64 inputs and outputs are int32 on the device."""
+    dbuf = set(tables.double_buffered)
+    L, B = tg.dim("L"), tg.dim("B")
+    out = []
+    for b in tg.buffers:
+        if b.role not in ("weight", "const", "cache", "act", "output") or b.name == "ids":
+            continue
+        dtype = "bf16" if b.role in ("weight", "cache") else ("f32" if b.dtype == "f32" else "i32")
+        out.append(DeviceBuffer(b.name, tuple(b.shape), dtype, b.role, 2 if b.name in dbuf else 1, T.slot_of(b.name)))
+    out.append(DeviceBuffer("ids", (L, B), "i32", "io", 1, T.GLOBAL_SLOTS.index("ids")))  # forced token per step
+    out.append(DeviceBuffer("tokens", (L, B), "i32", "io", 1, T.GLOBAL_SLOTS.index("tokens")))  # argmax per step
+    return out
+
+
+def pointer_table(tg: TaskGraph, buffers: Sequence[DeviceBuffer], addrs: dict[str, int]) -> np.ndarray:
+    """[n_slots, 2] uint64: each slot's parity-0 and parity-1 address (single copies repeat)."""
+    ptrs = np.zeros((T.n_slots(tg.dim("n_layers")), 2), dtype=np.uint64)
+    for b in buffers:
+        if b.slot is None:
+            continue
+        a = addrs[b.name]
+        ptrs[b.slot] = (a, a + b.nbytes) if b.copies == 2 else (a, a)
+    if names.LM_HEAD not in addrs:  # tied embedding
+        e = addrs[names.EMBED]
+        ptrs[T.GLOBAL_SLOTS.index("lm_head")] = (e, e)
+    return ptrs
+
+
+def decode_fault(ws: np.ndarray, tg: TaskGraph) -> KernelFault | None:
+    """The error slot (the first ``WS_COUNTERS`` workspace words) as a ``KernelFault``."""
+    ws = np.asarray(ws).view(np.uint32)
+    w = {k: int(ws[i]) for i, k in enumerate(T.WORKSPACE)}
+    if not (w["WS_ABORT"] or w["WS_CLAIM"]):
+        return None
+    tid, ev, kind = w["WS_TASK"], w["WS_EVENT"], w["WS_KIND"]
+    task = tg.tasks[tid] if 0 <= tid < len(tg.tasks) else None
+    return KernelFault(w["WS_WORKER"], tid, TASK_KINDS[kind] if kind < len(TASK_KINDS) else "?",
+                       task.layer if task else -1, ev, tg.events[ev].name if ev < len(tg.events) else "decode-loop",
+                       w["WS_SEEN"], w["WS_WANT"], w["WS_STEP"])
 
 
 class Megakernel:
+    """One compiled megakernel, its device buffers and the decode loop (see the module doc)."""
+
     def __init__(self, tg: TaskGraph, sched: Schedule, weights: dict, *, target: Target | str | None = None,
                  options: CodegenOptions | None = None, device=None, build_dir: str | Path | None = None,
-                 spin_limit: int = DEFAULT_SPIN_LIMIT, trace_steps: int = TRACE_STEPS):
-        import torch
-
-        from mkc.targets.nvidia.build import build_cubin
-        from mkc.targets.nvidia.runtime import CudaModule
-
+                 spin_limit: int = DEFAULT_SPIN_LIMIT, trace_steps: int = TRACE_STEPS,
+                 driver: Driver | None = None, binary: bytes | None = None):
         self.tg, self.sched = tg, sched
         self.target = get_target(target or sched.target) if not isinstance(target, Target) else target
-        self.device = torch.device(device if device is not None else "cuda")
-        if self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.backend = for_target(self.target)
+        if driver is None:
+            self.backend.check_runtime(device)  # before the source is generated and compiled
         self.source, self.cfg, self.tables = generate(tg, sched, self.target, options)
-        self.build = build_cubin(self.source, self.cfg.arch, out_dir=build_dir)
-        self.module = CudaModule(self.build.cubin.read_bytes(), self.cfg.kernel_name, self.cfg.smem_bytes,
-                                 self.device.index)
+        if binary is None:
+            built = self.backend.compile(self.source, self.target, out_dir=build_dir)
+            if not built.loadable:
+                raise BackendUnavailableError(
+                    f"{self.target.arch} could only be compiled to a listing here ({built.path.name}), not to a "
+                    f"loadable binary: {built.log.splitlines()[0] if built.log else 'see the build log'}")
+            binary = built.path.read_bytes()
+        self.driver = driver if driver is not None else self.backend.driver(device)
+        self.kernel = self.driver.load(binary, self.cfg.kernel_name, self.cfg.smem_bytes)
         self.spin_limit = int(spin_limit)
-        self._check_residency()
-        d = dict(tg.dims)
-        self.B, self.V, self.L = d["B"], d["V"], d["L"]
+        self.B, self.V, self.L = tg.dim("B"), tg.dim("V"), tg.dim("L")
         self.sync = sched.sync
+        self._check_residency()
         self._alloc(weights)
         self.trace_steps = int(trace_steps) if self.cfg.trace else 0
-        # [steps][tasks][wait_start, start, end] globaltimer ns (int64 holds them: ns since boot < 2^63)
-        self.trace_buf = (torch.zeros((self.trace_steps, len(tg.tasks), 3), dtype=torch.int64, device=self.device)
-                          if self.cfg.trace else None)
+        # [steps][tasks][wait_start, start, end] timer ns (int64 holds them: ns since boot < 2^63)
+        self.trace_buf = self.driver.empty((self.trace_steps, len(tg.tasks), 3), "i64") if self.cfg.trace else None
         self._traced_steps = 0
         self.reset()
 
     # ---- setup -------------------------------------------------------------------------------
     def _check_residency(self) -> None:
-        import torch
-
-        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
-        per_sm = self.module.max_blocks_per_sm(self.cfg.threads)
+        sms = self.driver.sm_count()
+        per_sm = self.kernel.max_blocks_per_sm(self.cfg.threads)
         if self.cfg.num_workers > sms or per_sm < 1:
             raise MkcError(f"{self.cfg.num_workers} workers of {self.cfg.threads} threads and "
                            f"{self.cfg.smem_bytes} B shared memory cannot all be resident on this GPU "
                            f"({sms} SMs, {per_sm} block(s) per SM): the kernel would deadlock")
 
     def _alloc(self, weights: dict) -> None:
-        import torch
-
-        dev, tg = self.device, self.tg
-        dbuf = set(self.tables.double_buffered)
-        self.buffers: dict[str, torch.Tensor] = {}  # name -> tensor ([2, ...] when double-buffered)
-        self.weights: dict[str, torch.Tensor] = {}
-        for b in tg.buffers:
+        drv, tg = self.driver, self.tg
+        self.plan = {b.name: b for b in plan_buffers(tg, self.tables)}
+        consts = {b.name: b for b in tg.buffers if b.role == "const"}
+        self.buffers: dict[str, Any] = {}  # name -> driver array ([2, ...] when parity-copied)
+        for b in self.plan.values():
             if b.role == "weight":
                 w = weights.get(b.name)
                 if w is None:
                     raise MkcError(f"weight {b.name} {list(b.shape)} is missing")
-                if tuple(w.shape) != tuple(b.shape):
+                if tuple(w.shape) != b.shape:
                     raise MkcError(f"weight {b.name} has shape {list(w.shape)}, expected {list(b.shape)}")
-                self.weights[b.name] = w.detach().to(device=dev, dtype=torch.bfloat16).contiguous()
-            elif b.role == "const":
-                self.buffers[b.name] = torch.tensor(b.data, dtype=torch.float32, device=dev).reshape(b.shape)
-            elif b.role == "cache":
-                self.buffers[b.name] = torch.zeros(b.shape, dtype=torch.bfloat16, device=dev)
-            elif b.role in ("act", "output"):
-                dt = torch.float32 if b.dtype == "f32" else torch.int32
-                shape = ((2,) if b.name in dbuf else ()) + tuple(b.shape)
-                self.buffers[b.name] = torch.zeros(shape, dtype=dt, device=dev)
-        self.ids = torch.zeros((self.L, self.B), dtype=torch.int32, device=dev)  # forced tokens per step
-        self.tokens = torch.zeros((self.L, self.B), dtype=torch.int32, device=dev)  # argmax per step
-        self.ws = torch.zeros(self.tables.ws_words, dtype=torch.int32, device=dev)
-        self.table = torch.from_numpy(self.tables.ints).to(dev)
-        self.fparams = torch.tensor([tg.const("rms_eps"), tg.const("rope_scaling"), tg.const("attn_scale")],
-                                    dtype=torch.float32, device=dev)
-        ptrs = np.zeros((T.n_slots(dict(tg.dims)["n_layers"]), 2), dtype=np.uint64)
-
-        def bind(slot: int, t: torch.Tensor, double: bool = False) -> None:
-            ptrs[slot] = (t[0].data_ptr(), t[1].data_ptr()) if double else (t.data_ptr(), t.data_ptr())
-
-        for name, t in self.weights.items():
-            s = T.slot_of(name)
-            if s is not None:
-                bind(s, t)
-        if names.LM_HEAD not in self.weights:  # tied embedding
-            bind(T.GLOBAL_SLOTS.index("lm_head"), self.weights[names.EMBED])
-        for name, t in self.buffers.items():
-            s = T.slot_of(name)
-            if s is not None and name != "ids":
-                bind(s, t, name in dbuf)
-        bind(T.GLOBAL_SLOTS.index("ids"), self.ids)
-        bind(T.GLOBAL_SLOTS.index("tokens"), self.tokens)
-        self.ptrs = torch.from_numpy(ptrs.view(np.int64).reshape(-1)).to(dev)
+                arr = drv.adopt(w)
+                if arr is None:
+                    arr = drv.empty(b.shape, "bf16")
+                    drv.upload(arr, w)
+            else:
+                arr = drv.empty(((2,) if b.copies == 2 else ()) + b.shape, b.dtype)
+                if b.role == "const":
+                    drv.upload(arr, np.asarray(consts[b.name].data, dtype=np.float32))
+            self.buffers[b.name] = arr
+        self.weights = {n: a for n, a in self.buffers.items() if self.plan[n].role == "weight"}
+        self.ids, self.tokens = self.buffers["ids"], self.buffers["tokens"]  # [L, B]: forced / argmax per step
+        self.ws = drv.empty((self.tables.ws_words,), "i32")
+        self.table = drv.empty(self.tables.ints.shape, "i32")
+        drv.upload(self.table, self.tables.ints)
+        self.fparams = drv.empty((len(T.FPARAMS),), "f32")
+        drv.upload(self.fparams, np.array([tg.const("rms_eps"), tg.const("rope_scaling"), tg.const("attn_scale")],
+                                          dtype=np.float32))
+        addrs = {n: drv.ptr(a) for n, a in self.buffers.items()}
+        self.ptr_table = pointer_table(tg, list(self.plan.values()), addrs)
+        self.ptrs = drv.empty((self.ptr_table.size,), "i64")
+        drv.upload(self.ptrs, self.ptr_table.view(np.int64).reshape(-1))
 
     # ---- state -------------------------------------------------------------------------------
     def reset(self) -> None:
         """Empty KV cache, counters at zero, step 0 (nan mode: every polled word armed)."""
-        import torch
-
-        self.ws.zero_()
+        self.driver.fill32(self.ws, 0)
         self.step = 0
         self._written = 0  # cache positions [0, _written) hold data
         self._faulted = False
         fill = T.SENTINEL if self.sync == "nan" else 0
-        dbuf = set(self.tables.double_buffered)
-        for b in self.tg.buffers:
-            t = self.buffers.get(b.name)
-            if t is None or b.role == "const":
+        for b in self.plan.values():
+            if b.role in ("weight", "const"):
                 continue
-            if b.role == "cache" or b.name in dbuf:
-                t.view(torch.int32).fill_(fill)
-            else:
-                t.zero_()
+            self.driver.fill32(self.buffers[b.name], fill if b.armed else 0)
 
     def _rearm_cache_from(self, pos: int) -> None:
         """nan mode: positions >= pos will be written again, so they must hold the sentinel."""
-        import torch
+        for b in self.plan.values():
+            if b.role == "cache":  # [B, nkv, L, hd] bf16: positions >= pos of every (row, head)
+                nb, nkv, L, hd = b.shape
+                self.driver.fill32_rows(self.buffers[b.name], T.SENTINEL, nb * nkv, L * hd // 2, pos * hd // 2)
 
-        for b in self.tg.buffers:
-            if b.role == "cache":
-                self.buffers[b.name][:, :, pos:, :].view(torch.int32).fill_(T.SENTINEL)
+    def _prepare(self, nsteps: int, pos0: int) -> None:
+        """Refuse after a fault, keep positions inside the cache, and re-arm the NaN-mode cache from
+        pos0 when positions are re-used."""
+        if self._faulted:
+            raise MkcError("the megakernel faulted earlier; call reset() (the KV cache is lost)")
+        if pos0 < 0 or pos0 + nsteps > self.L:
+            raise MkcError(f"positions {pos0}..{pos0 + nsteps - 1} do not fit max_seq_len {self.L}")
+        if self.sync == "nan" and pos0 < self._written:
+            self._rearm_cache_from(pos0)
 
     # ---- launching ---------------------------------------------------------------------------
+    def launch_args(self, nsteps: int, pos0: int, nforced: int) -> list[tuple[str, int]]:
+        """The kernel's arguments in the order of ``tables.KERNEL_ARGS``."""
+        drv = self.driver
+        traced = self.trace_buf is not None
+        values = dict(tab=drv.ptr(self.table), ptrs=drv.ptr(self.ptrs), fparams=drv.ptr(self.fparams),
+                      ws=drv.ptr(self.ws), step0=self.step, nsteps=nsteps, pos0=pos0, nforced=nforced,
+                      spin_limit=self.spin_limit, trace=drv.ptr(self.trace_buf) if traced else 0,
+                      trace_steps=self.trace_steps if traced else 0, trace_tasks=len(self.tg.tasks) if traced else 0)
+        return [(kind, values[name]) for name, kind in T.KERNEL_ARGS]
+
     def _launch(self, nsteps: int, pos0: int, nforced: int) -> None:
-        import torch
-
-        from mkc.targets.nvidia.runtime import i32
-
-        prepare_launch(self, nsteps, pos0)
-        args = (self.table.data_ptr(), self.ptrs.data_ptr(), self.fparams.data_ptr(), self.ws.data_ptr(),
-                i32(self.step), i32(nsteps), i32(pos0), i32(nforced), i32(self.spin_limit))
+        self._prepare(nsteps, pos0)
         if self.trace_buf is not None:
-            self.trace_buf.zero_()
-            args += (self.trace_buf.data_ptr(), i32(self.trace_steps), i32(self.trace_buf.shape[1]))
+            self.driver.fill32(self.trace_buf, 0)
             self._traced_steps = min(nsteps, self.trace_steps)
-        stream = torch.cuda.current_stream(self.device)
-        self.module.launch(self.cfg.num_workers, self.cfg.threads, args, stream.cuda_stream)
-        stream.synchronize()
+        self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads, self.launch_args(nsteps, pos0, nforced))
+        self.driver.synchronize()
         self._check_fault()
         self.step += nsteps
         self._written = pos0 + nsteps if pos0 < self._written else max(self._written, pos0 + nsteps)
 
     def fault(self) -> KernelFault | None:
         """What the error slot says (None when no wait timed out)."""
-        ws = self.ws[: T.WS_COUNTERS].cpu().numpy().view(np.uint32)
-        w = {k: int(ws[i]) for i, k in enumerate(T.WORKSPACE)}
-        if not (w["WS_ABORT"] or w["WS_CLAIM"]):
-            return None
-        tid = w["WS_TASK"]
-        task = self.tg.tasks[tid] if 0 <= tid < len(self.tg.tasks) else None
-        ev = w["WS_EVENT"]
-        ev_name = self.tg.events[ev].name if ev < len(self.tg.events) else "decode-loop"
-        return KernelFault(w["WS_WORKER"], tid, TASK_KINDS[w["WS_KIND"]] if w["WS_KIND"] < len(TASK_KINDS) else "?",
-                           task.layer if task else -1, ev, ev_name, w["WS_SEEN"], w["WS_WANT"], w["WS_STEP"])
+        ws = self.driver.tensor(self.ws, 0, (T.WS_COUNTERS,)).cpu().numpy()
+        return decode_fault(ws, self.tg)
 
     def _check_fault(self) -> None:
         f = self.fault()
@@ -233,43 +275,47 @@ class Megakernel:
             raise KernelError(f.message(self.sync))
 
     # ---- the user API ------------------------------------------------------------------------
-    def _ids(self, input_ids) -> "torch.Tensor":
+    def _ids(self, input_ids):
         import torch
 
-        ids = torch.as_tensor(input_ids).to(self.device)
+        ids = torch.as_tensor(input_ids)
         if ids.dim() == 1:
             ids = ids.reshape(self.B, -1) if ids.numel() % self.B == 0 and ids.numel() != self.B else ids[:, None]
         if ids.shape[0] != self.B:
             raise MkcError(f"input_ids has batch {ids.shape[0]}, the kernel was compiled for batch {self.B}")
         return ids.to(torch.int32)
 
-    def logits(self) -> "torch.Tensor":
-        """The last step's logits [B, V] (fp32, a view of the device buffer)."""
-        t = self.buffers["logits"]
-        return t[(self.step - 1) % 2] if t.dim() == 3 else t
+    def _set_forced(self, ids) -> None:  # ids [B, P] -> the first P rows of ids [L, B]
+        self.driver.upload(self.ids, ids.T.contiguous())
 
-    def __call__(self, input_ids, cache_position) -> "torch.Tensor":
+    def logits(self):
+        """The last step's logits [B, V] (fp32): a view of the device buffer where the driver has one."""
+        b = self.plan["logits"]
+        par = (self.step - 1) % 2 if b.copies == 2 else 0
+        return self.driver.tensor(self.buffers["logits"], par * b.numel, b.shape)
+
+    def __call__(self, input_ids, cache_position):
         """One decode step: token ids [B] (or [B, 1]) at position ``cache_position`` -> logits [B, V]."""
         ids = self._ids(input_ids)
         if ids.shape[1] != 1:
             raise MkcError(f"one decode step takes one token per row, got {ids.shape[1]}")
         pos = int(cache_position.reshape(-1)[0]) if hasattr(cache_position, "reshape") else int(cache_position)
-        self.ids[0].copy_(ids[:, 0])
+        self._set_forced(ids)
         self._launch(1, pos, 1)
         return self.logits().clone()
 
-    def prefill(self, prompt_ids) -> "torch.Tensor":
+    def prefill(self, prompt_ids):
         """Start a sequence: reset, then run the prompt [B, P] token by token in one launch.
         Returns the logits of the last prompt position."""
         ids = self._ids(prompt_ids)
         self.reset()
-        self.ids[: ids.shape[1]].copy_(ids.T)
+        self._set_forced(ids)
         self._launch(ids.shape[1], 0, ids.shape[1])
         return self.logits().clone()
 
-    def generate(self, input_ids, max_new_tokens: int) -> "torch.Tensor":
+    def generate(self, input_ids, max_new_tokens: int):
         """Greedy decoding of ``max_new_tokens`` after the prompt [B, P], prompt included, in ONE
-        launch (argmax and the next token's embedding run in the kernel). Returns [B, P + N] int64."""
+        launch (argmax and the next token's embedding run in the kernel). Returns [B, P + N] int64 (CPU)."""
         import torch
 
         ids = self._ids(input_ids)
@@ -277,9 +323,9 @@ class Megakernel:
         if N <= 0:
             return ids.long().cpu()
         self.reset()
-        self.ids[:P].copy_(ids.T)
+        self._set_forced(ids)
         self._launch(P + N - 1, 0, P)
-        new = self.tokens[P - 1: P - 1 + N].T.long().cpu()
+        new = self.driver.tensor(self.tokens, (P - 1) * self.B, (N, self.B)).T.long().cpu()
         return torch.cat([ids.long().cpu(), new], dim=1)
 
     def trace(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -290,9 +336,10 @@ class Megakernel:
         outputs were published. A task that never ran (a fault) reads NaN."""
         if self.trace_buf is None:
             raise MkcError("this Megakernel was built without the trace: pass options=CodegenOptions(trace=True)")
-        raw = self.trace_buf[: self._traced_steps].cpu().numpy()
+        n = len(self.tg.tasks)
+        raw = self.driver.tensor(self.trace_buf, 0, (self.trace_steps, n, 3)).cpu().numpy()[: self._traced_steps]
         if raw.size == 0:
-            empty = np.zeros((0, raw.shape[1]))
+            empty = np.zeros((0, n))
             return empty, empty.copy(), empty.copy()
         valid = raw > 0
         t0 = raw[valid].min() if valid.any() else 0

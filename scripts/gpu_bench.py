@@ -136,7 +136,7 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
     return dict(test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method,
                 ms_per_token=ms_tok, ms_per_call=statistics.median(calls[5:]), floor_ms=floor,
                 pct_of_bw=100 * floor / ms_tok, predicted_us=sched.makespan, sched_s=t_sched,
-                regs=mk.module.num_regs, smem=mk.cfg.smem_bytes)
+                regs=mk.kernel.num_regs, smem=mk.cfg.smem_bytes)
 
 
 def table(rows: list[dict]) -> str:

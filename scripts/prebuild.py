@@ -6,7 +6,7 @@
 and, for every --bench model and batch, the one `mkc run DIR --trace OUT.json` loads for a build
 made by `mkc compile MODEL --batch B --max-seq-len N` (the same pipeline options).
 
-Cubins land in the cache keyed by a hash of source and flags (mkc.targets.nvidia.build); carry
+Cubins land in the cache keyed by a hash of source and flags (mkc.targets.nvidia.compiler); carry
 ``.cache`` to the device machine and point MKC_CACHE_DIR there. Build directories go to /tmp.
 """
 
@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--variants", default="", help="comma-separated scripts/gpu_bench.py variants")
     a = ap.parse_args()
     os.environ.setdefault("MKC_CACHE_DIR", str(ROOT / ".cache" / "mkc"))
-    from mkc.targets.nvidia.build import build_cubin
+    from mkc.targets.nvidia.compiler import build_cubin
 
     jobs = (list(test_sources(a.trace)) if a.tests else []) + list(bench_sources(a.bench, a.max_seq_len, a.trace))
     jobs += list(variant_sources([v for v in a.variants.split(",") if v]))

@@ -21,7 +21,7 @@ def graphs():
 @pytest.mark.parametrize("target", ["h200", "a100"])
 @pytest.mark.parametrize("sync", ["atomic", "nan"])
 def test_default_model_compiles_cleanly(graphs, target, sync, tmp_path):
-    from mkc.targets.nvidia.build import build_cubin
+    from mkc.targets.nvidia.compiler import build_cubin
 
     tg = graphs[target]
     src, cfg, _ = generate(tg, rr_schedule(tg, target, sync), target)
@@ -35,7 +35,7 @@ def test_default_model_compiles_cleanly(graphs, target, sync, tmp_path):
 
 
 def test_build_cache_hits(graphs, tmp_path):
-    from mkc.targets.nvidia.build import build_cubin
+    from mkc.targets.nvidia.compiler import build_cubin
 
     tg = taskgraph("tiny-llama", 1, 64)
     src, cfg, _ = generate(tg, rr_schedule(tg), "h200")
@@ -60,7 +60,7 @@ def test_tensor_core_gemv_compiles_cleanly(target, batch, tmp_path):
     """Batch >= 2 takes the mma.sync GEMV: no warning, no spill; HMMA in the SASS where cuobjdump is."""
     import subprocess
 
-    from mkc.targets.nvidia.build import build_cubin
+    from mkc.targets.nvidia.compiler import build_cubin
 
     tg = taskgraph("llama-3.2-1b", batch, 4096, target)
     src, cfg, _ = generate(tg, rr_schedule(tg, target, "atomic"), target)

@@ -161,7 +161,7 @@ def test_every_spin_is_bounded(sources, sync):
 
 # ---- compile tier ---------------------------------------------------------------------------------
 def _toolchain():
-    from mkc.targets.amd.build import device_lib_dir, have_clang
+    from mkc.targets.amd.compiler import device_lib_dir, have_clang
 
     missing = [what for what, ok in (("clang++-19", have_clang()), ("ROCm device libraries", device_lib_dir()),
                                      ("HIP headers", Path("/usr/include/hip/hip_runtime.h").exists()
@@ -177,7 +177,7 @@ def _toolchain():
 def builds(sources, tmp_path_factory):
     """(model, target, sync) -> HipBuildResult, each compiled once on first use."""
     _toolchain()
-    from mkc.targets.amd.build import build_hip
+    from mkc.targets.amd.compiler import build_hip
 
     root = tmp_path_factory.mktemp("hip")
     pool = ThreadPoolExecutor(max_workers=max(1, min(len(sources), os.cpu_count() or 1)))
@@ -278,7 +278,7 @@ def test_kernel_arguments_match_the_code_object_metadata(builds):
 
 
 def test_build_cache_hits(builds, sources):
-    from mkc.targets.amd.build import build_hip
+    from mkc.targets.amd.compiler import build_hip
 
     a = builds("qwen3-0.6b", "mi250x", "nan")
     src, cfg = sources["qwen3-0.6b", "mi250x", "nan"]

@@ -1,5 +1,6 @@
-"""The HIP host runtime without an AMD GPU: argument packing, buffer plan, pointer table, uploads,
-launch arguments and the error slot, through a stand-in for the HIP API (``FakeHip``).
+"""The vendor-neutral runtime on the AMD driver, without an AMD GPU: argument packing, buffer plan,
+pointer table, uploads, launch arguments and the error slot, through a stand-in for the HIP API
+(``FakeHip``) under the real ``HipDriver``.
 
 Nothing here proves the runtime works on AMD hardware (none was available); it proves the host
 side hands the kernel what the kernel reads.
@@ -15,10 +16,9 @@ import pytest
 from codegen_fixtures import rr_schedule, taskgraph
 from mkc.codegen import tables as T
 from mkc.errors import KernelError, MkcError
-from mkc.targets.amd.runtime import (
-    KERNEL_ARGS, Hip, HipError, HipMegakernel, arg_layout, bf16_bits, decode_fault, pack_args, plan_buffers,
-    pointer_table,
-)
+from mkc.codegen.tables import KERNEL_ARGS
+from mkc.runtime import Megakernel, decode_fault, plan_buffers, pointer_table
+from mkc.targets.amd.driver import Hip, HipDriver, HipError, arg_layout, bf16_bits, pack_args
 from mkc.taskgraph import names
 
 
@@ -81,7 +81,7 @@ class FakeHip:
 
     def launch(self, function, grid, block, smem, args):
         vals = [struct.unpack_from("<" + ("Q" if k == "ptr" else "i"), args, off)[0]
-                for (_, k), (_, off, _) in zip(KERNEL_ARGS, arg_layout())]
+                for (_, k), (_, off, _) in zip(KERNEL_ARGS, arg_layout(KERNEL_ARGS))]
         rec = dict(zip([n for n, _ in KERNEL_ARGS], vals), grid=grid, block=block, smem=smem, nbytes=len(args))
         self.launches.append(rec)
         if self.on_launch:
@@ -92,15 +92,19 @@ class FakeHip:
 
 
 def test_argument_layout_and_packing():
-    assert arg_layout() == [("tab", 0, 8), ("ptrs", 8, 8), ("fparams", 16, 8), ("ws", 24, 8), ("step0", 32, 4),
-                            ("nsteps", 36, 4), ("pos0", 40, 4), ("nforced", 44, 4), ("spin_limit", 48, 4)]
-    buf = pack_args((0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24))
-    assert len(buf) == 56
-    assert struct.unpack("<4Q5i", buf[:52]) == (0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24)
+    assert arg_layout(KERNEL_ARGS) == [
+        ("tab", 0, 8), ("ptrs", 8, 8), ("fparams", 16, 8), ("ws", 24, 8), ("step0", 32, 4), ("nsteps", 36, 4),
+        ("pos0", 40, 4), ("nforced", 44, 4), ("spin_limit", 48, 4), ("trace", 56, 8), ("trace_steps", 64, 4),
+        ("trace_tasks", 68, 4)]
+    vals = (0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24, 0x4000, 8, 99)
+    buf = pack_args(vals, KERNEL_ARGS)
+    assert len(buf) == 72
+    assert struct.unpack("<4Q5i", buf[:52]) == vals[:9]
+    assert struct.unpack("<Q2i", buf[56:72]) == vals[9:]
     with pytest.raises(MkcError, match="int32"):
-        pack_args((0, 0, 0, 0, 2**31, 0, 0, 0, 0))
-    with pytest.raises(MkcError, match="9 arguments"):
-        pack_args((0, 0))
+        pack_args((0, 0, 0, 0, 2**31, 0, 0, 0, 0, 0, 0, 0), KERNEL_ARGS)
+    with pytest.raises(MkcError, match="12 arguments"):
+        pack_args((0, 0), KERNEL_ARGS)
 
 
 @pytest.mark.parametrize("sync", ["atomic", "nan"])
@@ -163,56 +167,61 @@ def test_megakernel_uploads_and_launches(tiny, sync):
 
     def kernel(fake, a):  # argmax writes next token k+1 for every step
         for k in range(a["nsteps"]):
-            fake.htod(mk.addr["tokens"] + 4 * 2 * k, np.array([100 + k, 200 + k], dtype=np.int32))
+            fake.htod(addr("tokens") + 4 * 2 * k, np.array([100 + k, 200 + k], dtype=np.int32))
 
     fake = FakeHip(on_launch=kernel)
-    mk = HipMegakernel(tg, sched, w, hip=fake, code_object=b"\x7fELF-not-really", spin_limit=1234)
+    mk = Megakernel(tg, sched, w, driver=HipDriver(hip=fake), binary=b"\x7fELF-not-really", spin_limit=1234)
+
+    def addr(name):
+        return mk.buffers[name].ptr
+
     assert fake.image.startswith(b"\x7fELF") and fake.kernel_name == "mkc_megakernel"
     assert fake.occupancy_query == (mk.cfg.threads, mk.cfg.smem_bytes)
     # the schedule table and the pointer table are on the device, byte for byte
-    assert np.array_equal(fake.read(mk.tab, np.int32, mk.tables.ints.size), mk.tables.ints)
-    assert np.array_equal(fake.read(mk.ptrs, np.uint64, mk.ptr_table.size), mk.ptr_table.reshape(-1))
+    assert np.array_equal(fake.read(mk.table.ptr, np.int32, mk.tables.ints.size), mk.tables.ints)
+    assert np.array_equal(fake.read(mk.ptrs.ptr, np.uint64, mk.ptr_table.size), mk.ptr_table.reshape(-1))
     emb = names.EMBED
-    assert np.array_equal(fake.read(mk.addr[emb], np.uint16, w[emb].size), bf16_bits(w[emb]).reshape(-1))
-    fp = fake.read(mk.fparams, np.float32, 3)
+    assert np.array_equal(fake.read(addr(emb), np.uint16, w[emb].size), bf16_bits(w[emb]).reshape(-1))
+    fp = fake.read(mk.fparams.ptr, np.float32, 3)
     assert np.allclose(fp, [tg.const("rms_eps"), tg.const("rope_scaling"), tg.const("attn_scale")])
     # reset: counters zero; nan mode arms every cache word and both copies of polled activations
-    assert not fake.read(mk.ws, np.uint32, mk.tables.ws_words).any()
-    kc = mk.buffers["k_cache.0"]
-    cache = fake.read(mk.addr["k_cache.0"], np.uint32, kc.nbytes // 4)
-    x0 = fake.read(mk.addr["x0"], np.uint32, mk.buffers["x0"].nbytes * mk.buffers["x0"].copies // 4)
+    assert not fake.read(mk.ws.ptr, np.uint32, mk.tables.ws_words).any()
+    kc = mk.plan["k_cache.0"]
+    cache = fake.read(addr("k_cache.0"), np.uint32, kc.nbytes // 4)
+    x0 = fake.read(addr("x0"), np.uint32, mk.plan["x0"].nbytes * mk.plan["x0"].copies // 4)
     if sync == "nan":
-        assert (cache == T.SENTINEL).all() and (x0 == T.SENTINEL).all() and mk.buffers["x0"].copies == 2
+        assert (cache == T.SENTINEL).all() and (x0 == T.SENTINEL).all() and mk.plan["x0"].copies == 2
     else:
         assert not cache.any() and not x0.any()
 
     logits = mk(np.array([3, 4]), 5)
     a = fake.launches[-1]
-    assert (a["tab"], a["ptrs"], a["fparams"], a["ws"]) == (mk.tab, mk.ptrs, mk.fparams, mk.ws)
+    assert (a["tab"], a["ptrs"], a["fparams"], a["ws"]) == (mk.table.ptr, mk.ptrs.ptr, mk.fparams.ptr, mk.ws.ptr)
     assert (a["step0"], a["nsteps"], a["pos0"], a["nforced"], a["spin_limit"]) == (0, 1, 5, 1, 1234)
-    assert (a["grid"], a["block"], a["smem"], a["nbytes"]) == (12, mk.cfg.threads, mk.cfg.smem_bytes, 56)
-    assert logits.shape == (2, tg.dim("V")) and logits.dtype == np.float32
-    assert list(fake.read(mk.addr["ids"], np.int32, 2)) == [3, 4] and mk.step == 1
+    assert (a["trace"], a["trace_steps"], a["trace_tasks"]) == (0, 0, 0)  # untraced: a null trace buffer
+    assert (a["grid"], a["block"], a["smem"], a["nbytes"]) == (12, mk.cfg.threads, mk.cfg.smem_bytes, 72)
+    assert tuple(logits.shape) == (2, tg.dim("V")) and str(logits.dtype) == "torch.float32"
+    assert list(fake.read(addr("ids"), np.int32, 2)) == [3, 4] and mk.step == 1
 
     out = mk.generate(np.array([[1, 2, 3], [4, 5, 6]]), 4)  # one launch: 3 prompt + 3 more steps
     a = fake.launches[-1]
     assert (a["step0"], a["nsteps"], a["pos0"], a["nforced"]) == (0, 6, 0, 3)
-    assert list(fake.read(mk.addr["ids"], np.int32, 6)) == [1, 4, 2, 5, 3, 6]  # [L, B]: step-major
+    assert list(fake.read(addr("ids"), np.int32, 6)) == [1, 4, 2, 5, 3, 6]  # [L, B]: step-major
     assert out.tolist() == [[1, 2, 3, 102, 103, 104, 105], [4, 5, 6, 202, 203, 204, 205]]
-    mk.close()
+    mk.driver.close()
     assert not fake.mem
 
 
 def test_nan_mode_rearms_the_cache_when_positions_repeat(tiny):
     tg, w = tiny
     fake = FakeHip()
-    mk = HipMegakernel(tg, rr_schedule(tg, "mi250x", "nan", workers=8), w, hip=fake, code_object=b"x")
+    mk = Megakernel(tg, rr_schedule(tg, "mi250x", "nan", workers=8), w, driver=HipDriver(hip=fake), binary=b"x")
     mk(np.array([1, 1]), 0)
     mk(np.array([1, 1]), 1)
-    kc = mk.buffers["k_cache.1"]
-    fake.htod(mk.addr["k_cache.1"], np.zeros(kc.nbytes // 4, dtype=np.uint32))  # "written" by the kernel
+    kc, at = mk.plan["k_cache.1"], mk.buffers["k_cache.1"].ptr
+    fake.htod(at, np.zeros(kc.nbytes // 4, dtype=np.uint32))  # "written" by the kernel
     mk(np.array([1, 1]), 1)  # position 1 again: positions >= 1 must hold the sentinel once more
-    words = fake.read(mk.addr["k_cache.1"], np.uint32, kc.nbytes // 4).reshape(kc.shape[0], kc.shape[1], kc.shape[2], -1)
+    words = fake.read(at, np.uint32, kc.nbytes // 4).reshape(kc.shape[0], kc.shape[1], kc.shape[2], -1)
     assert not words[:, :, :1].any() and (words[:, :, 1:] == T.SENTINEL).all()
 
 
@@ -229,7 +238,7 @@ def test_error_slot_raises_a_named_fault(tiny):
             slot[T.WORKSPACE.index(k)] = v
         fake.htod(a["ws"], slot)
 
-    mk = HipMegakernel(tg, sched, w, hip=FakeHip(on_launch=timeout), code_object=b"x")
+    mk = Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip(on_launch=timeout)), binary=b"x")
     with pytest.raises(KernelError, match=rf"worker 5, task {task.id} \(attn layer {task.layer}\).*counter 2 < 3"):
         mk(np.array([0, 0]), 0)
     with pytest.raises(MkcError, match="faulted earlier"):
@@ -242,11 +251,11 @@ def test_refuses_what_cannot_be_resident(tiny):
     tg, w = tiny
     sched = rr_schedule(tg, "mi250x", "nan", workers=20)
     with pytest.raises(MkcError, match="cannot all be resident"):
-        HipMegakernel(tg, sched, w, hip=FakeHip(cus=16), code_object=b"x")
+        Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip(cus=16)), binary=b"x")
     with pytest.raises(MkcError, match="cannot all be resident"):
-        HipMegakernel(tg, sched, w, hip=FakeHip(blocks_per_cu=0), code_object=b"x")
+        Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip(blocks_per_cu=0)), binary=b"x")
     with pytest.raises(MkcError, match="missing"):
-        HipMegakernel(tg, sched, {}, hip=FakeHip(), code_object=b"x")
+        Megakernel(tg, sched, {}, driver=HipDriver(hip=FakeHip()), binary=b"x")
 
 
 def test_without_an_amd_gpu_the_runtime_says_so():

@@ -10,7 +10,7 @@ import pytest
 from mkc.errors import ScheduleError, UnknownNameError
 from mkc.schedule import CostModel, Schedule, schedule
 from mkc.schedule.build import schedule_with_report
-from mkc.schedule.cost import HBM_FRACTION, TASK_OVERHEAD_US, WAIT_US, durations, prefetch_bytes
+from mkc.schedule.cost import HBM_FRACTION, TASK_OVERHEAD_US, WAIT_US, durations, prefetch_bytes, stream_bytes
 from mkc.schedule.cpsat import segments
 from mkc.schedule.timeline import Deps, timeline
 from mkc.targets.spec import get_target
@@ -54,12 +54,24 @@ def test_cost_flops_bound_and_kind_scale():
     t = dataclasses.replace(tg.tasks[0], bytes=0, flops=10**9, waits=())
     cost = CostModel()
     rate = H200.fp32_flops * cost.fma_fraction / H200.sms / 1e6
-    assert cost.task_time(t, H200, 1) == pytest.approx(1e9 / rate + TASK_OVERHEAD_US)
+    assert cost.task_time(t, H200, False) == pytest.approx(1e9 / rate + TASK_OVERHEAD_US)
     scaled = CostModel(kind_scale={t.kind: 2.0})
-    assert scaled.task_time(t, H200, 1) == pytest.approx(2 * cost.task_time(t, H200, 1))
-    # GEMV kinds move to tensor cores at large batch
-    assert cost.task_time(dataclasses.replace(t, kind="oproj"), H200, 64) < cost.task_time(
-        dataclasses.replace(t, kind="oproj"), H200, 1)
+    assert scaled.task_time(t, H200, False) == pytest.approx(2 * cost.task_time(t, H200, False))
+    # GEMV kinds are priced on tensor cores where the device plan puts them there
+    assert cost.task_time(dataclasses.replace(t, kind="oproj"), H200, True) < cost.task_time(
+        dataclasses.replace(t, kind="oproj"), H200, False)
+
+
+def test_cost_model_prices_the_gemv_path_the_kernel_runs():
+    """One decision: the device plan's GEMV path (tensor cores from batch 2 on NVIDIA, never on AMD)."""
+    from codegen_fixtures import taskgraph
+    from mkc.schedule.cost import plan_of
+    from mkc.target import get_target
+
+    for target, batch, mma in (("h200", 1, False), ("h200", 2, True), ("h200", 16, True), ("mi300x", 16, False),
+                               ("mi300x", 64, False), ("a100", 8, True)):
+        tg = taskgraph("tiny-llama", batch, 64, target)
+        assert plan_of(tg, get_target(target)).mma == tg.plan.mma == mma, (target, batch)
 
 
 def test_cost_override_changes_schedule_times(tiny_toy8):
@@ -172,7 +184,7 @@ def test_kernel_plan(tiny_h200):
     assert max(t.smem for t in tiny_h200.tasks) < p.smem_bytes <= H200.smem_per_block
     for q in s.queues:  # every task plus the next one's prefetch fits
         for a, b in zip(q, q[1:]):
-            assert tiny_h200.tasks[a].smem + prefetch_bytes(tiny_h200.tasks[b], H200, 1) <= p.smem_bytes
+            assert tiny_h200.tasks[a].smem + prefetch_bytes(tiny_h200.tasks[b], stream_bytes(tiny_h200, H200)) <= p.smem_bytes
     amd = dataclasses.replace(get_target("mi300x"), name="toyamd", sms=16)
     tg = decoder_taskgraph(amd, **dict(TINY, tiles=16, lm_tiles=16))
     assert schedule(tg, amd, method="list", sync="nan").plan.regs_per_thread == 128
@@ -186,7 +198,7 @@ def test_smem_error_names_the_task(tiny_h200):
     with pytest.raises(ScheduleError) as err:
         schedule(tg, H200)
     msg = str(err.value)
-    need = 200 * 1024 + prefetch_bytes(victim, H200, 1)
+    need = 200 * 1024 + prefetch_bytes(victim, stream_bytes(tg, H200))
     for part in (f"task {victim.id}", "gateup", "layer 1", str(need), str(H200.smem_per_block)):
         assert part in msg
 

@@ -44,7 +44,7 @@ def test_trace_on_amd_renders_without_vendor_words():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("sync", ["atomic", "nan"])
 def test_trace_kernel_compiles_cleanly(llama_tg, sync, tmp_path):
-    from mkc.targets.nvidia.build import build_cubin
+    from mkc.targets.nvidia.compiler import build_cubin
 
     src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg, "h200", sync), "h200", CodegenOptions(trace=True))
     assert cfg.arch == "sm_90a"

@@ -21,8 +21,10 @@ import numpy as np
 
 from mkc.errors import IRCheckError, ScheduleError
 from mkc.schedule.ir import Schedule
-from mkc.targets.spec import Target, get_target
+from mkc.backend import for_target
+from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
+from mkc.taskgraph.plan import DevicePlan, PlanKnobs, device_plan
 from mkc.codegen import tables as T
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
@@ -54,6 +56,11 @@ class CodegenOptions:
     # (mkc.runtime.Megakernel allocates it, mkc.trace reads it). Off: the source is exactly the untraced one.
     trace: bool = False
 
+    def knobs(self) -> PlanKnobs:
+        """The options that change the device plan."""
+        return PlanKnobs(mma=self.mma, ring_stages=self.ring_stages, rows_per_warp=self.rows_per_warp,
+                         loads_in_flight=self.loads_in_flight, attn_chunk=self.attn_chunk)
+
 
 @dataclass(frozen=True)
 class KernelConfig:
@@ -83,20 +90,22 @@ class KernelConfig:
 
 
 def dialect_for(target: Target):
-    if target.vendor == "nvidia":
-        from mkc.targets.nvidia.dialect import NvidiaDialect
-
-        return NvidiaDialect(arch=target.arch)
-    if target.vendor == "amd":
-        from mkc.targets.amd.dialect import AmdDialect
-
-        return AmdDialect(arch=target.arch, lds_bytes=target.smem_per_block)
-    raise ScheduleError(f"no code generator for {target.vendor} targets ({target.name}); "
-                        f"supported: NVIDIA and AMD targets")
+    """The vendor dialect the template prints through (from the target's backend)."""
+    return for_target(target).dialect(target)
 
 
-def _align(n: int, a: int = 16) -> int:
-    return -(-n // a) * a
+def source_name(target: Target) -> str:
+    """``kernel.cu`` / ``kernel.hip``: the emitted source's file name for ``target``."""
+    return f"kernel.{for_target(target).source_ext}"
+
+
+def plan_for(tg: TaskGraph, target: Target, options: CodegenOptions) -> DevicePlan:
+    """The task graph's device plan, or one from the same planner where ``options`` force other
+    choices (or a task graph saved before plans existed has none)."""
+    knobs = options.knobs()
+    if tg.plan is not None and knobs == PlanKnobs():
+        return tg.plan
+    return device_plan(dict(tg.dims), target, knobs)
 
 
 def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: CodegenOptions | None = None) -> KernelConfig:
@@ -125,72 +134,15 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if problems:
         raise IRCheckError("cannot generate the kernel: " + "; ".join(problems))
 
-    # Tensor cores for the GEMV kinds from batch 2: there the fp32 FMA path is bound by shared-memory
-    # reads of the staged input and by FMAs (each weight is used B times); at batch 1 it is memory
-    # bound already. A dialect without a bf16 MMA (``has_mma_bf16`` absent or False) keeps FMAs.
-    has_mma = bool(getattr(dialect, "has_mma_bf16", False))
-    mma = has_mma and (B >= 2 if o.mma is None else o.mma)
-    if o.trace and not getattr(dialect, "has_trace_timer", False):
+    plan = plan_for(tg, target, o)
+    if o.trace and not for_target(target).capabilities(target).trace_timer:
         raise ScheduleError(f"the per-task trace needs a device timer; mkc has none for {target.name} ({target.arch})")
-    if o.mma and not has_mma:
-        raise ScheduleError(f"tensor-core GEMV asked for, but {target.name} ({target.arch}) has no bf16 MMA in mkc")
-    G = o.rows_per_warp
-    # MMA path: U segments per weight row per step, double-buffered (4U loads in flight per lane);
-    # past batch 32 the accumulators need the registers of half of them
-    U = o.loads_in_flight or ((4 if B <= 32 else 2) if mma else 8 if B <= 2 else 4)
-    BB = min(B, 8)
-    KC = d.get("smem_kc") or 8192
-    KC = max(256, min(KC, _align(max(H, I, NH * HD), 256)))
-    out_cap = max(4096, HD * B, 2 * B)
-    NW = NT // WARP
-    ATT_CH = o.attn_chunk
-    f = 4  # bytes per float / int
-    # GEMV layout: staged input [B][KC], output block [rows][B], split-K partials, 1/rms, argmax
-    off = {}
-    at = 0
-    mma_consts = {}
-    ring = 0
-    if mma:
-        # MMA path: the input is staged as bf16 [B][XST] with XST = KCB + 32: a row is 64 bytes off
-        # 128, so the two batch columns of each 8-lane phase of a 16-byte shared load hit disjoint
-        # banks. KCB is the K-chunk: the largest multiple of 64 (of 256 when it can) that fits what
-        # the other regions leave, at most K. A chunk costs a barrier and a pause of the weight stream.
-        k_max = max(H, I, NH * HD)
-
-        def k_chunk(ring: int) -> int:
-            rest = (f * (out_cap + NW * 16 * B + B + NW * B + 2 * B + B * ATT_SPLIT * NH) + ring * 2 * U * 16 * NT
-                    + 8 * 16 + 16)
-            per_row = (target.smem_per_block - rest) // (2 * B) - 32
-            return min(_align(k_max, 256), per_row // 256 * 256 or per_row // 64 * 64)
-
-        # the deepest weight ring (up to ring_stages) that leaves K-chunks of 1024 (or all of K)
-        want = o.ring_stages if o.ring_stages is not None else (3 if B <= 16 else 0)
-        ring = next((r for r in range(want, 1, -1) if k_chunk(r) >= min(_align(k_max, 256), 1024)), 0)
-        ring_bytes = ring * 2 * U * 16 * NT
-        KCB = k_chunk(ring)
-        if KCB < 64:
-            raise ScheduleError(f"batch {B} leaves no room to stage a K-chunk in {target.name}'s shared memory")
-        mma_consts = dict(KCB=KCB, XST=KCB + 32, RING=ring)
-        xs_bytes, part_n = 2 * B * (KCB + 32), NW * 16 * B
-    else:
-        xs_bytes, part_n = f * B * KC, NW * G * B
-    # o-proj combining the attention splits: one weight per (batch row, split, head)
-    regions = [("OFF_XS", xs_bytes), ("OFF_OUT", f * out_cap), ("OFF_PART", f * part_n), ("OFF_RS", f * B),
-               ("OFF_SSP", f * NW * B), ("OFF_BEST", f * 2 * B), ("OFF_AW", f * B * ATT_SPLIT * NH)]
-    if mma and ring:
-        regions.append(("OFF_RING", ring_bytes))
-    for key, nbytes in regions:
-        off[key] = at
-        at = _align(at + nbytes)
-    gemv_end = at
-    # attention layout (the same bytes, another task): q, probabilities, max/sum/rescale, partial outputs
-    at = 0
-    for key, n in (("OFF_AQ", NREP * HD), ("OFF_AK", HD), ("OFF_AP", NREP * ATT_CH), ("OFF_AM", 3 * NREP),
-                   ("OFF_ARED", (NT // (HD // 2)) * NREP * HD)):
-        off[key] = at
-        at = _align(at + f * n)
-    off["OFF_FLAG"] = max(gemv_end, at)
-    needed = off["OFF_FLAG"] + 16
+    mma, ring = plan.mma, plan.ring
+    G, U, BB, KC, out_cap = plan.rows_per_warp, plan.loads_in_flight, plan.batch_rows, plan.kc, plan.out_cap
+    ATT_CH = plan.attn_chunk
+    off = plan.offsets()
+    mma_consts = dict(KCB=plan.kcb, XST=plan.kcb + 32, RING=ring) if mma else {}
+    needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
                             f"{target.smem_per_block} {target.name} allows (batch {B}, K-chunk {KC})")
@@ -246,7 +198,7 @@ def emit(tg: TaskGraph, sched: Schedule, target: Target | str, bdir: str | Path,
     source, cfg, tables = generate(tg, sched, target, options)
     bdir = Path(bdir)
     bdir.mkdir(parents=True, exist_ok=True)
-    src = bdir / f"kernel.{target.source_ext}"
+    src = bdir / source_name(target)
     src.write_text(source)
     tab = bdir / "tables.npz"
     np.savez(tab, ints=tables.ints, n_events=np.int64(tables.n_events), n_argmax=np.int64(tables.n_argmax),

@@ -59,6 +59,13 @@ WORKSPACE = ("WS_ABORT", "WS_CLAIM", "WS_WORKER", "WS_TASK", "WS_EVENT", "WS_SEE
 WS_COUNTERS = 16
 FPARAMS = ("FP_EPS", "FP_ROPE_SCALING", "FP_ATTN_SCALE")
 VERSION = 2  # 2: four task arguments (qkv head slices)
+# the kernel's parameters, in order: the launch ABI every driver packs (the trace buffer is null
+# and its sizes 0 unless the kernel was generated with the per-task trace)
+KERNEL_ARGS: tuple[tuple[str, str], ...] = (
+    ("tab", "ptr"), ("ptrs", "ptr"), ("fparams", "ptr"), ("ws", "ptr"),
+    ("step0", "i32"), ("nsteps", "i32"), ("pos0", "i32"), ("nforced", "i32"), ("spin_limit", "i32"),
+    ("trace", "ptr"), ("trace_steps", "i32"), ("trace_tasks", "i32"),
+)
 
 
 def slot_of(name: str) -> int | None:

@@ -29,15 +29,14 @@ from collections.abc import Callable, Sequence
 
 from mkc.errors import ScheduleError, UnknownNameError
 from mkc.schedule.baseline import list_schedule, round_robin
-from mkc.schedule.cost import CostModel, durations, prefetch_bytes
+from mkc.schedule.cost import CostModel, durations, plan_of, prefetch_bytes, stream_bytes
 from mkc.schedule.ir import SYNC_MODES, KernelPlan, Schedule
 from mkc.schedule.timeline import Deps, Replay
-from mkc.targets.spec import Target, get_target
+from mkc.backend import for_target
+from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
 
 METHODS = ("round_robin", "list", "cpsat")
-THREADS = {"nvidia": 256, "amd": 256}
-REGS = {"nvidia": 255, "amd": 128}  # declared launch bound, not a measurement
 
 
 def schedule(
@@ -158,7 +157,8 @@ def _r(x: float) -> float:
 
 def check_smem(tg: TaskGraph, target: Target) -> None:
     budget = target.smem_per_block
-    worst_next = max((prefetch_bytes(t, target, tg.batch) for t in tg.tasks), default=0)
+    stream = stream_bytes(tg, target)
+    worst_next = max((prefetch_bytes(t, stream) for t in tg.tasks), default=0)
     over = [t for t in tg.tasks if t.smem + worst_next > budget]
     if over:
         t = max(over, key=lambda t: (t.smem, -t.id))
@@ -171,14 +171,17 @@ def check_smem(tg: TaskGraph, target: Target) -> None:
 
 def kernel_plan(tg: TaskGraph, target: Target, queues: Sequence[Sequence[int]]) -> KernelPlan:
     smem = 0
+    stream = stream_bytes(tg, target)
     for q in queues:
         for i, t in enumerate(q):
-            nxt = prefetch_bytes(tg.tasks[q[i + 1]], target, tg.batch) if i + 1 < len(q) else 0
+            nxt = prefetch_bytes(tg.tasks[q[i + 1]], stream) if i + 1 < len(q) else 0
             smem = max(smem, tg.tasks[t].smem + nxt)
+    limits = for_target(target).launch_limits(target)
+    plan = plan_of(tg, target)
     return KernelPlan(
-        threads=THREADS[target.vendor],
+        threads=plan.threads if plan is not None else limits.threads,
         smem_bytes=min(smem, target.smem_per_block),
-        regs_per_thread=REGS[target.vendor],
+        regs_per_thread=limits.regs_per_thread,
         max_queue_len=max((len(q) for q in queues), default=0),
         max_waits=max((len(t.waits) for t in tg.tasks), default=0),
         max_signals=max((len(t.signals) for t in tg.tasks), default=0),

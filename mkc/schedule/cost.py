@@ -20,9 +20,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mkc.target import Target
 from mkc.targets.smem import GEMV_KINDS, smem_plan
-from mkc.targets.spec import Target
 from mkc.taskgraph.ir import Task, TaskGraph
+from mkc.taskgraph.plan import DevicePlan, device_plan
 
 # Fraction of the datasheet HBM bandwidth a streaming read reaches: 4.20 TB/s measured / 4.8 TB/s
 # datasheet on our H200 (ANCHORS.md). Hazy's megakernel reached 78 % end to end on H100.
@@ -32,9 +33,6 @@ HBM_FRACTION = 0.875
 FMA_FRACTION = 0.5
 # Fraction of the dense bf16 tensor-core peak a skinny GEMM tile reaches (small N, no 2-CTA MMA).
 MMA_FRACTION = 0.5
-# Batch from which GEMV tasks use tensor cores (DESIGN.md: only when the batch makes GEMV
-# compute-bound; at batch 16 a bf16 GEMV does 16 flop/byte, above the fp32 ridge of ~16).
-TENSOR_CORE_MIN_BATCH = 16
 # Fixed cost of every task: queue entry fetch and decode, two block barriers, the release add.
 TASK_OVERHEAD_US = 0.5
 # Cost of each event a task waits on: the acquire poll round trip through L2 (~0.7 us on H100)
@@ -47,7 +45,6 @@ class CostModel:
     hbm_fraction: float = HBM_FRACTION
     fma_fraction: float = FMA_FRACTION
     mma_fraction: float = MMA_FRACTION
-    tensor_core_min_batch: int = TENSOR_CORE_MIN_BATCH
     task_overhead_us: float = TASK_OVERHEAD_US
     wait_us: float = WAIT_US
     # kind -> factor on the whole predicted time, e.g. measured / predicted from a device trace
@@ -57,14 +54,15 @@ class CostModel:
         """Bytes per microsecond one worker streams when every SM streams at once."""
         return target.hbm_bw * self.hbm_fraction / target.sms / 1e6
 
-    def flops_per_sm(self, target: Target, kind: str, batch: int) -> float:
-        """Flops per microsecond of one worker for a task of this kind."""
-        if kind in GEMV_KINDS and batch >= self.tensor_core_min_batch:
+    def flops_per_sm(self, target: Target, kind: str, mma: bool) -> float:
+        """Flops per microsecond of one worker for a task of this kind; ``mma``: the device plan runs
+        the GEMV kinds on tensor cores."""
+        if kind in GEMV_KINDS and mma:
             return target.bf16_flops * self.mma_fraction / target.sms / 1e6
         return target.fp32_flops * self.fma_fraction / target.sms / 1e6
 
-    def task_time(self, task: Task, target: Target, batch: int) -> float:
-        data = max(task.bytes / self.bw_per_sm(target), task.flops / self.flops_per_sm(target, task.kind, batch))
+    def task_time(self, task: Task, target: Target, mma: bool) -> float:
+        data = max(task.bytes / self.bw_per_sm(target), task.flops / self.flops_per_sm(target, task.kind, mma))
         t = data + self.task_overhead_us + self.wait_us * len(task.waits)
         return t * self.kind_scale.get(task.kind, 1.0)
 
@@ -100,16 +98,30 @@ def load_calibration(path: str | Path) -> CostModel:
 def durations(tg: TaskGraph, target: Target, cost: CostModel | None = None) -> list[float]:
     """Predicted time of every task, indexed by task id (microseconds)."""
     cost = cost or DEFAULT_COST
-    return [cost.task_time(t, target, tg.batch) for t in tg.tasks]
+    plan = plan_of(tg, target)
+    mma = plan is not None and plan.mma
+    return [cost.task_time(t, target, mma) for t in tg.tasks]
 
 
-def prefetch_bytes(task: Task, target: Target, batch: int) -> int:
-    """Shared memory the *previous* task on a worker holds to prefetch this task's weights.
+def plan_of(tg: TaskGraph, target: Target) -> DevicePlan | None:
+    """The task graph's device plan: its own, or one from the same planner for a graph saved
+    without one; None for a synthetic graph without model shapes (tests)."""
+    if tg.plan is not None:
+        return tg.plan
+    return device_plan(dict(tg.dims), target) if "B" in dict(tg.dims) else None
 
-    GEMV kinds stream weights through ``stages`` buffers (smem.py); the worker starts filling them
-    while the task before it still runs, so those bytes add to the previous task's footprint.
-    """
-    if task.kind not in GEMV_KINDS:
-        return 0
-    plan = smem_plan(target, batch, 256)  # stages do not depend on K
-    return plan.stages * plan.stage_bytes
+
+def stream_bytes(tg: TaskGraph, target: Target) -> int:
+    """Shared memory one GEMV task's weight stream holds (the plan's stages x stage bytes)."""
+    plan = plan_of(tg, target)
+    if plan is not None:
+        return plan.prefetch_bytes
+    sp = smem_plan(target, tg.batch, 256)  # a synthetic graph: the same streaming model
+    return sp.stages * sp.stage_bytes
+
+
+def prefetch_bytes(task: Task, stream: int) -> int:
+    """Shared memory the *previous* task on a worker holds to prefetch this task's weights: GEMV
+    kinds stream weights through ``stream`` bytes of stages (``stream_bytes``), which the worker
+    starts filling while the task before it still runs."""
+    return stream if task.kind in GEMV_KINDS else 0

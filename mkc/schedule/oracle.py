@@ -43,7 +43,8 @@ from dataclasses import dataclass
 
 from mkc.schedule.ir import Schedule
 from mkc.targets.smem import GEMV_KINDS, smem_plan
-from mkc.targets.spec import Target
+from mkc.backend import for_target
+from mkc.target import Target
 from mkc.taskgraph.ir import TaskGraph
 
 SENT, GARBAGE, PREFILL, DATA = 0, 1, 2, 3
@@ -406,18 +407,6 @@ def resource_problems(tg: TaskGraph, sched: Schedule, target: Target) -> list[st
 
 
 def _resident_blocks(target: Target, threads: int, regs: int, smem: int) -> int:
-    if not 1 <= threads <= 1024:
-        return 0
-    if target.vendor == "nvidia":
-        if regs > 255:
-            return 0
-        per_warp = ((regs * 32 + 255) // 256) * 256
-        by_regs = (65536 // per_warp) // ((threads + 31) // 32)
-        by_smem = target.smem_per_sm // (((smem + 1024 + 127) // 128) * 128)
-        return min(by_regs, 2048 // threads, 32, by_smem)
-    waves = (threads + 63) // 64
-    per_simd = (waves + 3) // 4
-    vgpr = ((max(regs, 1) + 7) // 8) * 8
-    by_vgpr = (512 // vgpr) // per_simd if vgpr <= 512 else 0
-    by_lds = target.smem_per_sm // smem if smem > 0 else 1 << 30
-    return min(by_vgpr, 8 // per_simd, by_lds)
+    # occupancy is a hardware fact the backend owns (shared with the verifier on purpose: the oracle's
+    # independence is in how it reasons about the schedule, not in re-deriving the chip's limits)
+    return for_target(target).launch_limits(target).blocks_per_sm(target, threads, regs, smem)[0]

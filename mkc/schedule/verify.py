@@ -35,8 +35,9 @@ import networkx as nx
 from mkc.errors import VerificationError
 from mkc.schedule.boxes import Box, BoxIndex, fmt_box, intersect, overlap, uncovered
 from mkc.schedule.ir import KernelPlan, Schedule
-from mkc.targets.smem import GEMV_KINDS, smem_plan
-from mkc.targets.spec import Target
+from mkc.backend import for_target
+from mkc.schedule.cost import plan_of, prefetch_bytes, stream_bytes
+from mkc.target import Target
 from mkc.taskgraph.ir import TaskGraph
 
 CHECKS = (
@@ -138,41 +139,19 @@ class VerifyReport:
 # ---- the residency model -------------------------------------------------------------------
 
 
-def blocks_per_sm(target: Target, plan: KernelPlan) -> tuple[int, str]:
-    """Blocks of ``plan`` one SM/CU holds at once, and what limits it.
-
-    NVIDIA (sm_80/90/100, CUDA occupancy calculator): 65536 registers per SM allocated per warp in
-    units of 256, at most 255 per thread; 2048 threads and 32 blocks per SM; each block's shared
-    memory plus 1 KiB the runtime reserves, in units of 128 bytes, out of ``smem_per_sm``.
-    AMD (CDNA2/3): a block's waves (wave64) spread over 4 SIMDs; each SIMD has 512 VGPRs per lane
-    (allocated in units of 8) and holds at most 8 waves; LDS ``smem_per_sm`` per CU.
-    """
-    t = max(1, plan.threads)
-    if plan.threads > 1024 or plan.threads < 1:
-        return 0, f"{plan.threads} threads per block (1..1024 allowed)"
-    if target.vendor == "nvidia":
-        if plan.regs_per_thread > 255:
-            return 0, f"{plan.regs_per_thread} registers per thread (at most 255)"
-        warps = -(-t // 32)
-        regs_warp = -(-max(1, plan.regs_per_thread) * 32 // 256) * 256
-        limits = {"registers": (65536 // regs_warp) // warps, "threads": 2048 // t, "blocks": 32}
-        smem_alloc = -(-(plan.smem_bytes + 1024) // 128) * 128
-    else:
-        waves_simd = -(-(-(-t // 64)) // 4)
-        vgprs = -(-max(1, plan.regs_per_thread) // 8) * 8
-        limits = {"VGPRs": (512 // vgprs) // waves_simd if vgprs <= 512 else 0, "waves": 8 // waves_simd}
-        smem_alloc = plan.smem_bytes
-    limits["shared memory"] = target.smem_per_sm // smem_alloc if smem_alloc else 1 << 30
-    limiter = min(limits, key=lambda k: limits[k])
-    return limits[limiter], limiter
+def blocks_per_sm(target: Target, plan: KernelPlan, smem_bytes: int | None = None) -> tuple[int, str]:
+    """Blocks of ``plan`` one SM/CU holds at once, and what limits it: the occupancy rules of the
+    target's backend (``mkc.backend.LaunchLimits``), with ``smem_bytes`` (default the plan's) per block."""
+    limits = for_target(target).launch_limits(target)
+    smem = plan.smem_bytes if smem_bytes is None else smem_bytes
+    return limits.blocks_per_sm(target, plan.threads, plan.regs_per_thread, smem)
 
 
-def prefetch_bytes(task, target: Target, batch: int) -> int:
-    """Shared memory the task before ``task`` holds to stream its weights early (GEMV kinds)."""
-    if task.kind not in GEMV_KINDS:
-        return 0
-    sp = smem_plan(target, batch, 256)
-    return sp.stages * sp.stage_bytes
+def launched_smem(tg: TaskGraph, plan: KernelPlan, target: Target) -> int:
+    """The dynamic shared memory the kernel is launched with: its layout (the device plan) or what
+    the schedule budgets, whichever is larger (codegen.render.kernel_config does the same)."""
+    layout = plan_of(tg, target)
+    return min(max(layout.smem_bytes if layout is not None else 0, plan.smem_bytes), target.smem_per_block)
 
 
 # ---- the analysis --------------------------------------------------------------------------
@@ -674,11 +653,12 @@ def _tables(a: _Analysis, check: Check) -> None:
 
 def _residency(a: _Analysis, check: Check) -> None:
     plan, target, W = a.sched.plan, a.target, a.sched.num_workers
-    per_sm, limiter = blocks_per_sm(target, plan)
+    smem = launched_smem(a.tg, plan, target)
+    per_sm, limiter = blocks_per_sm(target, plan, smem)
     room = per_sm * target.sms
     if W > room:
         check.error(f"{W} workers cannot all be resident: {target.name} holds {per_sm} block(s) of {plan.threads} "
-                    f"threads, {plan.regs_per_thread} registers/thread and {plan.smem_bytes} B shared memory per SM "
+                    f"threads, {plan.regs_per_thread} registers/thread and {smem} B shared memory per SM "
                     f"(limited by {limiter}) x {target.sms} SMs = {room}; a persistent worker that never starts hangs "
                     f"the ones waiting on it")
     if plan.smem_bytes > target.smem_per_block:
@@ -689,6 +669,11 @@ def _residency(a: _Analysis, check: Check) -> None:
 
 def _smem(a: _Analysis, check: Check) -> None:
     tg, plan, target = a.tg, a.sched.plan, a.target
+    # the kernel's own layout (the device plan's regions, as codegen prints them) must be sound and fit
+    layout = plan_of(tg, target)
+    for problem in layout.check(target.smem_per_block) if layout is not None else ():
+        check.error(problem)
+    stream = stream_bytes(tg, target)
     worst = 0
     for w, q in enumerate(a.sched.queues):
         for i, t in enumerate(q):
@@ -696,7 +681,7 @@ def _smem(a: _Analysis, check: Check) -> None:
                 continue
             task = tg.tasks[t]
             nxt = q[i + 1] if i + 1 < len(q) and 0 <= q[i + 1] < a.n else None
-            pre = prefetch_bytes(tg.tasks[nxt], target, tg.batch) if nxt is not None else 0
+            pre = prefetch_bytes(tg.tasks[nxt], stream) if nxt is not None else 0
             worst = max(worst, task.smem + pre)
             if task.smem > plan.smem_bytes:
                 check.error(f"{a.task(t)} needs {task.smem} B of shared memory but the kernel allocates "
@@ -706,6 +691,9 @@ def _smem(a: _Analysis, check: Check) -> None:
                             f"task on worker {w} ({a.task(nxt)}) = {task.smem + pre} B, over the kernel's "
                             f"{plan.smem_bytes} B")
     check.summary = f"peak {worst} B of {plan.smem_bytes} B (task + next task's weight stages)"
+    if layout is not None:
+        check.summary += (f"; kernel layout {layout.smem_bytes} B in {len(layout.regions)} regions, launched with "
+                          f"{launched_smem(tg, plan, target)} B")
 
 
 def _nan_rules(a: _Analysis, check: Check, blamed: set[int]) -> None:

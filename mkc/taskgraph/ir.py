@@ -67,6 +67,7 @@ from dataclasses import dataclass
 
 from mkc.errors import IRCheckError
 from mkc.irjson import load_json, save_json
+from mkc.taskgraph.plan import DevicePlan
 
 TASK_KINDS = ("embed", "qkv", "attn", "oproj", "gateup", "down", "lmhead", "argmax")
 BUFFER_ROLES = ("weight", "const", "input", "act", "cache", "output")
@@ -134,6 +135,7 @@ class TaskGraph:
     events: tuple[Event, ...]
     dims: tuple[tuple[str, int], ...] = ()  # H, I, nh, nkv, hd, V, n_layers, ... for codegen
     consts: tuple[tuple[str, float], ...] = ()  # rms_eps, rope_scaling, attn_scale
+    plan: DevicePlan | None = None  # how the kernel runs it on the target (mkc.taskgraph.plan)
 
     def dim(self, key: str) -> int:
         return dict(self.dims)[key]
@@ -178,6 +180,9 @@ class TaskGraph:
             for e in t.waits + t.signals:
                 if not 0 <= e < len(self.events):
                     problems.append(f"task {t.id} names unknown event {e}")
+        if self.plan is not None and self.plan.attn_split != dict(self.dims).get("attn_split", 1):
+            problems.append(f"the device plan splits attention {self.plan.attn_split} ways, the tasks "
+                            f"{dict(self.dims).get('attn_split', 1)}")
         for i, e in enumerate(self.events):
             if e.id != i:
                 problems.append(f"event at index {i} has id {e.id}")

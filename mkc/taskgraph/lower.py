@@ -19,11 +19,12 @@ from contextlib import contextmanager
 from mkc.capture.graph import Graph
 from mkc.errors import ScheduleError
 from mkc.targets.smem import attn_smem, smem_plan
-from mkc.targets.spec import Target, get_target
+from mkc.target import Target, get_target
 from mkc.taskgraph import names
 from mkc.taskgraph.events import Draft, build_events
 from mkc.taskgraph.ir import Buffer, Region, Task, TaskGraph
 from mkc.taskgraph.pattern import ModelSpec, match_graph
+from mkc.taskgraph.plan import device_plan
 from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_tiles, row_tiles
 
 ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i64": 8}
@@ -87,6 +88,7 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None) 
     return TaskGraph(
         model=name or info.arch, target=target.name, batch=graph.batch, max_seq_len=graph.max_seq_len,
         buffers=tuple(buffers), tasks=tasks, events=tuple(events), dims=tuple(dims.items()), consts=consts,
+        plan=device_plan(dims, target),
     ).check()
 
 

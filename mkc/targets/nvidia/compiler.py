@@ -6,7 +6,6 @@ Only the device code is compiled (``-cubin``): no host compiler, no C++ extensio
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from mkc.backend import cache_dir, content_key
 from mkc.errors import MkcError
 
 
@@ -62,16 +62,13 @@ def nvcc_version(nvcc: str) -> str:
     return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("MKC_CACHE_DIR") or Path.home() / ".cache" / "mkc")
-
 
 def build_cubin(source: str, arch: str, *, out_dir: str | Path | None = None, verbose: bool = False,
                 extra_flags: tuple[str, ...] = (), name: str = "kernel") -> BuildResult:
     """Compile ``source`` for ``arch``; reuse the cached cubin when nothing changed."""
     nvcc = find_nvcc()
     flags = nvcc_flags(arch, verbose, extra_flags)
-    key = hashlib.sha256("\0".join([source, *flags, nvcc_version(nvcc)]).encode()).hexdigest()[:24]
+    key = content_key(source, *flags, nvcc_version(nvcc))
     root = Path(out_dir) if out_dir is not None else cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     cubin = root / f"{name}.{arch}.{key}.cubin"

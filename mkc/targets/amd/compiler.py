@@ -17,7 +17,6 @@ instead. ``$MKC_HIP_CLANG`` picks the compiler, ``$MKC_ROCM_DEVICE_LIBS`` the bi
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from mkc.backend import cache_dir, content_key
 from mkc.errors import MkcError
 
 CODE_OBJECT, ISA = "code_object", "isa"
@@ -141,9 +141,6 @@ def clang_flags(arch: str, kind: str, libdir: Path | None, extra: tuple[str, ...
     return flags + list(extra)
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("MKC_CACHE_DIR") or Path.home() / ".cache" / "mkc")
-
 
 def build_hip(source: str, arch: str, *, out_dir: str | Path | None = None, kind: str | None = None,
               extra_flags: tuple[str, ...] = (), name: str = "kernel") -> HipBuildResult:
@@ -155,7 +152,7 @@ def build_hip(source: str, arch: str, *, out_dir: str | Path | None = None, kind
     if kind not in SUFFIX:
         raise MkcError(f"unknown AMD build output {kind!r}; choose {CODE_OBJECT} or {ISA}")
     flags = clang_flags(arch, kind, libdir, extra_flags)
-    key = hashlib.sha256("\0".join([source, *flags, clang_version(clang)]).encode()).hexdigest()[:24]
+    key = content_key(source, *flags, clang_version(clang))
     root = Path(out_dir) if out_dir is not None else cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     out = root / f"{name}.{arch}.{key}.{SUFFIX[kind]}"

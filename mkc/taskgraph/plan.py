@@ -1,0 +1,172 @@
+"""The device plan: how the kernel runs the task graph on one target, decided once, in lowering.
+
+Lowering computes it from the task graph's shapes and the target backend's capabilities and
+launch limits; the cost model (which GEMV path to price), the verifier (the shared-memory layout
+it proves) and codegen (the constants it prints) read it, and nothing recomputes it. Codegen
+knobs that change the plan (``PlanKnobs``, e.g. a benchmark variant forcing the FMA path) get a
+plan from the same function.
+
+Shared memory has two layouts over the same bytes (a block runs one task at a time):
+
+- GEMV kinds: the staged input (fp32 ``[B][KC]``, or bf16 ``[B][KCB + 32]`` on the tensor-core
+  path), the output block, split-K partials, 1/rms, warp partial sums, the argmax pair, the
+  attention-split weights, and on the tensor-core path the cp.async weight ring;
+- attention: q, the new key, probabilities, max/sum/rescale, and partial outputs;
+
+then a flag word after both. ``regions`` lists ``(name, offset, bytes)`` of each; ``smem_bytes``
+is what the layout needs. The cost model's streaming model (``stages`` x ``stage_bytes`` of a
+task's weights in flight, ``targets/smem.py``) is part of the plan too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mkc.errors import ScheduleError
+
+GEMV_MMA, GEMV_FMA = "mma", "fma"
+
+
+@dataclass(frozen=True)
+class PlanKnobs:
+    """Choices a caller may force (``CodegenOptions``); the defaults are what lowering plans."""
+
+    mma: bool | None = None  # tensor-core GEMV; None: from batch 2 where the target has a bf16 MMA
+    ring_stages: int | None = None  # cp.async weight-ring stages on the MMA path; None: 3 up to batch 16
+    rows_per_warp: int = 2  # G: weight rows a warp streams at once (FMA path)
+    loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0: by batch size
+    attn_chunk: int = 256  # positions per attention tile
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    threads: int  # per block
+    warp: int  # lanes per warp / wavefront
+    gemv: str  # mma | fma: how the GEMV kinds compute
+    ring: int  # MMA path: cp.async weight-ring stages (0: register double buffer, and on the FMA path)
+    kc: int  # FMA path: K-chunk of staged fp32 input, elements
+    kcb: int  # MMA path: K-chunk of staged bf16 input (0 on the FMA path)
+    rows_per_warp: int
+    loads_in_flight: int
+    batch_rows: int  # BB: batch rows per pass of the FMA inner loop
+    out_cap: int  # floats of the output block
+    attn_split: int  # attention tasks per (batch row, kv head)
+    attn_chunk: int
+    stages: int  # the cost model's weight pipeline: stages of stage_bytes each a GEMV task keeps in flight
+    stage_bytes: int
+    regions: tuple[tuple[str, int, int], ...]  # (name, offset, bytes) of the shared-memory layout
+    smem_bytes: int  # what the layout needs per block
+
+    @property
+    def mma(self) -> bool:
+        return self.gemv == GEMV_MMA
+
+    @property
+    def prefetch_bytes(self) -> int:
+        """Shared memory the task before a GEMV task holds to stream that task's weights early."""
+        return self.stages * self.stage_bytes
+
+    def offsets(self) -> dict[str, int]:
+        return {name: off for name, off, _ in self.regions}
+
+    def check(self, smem_per_block: int) -> list[str]:
+        """Problems of the layout itself: regions of one group overlap, or it does not fit."""
+        out = []
+        groups = {"gemv": [r for r in self.regions if not r[0].startswith(("OFF_A", "OFF_FLAG"))],
+                  "attention": [r for r in self.regions if r[0].startswith("OFF_A")]}
+        for group, regs in groups.items():
+            regs = sorted(regs, key=lambda r: r[1])
+            for (na, oa, sa), (nb, ob, _) in zip(regs, regs[1:]):
+                if oa + sa > ob:
+                    out.append(f"shared-memory regions {na} [{oa}, {oa + sa}) and {nb} (at {ob}) of the {group} "
+                               f"layout overlap")
+        flag = self.offsets().get("OFF_FLAG", 0)
+        ends = [o + s for n, o, s in self.regions if n != "OFF_FLAG"]
+        if ends and flag < max(ends):
+            out.append(f"the flag word at {flag} lies inside a region ending at {max(ends)}")
+        if self.smem_bytes > smem_per_block:
+            out.append(f"the shared-memory layout needs {self.smem_bytes} B per block, more than the "
+                       f"{smem_per_block} B the target allows")
+        for name, off, size in self.regions:
+            if off % 16:
+                out.append(f"shared-memory region {name} at {off} is not 16-byte aligned")
+        return out
+
+
+def _align(n: int, a: int = 16) -> int:
+    return -(-n // a) * a
+
+
+def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePlan:
+    """The plan for a task graph's ``dims`` on ``target`` (``mkc.target.Target``)."""
+    from mkc.backend import for_target
+    from mkc.targets.smem import smem_plan
+
+    o = knobs or PlanKnobs()
+    backend = for_target(target)
+    caps, limits = backend.capabilities(target), backend.launch_limits(target)
+    B, H, I, NH, NKV, HD = dims["B"], dims["H"], dims["I"], dims["nh"], dims["nkv"], dims["hd"]
+    NREP = NH // NKV
+    split = dims.get("attn_split", 1)
+    NT, WARP = limits.threads, caps.warp_size
+    NW = NT // WARP
+    k_max = max(H, I, NH * HD)
+    # Tensor cores for the GEMV kinds from batch 2: there the fp32 FMA path is bound by shared-memory
+    # reads of the staged input and by FMAs (each weight is used B times); at batch 1 it is memory
+    # bound already. A target without a bf16 MMA keeps FMAs.
+    if o.mma and not caps.mma_bf16:
+        raise ScheduleError(f"tensor-core GEMV asked for, but {target.name} ({target.arch}) has no bf16 MMA in mkc")
+    mma = caps.mma_bf16 and (B >= 2 if o.mma is None else o.mma)
+    G = o.rows_per_warp
+    # MMA path: U segments per weight row per step, double-buffered (4U loads in flight per lane);
+    # past batch 32 the accumulators need the registers of half of them
+    U = o.loads_in_flight or ((4 if B <= 32 else 2) if mma else 8 if B <= 2 else 4)
+    stage = smem_plan(target, B, k_max)
+    KC = max(256, min(dims.get("smem_kc") or stage.kc or 8192, _align(k_max, 256)))
+    out_cap = max(4096, HD * B, 2 * B)
+    f = 4  # bytes per float / int
+    ring, kcb = 0, 0
+    if mma:
+        # The input is staged as bf16 [B][XST] with XST = KCB + 32: a row is 64 bytes off 128, so the
+        # two batch columns of each 8-lane phase of a 16-byte shared load hit disjoint banks. KCB is
+        # the K-chunk: the largest multiple of 64 (of 256 when it can) that fits what the other
+        # regions leave, at most K. A chunk costs a barrier and a pause of the weight stream.
+        def k_chunk(r: int) -> int:
+            rest = (f * (out_cap + NW * 16 * B + B + NW * B + 2 * B + B * split * NH) + r * 2 * U * 16 * NT
+                    + 8 * 16 + 16)
+            per_row = (target.smem_per_block - rest) // (2 * B) - 32
+            return min(_align(k_max, 256), per_row // 256 * 256 or per_row // 64 * 64)
+
+        # the deepest weight ring (up to ring_stages) that leaves K-chunks of 1024 (or all of K); past
+        # batch 16 the staged input needs the shared memory (H200, llama-3.2-1b, batch 32: 3.01 ms/token
+        # with a ring of 3 against 2.27 without; batch 8: 1.32 against 1.53)
+        want = o.ring_stages if o.ring_stages is not None else (3 if B <= 16 else 0)
+        ring = next((r for r in range(want, 1, -1) if k_chunk(r) >= min(_align(k_max, 256), 1024)), 0)
+        kcb = k_chunk(ring)
+        if kcb < 64:
+            raise ScheduleError(f"batch {B} leaves no room to stage a K-chunk in {target.name}'s shared memory")
+        xs_bytes, part_n = 2 * B * (kcb + 32), NW * 16 * B
+    else:
+        xs_bytes, part_n = f * B * KC, NW * G * B
+    regions: list[tuple[str, int, int]] = []
+    at = 0
+    gemv = [("OFF_XS", xs_bytes), ("OFF_OUT", f * out_cap), ("OFF_PART", f * part_n), ("OFF_RS", f * B),
+            ("OFF_SSP", f * NW * B), ("OFF_BEST", f * 2 * B), ("OFF_AW", f * B * split * NH)]
+    if mma and ring:
+        gemv.append(("OFF_RING", ring * 2 * U * 16 * NT))
+    for name, nbytes in gemv:
+        regions.append((name, at, nbytes))
+        at = _align(at + nbytes)
+    gemv_end = at
+    at = 0
+    for name, n in (("OFF_AQ", NREP * HD), ("OFF_AK", HD), ("OFF_AP", NREP * o.attn_chunk), ("OFF_AM", 3 * NREP),
+                    ("OFF_ARED", (NT // (HD // 2)) * NREP * HD if HD >= 2 else 0)):
+        regions.append((name, at, f * n))
+        at = _align(at + f * n)
+    flag = max(gemv_end, at)
+    regions.append(("OFF_FLAG", flag, 16))
+    return DevicePlan(
+        threads=NT, warp=WARP, gemv=GEMV_MMA if mma else GEMV_FMA, ring=ring, kc=KC, kcb=kcb, rows_per_warp=G,
+        loads_in_flight=U, batch_rows=min(B, 8), out_cap=out_cap, attn_split=split, attn_chunk=o.attn_chunk,
+        stages=stage.stages, stage_bytes=stage.stage_bytes, regions=tuple(regions), smem_bytes=flag + 16,
+    )
