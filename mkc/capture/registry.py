@@ -119,8 +119,9 @@ def model_info(model: Any) -> ModelInfo:
     """The ModelInfo of a config, read without transformers or export (see read_config for what ``model``
     may be).
 
-    Capture derives the same facts from the exported graph and checks them against the config; this is
-    the cheap path for listing models and for stages' tests, which need shapes and flags but no weights.
+    Capture derives the same facts from the exported graph (tests/test_registry.py keeps the two equal);
+    this is the cheap path, for listing models and for tests of later stages, which need shapes and
+    feature flags but no export.
     """
     cfg = read_config(model)
     arch = (cfg.get("architectures") or ["?"])[0]
