@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mkc.errors import MkcError
 
-DEFAULT_MODEL = "llama-3.2-1b"
+from mkc.capture.registry import DEFAULT_MODEL
 
 
 def _batches(text: str) -> tuple[int, ...]:

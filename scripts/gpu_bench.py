@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-READ_BW = 4.2e12  # measured H200 read bandwidth (ANCHORS.md)
+READ_BW = 4.2e12  # measured H200 read bandwidth (docs/design.md "Measured on the H200")
 
 
 def random_weights(tg, seed: int = 0) -> dict:

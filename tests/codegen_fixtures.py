@@ -7,31 +7,22 @@ dependency order), with the kernel plan the code generator needs. It does not go
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from mkc.capture.build import build_graph, rope_inv_freq
 from mkc.capture.graph import ModelInfo
+from mkc.capture.registry import MODELS_DIR, read_config  # noqa: F401 - gpu_fixtures takes MODELS_DIR from here
+from mkc.capture.registry import model_info as _model_info
 from mkc.schedule.ir import KernelPlan, Schedule
 from mkc.targets.spec import Target, get_target
 
-MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
+
+def rope_theta(name: str) -> float:
+    cfg = read_config(name)
+    return float(cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
 
 
 def model_info(name: str) -> tuple[ModelInfo, float]:
-    """(ModelInfo, rope theta) of a bundled model, read from its config.json (no transformers)."""
-    cfg = json.loads((MODELS_DIR / name / "config.json").read_text())
-    family = cfg["model_type"]
-    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    theta = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
-    info = ModelInfo(
-        arch=cfg["architectures"][0], family=family, hidden=H, intermediate=cfg["intermediate_size"],
-        n_layers=cfg["num_hidden_layers"], n_heads=nh, n_kv_heads=cfg.get("num_key_value_heads") or nh,
-        head_dim=cfg.get("head_dim") or H // nh, vocab=cfg["vocab_size"], rms_eps=cfg["rms_norm_eps"],
-        tied_embeddings=cfg.get("tie_word_embeddings", True),
-        qkv_bias=family == "qwen2" or bool(cfg.get("attention_bias", False)), qk_norm=family == "qwen3",
-    )
-    return info, float(theta)
+    """(ModelInfo, rope theta) of a bundled model, from its config.json alone (no transformers)."""
+    return _model_info(name), rope_theta(name)
 
 
 def shape_graph(name: str, batch: int = 1, max_seq_len: int = 512):

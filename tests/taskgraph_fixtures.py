@@ -164,10 +164,6 @@ def decoder_taskgraph(
     return TaskGraph("synthetic-decoder", target.name, B, L, tuple(bufs), tuple(tasks), tuple(events), dims).check()
 
 
-FAMILY = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-          "MistralForCausalLM": "mistral"}
-
-
 def have_lowering() -> bool:
     try:
         import mkc.taskgraph.lower  # noqa: F401
@@ -178,21 +174,11 @@ def have_lowering() -> bool:
 
 def real_taskgraph(model: str = "llama-3.2-1b", target: str = "h200", batch: int = 1, max_seq_len: int = 512):
     """A bundled model's config -> canonical Graph -> TaskGraph through the real lowering."""
-    import json
-    from pathlib import Path
+    from codegen_fixtures import shape_graph
 
-    from mkc.capture.build import build_graph, rope_inv_freq
-    from mkc.capture.graph import ModelInfo
     from mkc.taskgraph.lower import lower
 
-    cfg = json.loads((Path(__file__).resolve().parents[1] / "models" / model / "config.json").read_text())
-    arch = cfg["architectures"][0]
-    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    info = ModelInfo(arch, FAMILY[arch], cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"],
-                     cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"]), hd,
-                     cfg["vocab_size"], cfg["rms_norm_eps"], bool(cfg.get("tie_word_embeddings", False)),
-                     FAMILY[arch] == "qwen2", FAMILY[arch] == "qwen3")
-    graph = build_graph(info, batch, max_seq_len, rope_inv_freq(hd, cfg.get("rope_theta", 10000.0)))
+    graph = shape_graph(model, batch, max_seq_len)
     return lower(graph, get_target(target), name=model)
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 from mkc.capture import list_models, resolve
-from mkc.capture.registry import DEFAULT_MODEL, MODELS_DIR, SUPPORTED_ARCHS, count_params
+from mkc.capture.registry import (DEFAULT_MODEL, MODELS_DIR, SUPPORTED_ARCHS, count_params, model_info,
+                                  read_config)
 from mkc.errors import UnknownNameError
 
 REAL = ["llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-8b", "qwen2.5-1.5b", "mistral-7b-v0.3"]
@@ -107,3 +110,47 @@ def test_resolve_config_and_model_objects():
     assert src.module is model and src.config is model.config and resolve(src) is src
     with pytest.raises(UnknownNameError):
         resolve(3.14)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_model_info_from_the_config_equals_what_capture_derives(captured, name):
+    # The cheap config path stands in for capture in later stages' tests, so the two must never drift.
+    assert model_info(name) == captured(name, 1, 16).model
+
+
+def test_model_info_accepts_names_entries_paths_dicts_and_configs():
+    entry = next(e for e in list_models() if e.name == "tiny-qwen3")
+    want = model_info("tiny-qwen3")
+    assert want.qk_norm and not want.qkv_bias and not want.tied_embeddings and want.head_dim == 32
+    for form in (entry, entry.path, entry.path / "config.json", str(entry.path), _cfg("tiny-qwen3"),
+                 resolve("tiny-qwen3"), resolve("tiny-qwen3").config):
+        assert model_info(form) == want, form
+    with pytest.raises(UnknownNameError):
+        read_config("llama-99b")
+
+
+def test_feature_flags_follow_what_each_family_hard_wires():
+    base = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+            "vocab_size": 100, "rms_norm_eps": 1e-6}
+
+    def cfg(arch, **kw):
+        return {**base, "architectures": [arch], **kw}
+
+    assert model_info(cfg("Qwen2ForCausalLM")).qkv_bias  # whatever attention_bias says
+    assert not model_info(cfg("MistralForCausalLM", attention_bias=True)).qkv_bias
+    assert model_info(cfg("LlamaForCausalLM", attention_bias=True)).qkv_bias
+    assert model_info(cfg("Qwen3ForCausalLM")).qk_norm and not model_info(cfg("LlamaForCausalLM")).qk_norm
+    # llama's attention_bias also biases o_proj; qwen2's hard-wired q/k/v biases do not
+    llama = cfg("LlamaForCausalLM")
+    assert count_params({**llama, "attention_bias": True}) - count_params(llama) == 3 * 64 + 64
+    qwen2 = cfg("Qwen2ForCausalLM")
+    assert count_params({**qwen2, "attention_bias": True}) == count_params(qwen2)
+
+
+def test_models_are_package_data_not_found_through_the_repository():
+    # mkc.models is the wheel's copy of models/; only a checkout that is not installed falls back to the folder
+    import importlib.util
+
+    assert (MODELS_DIR / DEFAULT_MODEL / "config.json").is_file()
+    if importlib.util.find_spec("mkc.models") is not None:
+        assert MODELS_DIR == Path(str(importlib.resources.files("mkc.models")))

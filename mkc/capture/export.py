@@ -2,7 +2,7 @@
 
 Capture needs shapes, not weights: registry names and directories are built on the meta device,
 so an 8B model exports in a few hundred MB. What was checked on transformers 5.17 / torch 2.13 is
-recorded in DESIGN.md ("Capture"): strict export of ``TorchExportableModuleForDecoderOnlyLM``, then
+recorded in docs/design.md ("Capture"): strict export of ``TorchExportableModuleForDecoderOnlyLM``, then
 decompositions that keep ``linear``, ``scaled_dot_product_attention`` and ``silu`` whole.
 """
 

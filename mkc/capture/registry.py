@@ -8,17 +8,28 @@ config or model object. Listing the registry reads JSON only, so it stays fast.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-import mkc
+from mkc.capture.graph import ModelInfo
 from mkc.errors import UnknownNameError, UnsupportedModelError
 
-REPO_ROOT = Path(mkc.__file__).resolve().parents[1]
-MODELS_DIR = REPO_ROOT / "models"
+
+def _models_dir() -> Path:
+    """The bundled configs: package data ``mkc.models`` (the repository's top-level models/, mapped by
+    pyproject.toml), so a wheel lists the same models as a checkout."""
+    try:
+        return Path(str(importlib.resources.files("mkc.models")))
+    except ModuleNotFoundError:
+        # A checkout put on PYTHONPATH without being installed: nothing maps mkc.models onto models/ then.
+        return Path(__file__).resolve().parents[2] / "models"
+
+
+MODELS_DIR = _models_dir()
 DEFAULT_MODEL = "llama-3.2-1b"
 
 # transformers class -> mkc family; the only architectures capture maps.
@@ -28,7 +39,10 @@ SUPPORTED_ARCHS = {
     "Qwen3ForCausalLM": "qwen3",
     "MistralForCausalLM": "mistral",
 }
-SUPPORTED_FAMILIES = tuple(dict.fromkeys(SUPPORTED_ARCHS.values()))
+# What a family's transformers code hard-wires whatever its config says: Qwen2 always biases q/k/v but not
+# o_proj, Mistral never biases, Qwen3 always RMS-normalises q and k per head. Elsewhere (Llama, Qwen3) the
+# config's attention_bias puts biases on q/k/v and o_proj.
+FIXED_FEATURES = {"qwen2": {"qkv_bias": True}, "mistral": {"qkv_bias": False}, "qwen3": {"qk_norm": True}}
 
 
 @dataclass(frozen=True)
@@ -80,37 +94,77 @@ def known_models() -> list[str]:
     return [n for n in names if not n.startswith("tiny-")] + [n for n in names if n.startswith("tiny-")]
 
 
-def count_params(cfg: dict) -> int:
-    """Parameter count of a supported decoder from its config.json values."""
-    H, I, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    nh = cfg["num_attention_heads"]
-    nkv = cfg.get("num_key_value_heads") or nh
-    hd = cfg.get("head_dim") or H // nh
-    V = cfg["vocab_size"]
-    family = cfg.get("model_type")
-    attn_bias = family == "qwen2" or bool(cfg.get("attention_bias", False))
+def read_config(model: Any) -> dict:
+    """The config.json values of a registry name, a ModelEntry, a directory or config.json path; a mapping
+    or a transformers config as a dict."""
+    if isinstance(model, Mapping):
+        return dict(model)
+    if isinstance(model, ModelSource):
+        model = model.config if model.directory is None else model.directory
+    if isinstance(model, ModelEntry):
+        model = model.path
+    if hasattr(model, "to_dict"):  # a transformers PretrainedConfig
+        return model.to_dict()
+    text = os.fspath(model)
+    names = {n.lower(): n for n in _registry_names()}
+    path = MODELS_DIR / names[text.lower()] if text.lower() in names else Path(text).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise _unknown(text)
+    return json.loads(path.read_text())
+
+
+def model_info(model: Any) -> ModelInfo:
+    """The ModelInfo of a config, read without transformers or export (see read_config for what ``model``
+    may be).
+
+    Capture derives the same facts from the exported graph (tests/test_registry.py keeps the two equal);
+    this is the cheap path, for listing models and for tests of later stages, which need shapes and
+    feature flags but no export.
+    """
+    cfg = read_config(model)
+    arch = (cfg.get("architectures") or ["?"])[0]
+    family = SUPPORTED_ARCHS.get(arch) or cfg.get("model_type") or "?"
+    fixed = FIXED_FEATURES.get(family, {})
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    return ModelInfo(
+        arch=arch, family=family, hidden=H, intermediate=cfg["intermediate_size"],
+        n_layers=cfg["num_hidden_layers"], n_heads=nh, n_kv_heads=cfg.get("num_key_value_heads") or nh,
+        head_dim=cfg.get("head_dim") or H // nh, vocab=cfg["vocab_size"], rms_eps=float(cfg["rms_norm_eps"]),
+        # transformers' default when a config leaves it out, and what capture then finds
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=fixed.get("qkv_bias", bool(cfg.get("attention_bias", False))),
+        qk_norm=fixed.get("qk_norm", False),
+    )
+
+
+def count_params(model: Any) -> int:
+    """Parameter count of a supported decoder from its config.json values (a tied embedding counted once)."""
+    cfg = read_config(model)
+    m = model_info(cfg)
+    H, I, hd, nh, nkv = m.hidden, m.intermediate, m.head_dim, m.n_heads, m.n_kv_heads
     per_layer = H * (nh + 2 * nkv) * hd + nh * hd * H + 3 * H * I + 2 * H
-    if attn_bias:
+    if m.qkv_bias:
         per_layer += (nh + 2 * nkv) * hd
-        if family != "qwen2":  # llama's attention_bias also puts a bias on o_proj
-            per_layer += H
+    if m.qk_norm:
+        per_layer += 2 * hd
+    # Biases ModelInfo has no flag for, as capture rejects them; counted so that `mkc models` still sizes
+    # such a config right. Where attention_bias governs q/k/v it biases o_proj too.
+    if "qkv_bias" not in FIXED_FEATURES.get(m.family, {}) and cfg.get("attention_bias", False):
+        per_layer += H
     if cfg.get("mlp_bias", False):
         per_layer += 2 * I + H
-    if family == "qwen3":
-        per_layer += 2 * hd  # q_norm, k_norm
-    tied = cfg.get("tie_word_embeddings", True)
-    return V * H + L * per_layer + H + (0 if tied else V * H)
+    return m.vocab * H + m.n_layers * per_layer + H + (0 if m.tied_embeddings else m.vocab * H)
 
 
 def list_models() -> list[ModelEntry]:
     entries = []
     for name in known_models():
         path = MODELS_DIR / name
-        cfg = json.loads((path / "config.json").read_text())
-        arch = (cfg.get("architectures") or ["?"])[0]
-        n = count_params(cfg)
-        entries.append(ModelEntry(name, arch, SUPPORTED_ARCHS.get(arch, cfg.get("model_type", "?")),
-                                  cfg["num_hidden_layers"], cfg["hidden_size"], n, 2 * n, path))
+        cfg = read_config(path)
+        info, n = model_info(cfg), count_params(cfg)
+        entries.append(ModelEntry(name, info.arch, info.family, info.n_layers, info.hidden, n, 2 * n, path))
     return entries
 
 
