@@ -16,7 +16,7 @@ export MKC_GPU_REPORT=$OUT/gpu_report.jsonl
 export PYTHONUNBUFFERED=1
 rm -f "$MKC_GPU_REPORT"
 nvidia-smi -L
-python3 -m pytest tests/test_gpu_megakernel.py -m gpu -q -p no:cacheprovider --timeout=240 -rfE ${MKC_GPU_TESTS:-} 2>&1 \
+python3 -m pytest $(ls tests/test_gpu_*.py) -m gpu -q -p no:cacheprovider --timeout=240 -rfE ${MKC_GPU_TESTS:-} 2>&1 \
   | tee "$OUT/pytest.log"
 status=${PIPESTATUS[0]}
 if [ "${MKC_GPU_BENCH:-1}" = 1 ]; then
