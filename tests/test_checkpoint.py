@@ -217,6 +217,21 @@ def test_bin_checkpoint_loads_with_weights_only(saved, tmp_path):
     assert ck.fingerprint(d) == ck.fingerprint(_copy(d, tmp_path / "bin2"))
 
 
+def test_sharded_bin_with_index(saved, tmp_path):
+    d = _copy(saved("bin", bin=True)[0], tmp_path / "binshards")
+    sd = torch.load(str(d / "pytorch_model.bin"), weights_only=True)
+    (d / "pytorch_model.bin").unlink()
+    names = sorted(sd)
+    halves = {"pytorch_model-00001-of-00002.bin": names[: len(names) // 2],
+              "pytorch_model-00002-of-00002.bin": names[len(names) // 2:]}
+    for f, part in halves.items():
+        torch.save({k: sd[k] for k in part}, str(d / f))
+    (d / ck.BIN_INDEX).write_text(json.dumps({"weight_map": {k: f for f, part in halves.items() for k in part}}))
+    c = ck.find_checkpoint(d)
+    assert c.format == "bin" and c.index == d / ck.BIN_INDEX and len(c.files) == 2
+    _assert_loaded_exactly(load_weights(d), saved("bin", bin=True)[1])
+
+
 def test_bin_with_pickled_code_is_refused(saved, tmp_path):
     d = _copy(saved("bin", bin=True)[0], tmp_path / "evil")
     torch.save({"model.embed_tokens.weight": torch.zeros(2), "x": _Payload()}, str(d / "pytorch_model.bin"))

@@ -394,7 +394,8 @@ def _missing_hint(headers: dict, missing: list[str]) -> str:
     if all(n.startswith("model.") for n in missing) and any(n[len("model."):] in headers for n in missing):
         return " Its names lack the 'model.' prefix transformers uses: it is not a transformers checkpoint of this model."
     if missing == ["lm_head.weight"]:
-        return " config.json says tie_word_embeddings is false; if the model ties its LM head, set it to true."
+        return (" The config does not tie the LM head to the embedding (tie_word_embeddings false); if this model "
+                "ties them, config.json should say tie_word_embeddings: true.")
     return ""
 
 
