@@ -148,7 +148,8 @@ def test_consolidated_copy_beside_the_single_file_is_never_read(saved, opened, t
     d = _copy(d, tmp_path / "mistralish")
     shutil.copy(d / "model.safetensors", d / "consolidated.safetensors")
     c = ck.find_checkpoint(d)
-    assert [f.name for f in c.files] == ["model.safetensors"] and [f.name for f in c.ignored] == ["consolidated.safetensors"]
+    assert [f.name for f in c.files] == ["model.safetensors"]
+    assert [f.name for f in c.ignored] == ["consolidated.safetensors"]
     w = load_weights(d)
     assert opened == ["model.safetensors"]
     _assert_loaded_exactly(w, m)

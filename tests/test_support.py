@@ -21,6 +21,7 @@ SUPPORTED = "Supported architectures: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3F
 def no_export(monkeypatch, request):
     """Nothing here may reach torch.export: the point is to answer before it."""
     import mkc.capture.export as export
+    import mkc.capture.pipeline as pipeline  # before patching: it binds export_decode_step on import
 
     if request.node.name == "test_idle_window_captures_as_full_attention":
         return
@@ -29,8 +30,6 @@ def no_export(monkeypatch, request):
         raise AssertionError("check_config let an unsupported config through to export")
 
     monkeypatch.setattr(export, "export_decode_step", boom)
-    import mkc.capture.pipeline as pipeline
-
     monkeypatch.setattr(pipeline, "export_decode_step", boom)
 
 
@@ -96,7 +95,8 @@ def test_supported_configs_pass():
 
     for cfg in (_llama(), _llama(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
-                _llama(rope_scaling={"rope_type": "yarn", "factor": 4.0}), _llama(rope_scaling={"type": "linear", "factor": 2.0}),
+                _llama(rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+                _llama(rope_scaling={"type": "linear", "factor": 2.0}),
                 Qwen2Config(**SMALL), Qwen3Config(**SMALL, head_dim=32), MistralConfig(**SMALL, sliding_window=None),
                 # Qwen2.5's hub configs name a window but leave it off
                 Qwen2Config(**SMALL, use_sliding_window=False, sliding_window=32768, max_window_layers=1)):

@@ -60,7 +60,7 @@ class Checkpoint:
         return bool(self.files)
 
     def describe(self) -> str:
-        """One line for ``describe``/``find`` listings, e.g. '3 safetensors shards (model.safetensors.index.json), 2.1 GB'."""
+        """One line for ``describe``/``find``, e.g. '3 safetensors shards (model.safetensors.index.json), 2.1 GB'."""
         if not self.files:
             text = "no weights"
         else:
@@ -329,8 +329,8 @@ def _conversion_notices(ckpt: Checkpoint, headers: dict, names, dtype: torch.dty
         src = FLOAT_DTYPES[st]
         why = " (bf16 keeps 8 significant bits to fp16's 11: each weight is rounded)" \
             if src == torch.float16 and dtype == torch.bfloat16 else ""
-        out.append(f"{ckpt.directory}: {count} {DTYPE_NAMES[src]} weight(s) converted to {DTYPE_NAMES.get(dtype, dtype)}"
-                   f"{why}")
+        to = DTYPE_NAMES.get(dtype, str(dtype))
+        out.append(f"{ckpt.directory}: {count} {DTYPE_NAMES[src]} weight(s) converted to {to}{why}")
     return out
 
 
@@ -392,7 +392,8 @@ def _missing_hint(headers: dict, missing: list[str]) -> str:
     if any(f"{s}.qweight" in headers or f"{s}.weight_packed" in headers for s in stems):
         return " The checkpoint is quantized (qweight/scales); mkc needs the unquantized bf16/fp16/fp32 weights."
     if all(n.startswith("model.") for n in missing) and any(n[len("model."):] in headers for n in missing):
-        return " Its names lack the 'model.' prefix transformers uses: it is not a transformers checkpoint of this model."
+        return (" Its names lack the 'model.' prefix transformers uses: it is not a transformers checkpoint of "
+                "this model.")
     if missing == ["lm_head.weight"]:
         return (" The config does not tie the LM head to the embedding (tie_word_embeddings false); if this model "
                 "ties them, config.json should say tie_word_embeddings: true.")

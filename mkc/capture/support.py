@@ -65,9 +65,9 @@ def supported_head_dims() -> tuple[int, ...]:
     from mkc.schedule.build import THREADS
 
     threads = set(THREADS.values())
-    # capped at a 256-position attention tile:
-    # the q/k-norm path stages a whole key there (kernel.j2 static_assert NREP * ATT_CH >= HD), which
-    # 512 breaks with one query head per KV head; no model mkc targets has a head_dim above 256
+    # 512 also passes those two checks, but the q/k-norm path stages a whole key in one 256-position
+    # attention tile (kernel.j2: static_assert NREP * ATT_CH >= HD), which nvcc rejects for 512 with
+    # one query head per KV head; and no model mkc targets has a head_dim above 256
     top = min(min(threads), 256)
     return tuple(hd for hd in range(8, top + 1, 8) if all(t % (hd // 2) == 0 for t in threads))
 
