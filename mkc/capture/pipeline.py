@@ -3,6 +3,7 @@
 The passes, in order (each a named function below or in its own module):
 
     resolve            registry name / directory / config / model object -> ModelSource
+    checked_source     reject config features mkc cannot compile (mkc.capture.support), before exporting
     check_supported    reject architectures mkc has no patterns for, before exporting
     meta_model         build the architecture on the meta device (no weights)
     export_decode_step strict torch.export with a static KV cache, then decompositions
@@ -20,6 +21,7 @@ from mkc.capture.aten import Matched, match
 from mkc.capture.export import TORCH_DTYPES, export_decode_step, meta_model, rope_constants
 from mkc.capture.graph import Graph, ModelInfo, Op, Tensor
 from mkc.capture.registry import check_supported, resolve
+from mkc.capture.support import checked_source
 from mkc.capture.values import ROLE_ORDER
 from mkc.errors import IRCheckError, MkcError, UnsupportedModelError
 
@@ -38,7 +40,7 @@ def capture(model=None, batch_size: int = 1, max_seq_len: int = 4096, *, dtype: 
     """
     if batch_size < 1 or max_seq_len < 1:
         raise MkcError(f"batch size ({batch_size}) and max_seq_len ({max_seq_len}) must be positive")
-    src = resolve(model)
+    src = checked_source(resolve(model), max_seq_len)
     family = check_supported(src)
     if src.module is not None:
         hf = src.module

@@ -2,12 +2,16 @@
 
 Registry models have no weights: they get seeded random ones, deterministic per (seed, tensor
 name) so any subset can be regenerated, with realistic magnitudes (matrices std 0.02, norm
-weights 1 +- 0.05). A local directory loads its ``*.safetensors``; a model object gives its own.
+weights 1 +- 0.05). A local directory loads its checkpoint (mkc.capture.checkpoint picks the files
+and checks their headers first); a model object gives its own. Whatever loading changes or
+assumes (a dtype conversion, random weights for a folder without any) is said, never silent.
 """
 
 from __future__ import annotations
 
+import warnings
 import zlib
+from collections.abc import Callable
 
 import torch
 
@@ -35,21 +39,44 @@ def random_weight(name: str, shape, dtype=torch.bfloat16, seed: int = 0, device=
     return w.to(dtype)
 
 
-def load_weights(model=None, dtype: torch.dtype = torch.bfloat16, seed: int = 0, device="cpu") -> dict[str, torch.Tensor]:
+def _warn(message: str) -> None:
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def load_weights(model=None, dtype: torch.dtype = torch.bfloat16, seed: int = 0, device="cpu",
+                 notify: Callable[[str], None] | None = None) -> dict[str, torch.Tensor]:
     """Weights by Hugging Face state-dict name (a tied LM head appears once, as the embedding).
-    Random weights are drawn on ``device``; loaded ones are returned where they were loaded."""
+    Random weights are drawn on ``device``; loaded ones are returned where they were loaded.
+
+    ``notify`` receives each notice (a dtype conversion, random weights for a folder without a
+    checkpoint); by default they are issued as warnings. A CLI passes a printer, and calls
+    ``checkpoint.require_weights`` first where random weights need the user's consent.
+    """
+    weights, notices = load_weights_with_notices(model, dtype, seed, device)
+    for n in notices:
+        (notify or _warn)(n)
+    return weights
+
+
+def load_weights_with_notices(model=None, dtype: torch.dtype = torch.bfloat16, seed: int = 0, device="cpu"
+                              ) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """``load_weights``, returning the notices instead of issuing them."""
+    from mkc.capture.checkpoint import checkpoint_of, expected_tensors, load_checkpoint
+
     src = resolve(model)
     if src.module is not None:
-        return {k: v.detach().to(dtype) for k, v in src.module.state_dict().items()}
-    if src.weight_files:
-        from safetensors.torch import load_file
-
-        out: dict[str, torch.Tensor] = {}
-        for f in src.weight_files:
-            out.update({k: v.to(dtype) for k, v in load_file(str(f)).items()})
-        return out
+        return {k: v.detach().to(dtype) for k, v in src.module.state_dict().items()}, []
+    ckpt = checkpoint_of(src)
+    notices = []
+    if ckpt is not None:
+        if ckpt.has_weights:
+            return load_checkpoint(src, dtype, expected_tensors(src, dtype))
+        beside = f" ({', '.join(f.name for f in ckpt.ignored)} not being a transformers checkpoint)" \
+            if ckpt.ignored else ""
+        notices.append(f"{ckpt.directory} has no weights{beside}: using seeded random weights (seed {seed})")
     shapes = meta_model(src, torch.float32)
-    return {name: random_weight(name, p.shape, dtype, seed, device) for name, p in shapes.named_parameters()}
+    weights = {name: random_weight(name, p.shape, dtype, seed, device) for name, p in shapes.named_parameters()}
+    return weights, notices
 
 
 def hf_model(model=None, dtype: torch.dtype = torch.float32, device="cpu", weights=None):
