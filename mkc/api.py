@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 from mkc.backend import cache_dir, for_target
-from mkc.pipeline import Options, StageLog, compile_model
+from mkc.pipeline import Options, StageLog, build_target, compile_model
 from mkc.target import get_target
 
 
@@ -80,21 +80,6 @@ def batch_dir(build_dir: str | Path, batch_size: int) -> Path:
         raise MkcError(f"{root} has no schedule for batch size {batch_size}; it was compiled for batch sizes "
                        f"{', '.join(map(str, have))} (recompile with --batch {batch_size})")
     return root / f"b{batch_size}"
-
-
-def build_target(bdir: str | Path):
-    """The target a batch directory was compiled for (its report.json says, else its tasks.json)."""
-    import json
-
-    bdir = Path(bdir)
-    for name in ("report.json", "tasks.json"):
-        if (bdir / name).exists():
-            found = json.loads((bdir / name).read_text()).get("target")
-            if found:
-                return get_target(found)
-    from mkc.errors import MkcError
-
-    raise MkcError(f"{bdir} is not a batch directory of an mkc build (no report.json or tasks.json)")
 
 
 def load(build_dir: str | Path, batch_size: int, weights: dict, device=None):

@@ -259,3 +259,16 @@ def rerun(bdir: str | Path, from_stage: str, opts: Options, log: StageLog | None
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return bdir
+
+
+def build_target(bdir: str | Path):
+    """The target a batch directory was compiled for (its report.json says, else its tasks.json)."""
+    import json
+
+    bdir = Path(bdir)
+    for name in ("report.json", "tasks.json"):
+        if (bdir / name).exists():
+            found = json.loads((bdir / name).read_text()).get("target")
+            if found:
+                return get_target(found)
+    raise MkcError(f"{bdir} is not a batch directory of an mkc build (no report.json or tasks.json)")

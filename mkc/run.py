@@ -10,7 +10,7 @@ from mkc.errors import MkcError
 
 
 def run_cli(a) -> int:
-    from mkc.api import build_target
+    from mkc.pipeline import build_target
     from mkc.backend import for_target
 
     root = Path(a.dir)

@@ -62,9 +62,10 @@ DIFFERENCES = {
 def supported_head_dims() -> tuple[int, ...]:
     """The head dims the generated kernel tiles (mkc.codegen.render.kernel_config): a multiple of 8
     (16-byte cache rows) whose half (the rotary pairs) divides the threads of a block."""
-    from mkc.schedule.build import THREADS
+    from mkc.backend import backends
+    from mkc.target import TARGETS
 
-    threads = set(THREADS.values())
+    threads = {backends()[t.vendor].launch_limits(t).threads for t in TARGETS.values()}
     # 512 also passes those two checks, but the q/k-norm path stages a whole key in one 256-position
     # attention tile (kernel.j2: static_assert NREP * ATT_CH >= HD), which nvcc rejects for 512 with
     # one query head per KV head; and no model mkc targets has a head_dim above 256
