@@ -112,7 +112,7 @@ def _load_stage(bdir: Path):
 
 def cmd_verify(a) -> int:
     if a.mutants:
-        from mkc.schedule.mutants import run_campaign
+        from mkc.verify.mutants import run_campaign
 
         summary = run_campaign(a.mutants, seed=a.seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
         print(summary.text() if hasattr(summary, "text") else json.dumps(summary, indent=1))
@@ -120,7 +120,7 @@ def cmd_verify(a) -> int:
         return 1 if bad else 0
     if not a.dir:
         raise MkcError("mkc verify needs a build directory (or --mutants N)")
-    from mkc.schedule.verify import verify
+    from mkc.verify.verifier import verify
     from mkc.targets.spec import get_target
 
     ok = True

@@ -3,7 +3,7 @@
     capture  -> graph.json       (mkc.capture)
     lower    -> tasks.json       (mkc.taskgraph)
     schedule -> schedule.json    (mkc.schedule, one per batch size)
-    verify   -> verify.json      (mkc.schedule.verify; an unsafe schedule stops the build)
+    verify   -> verify.json      (mkc.verify; an unsafe schedule stops the build)
     codegen  -> kernel.cu / kernel.hip + tables.npz (mkc.codegen)
 
 A build directory holds one sub-directory per batch size (``b1/``, ``b8/``...) with every
@@ -179,7 +179,7 @@ def run_from_schedule(tg, sched, bdir: Path, target: Target, opts: Options, log:
     if stop < STAGES.index("verify"):
         return report
     from mkc.errors import VerificationError
-    from mkc.schedule.verify import verify
+    from mkc.verify.verifier import verify
 
     vr = _timed(log, "verify", verify, tg, sched, target)
     (bdir / "verify.json").write_text(json.dumps(vr.to_dict(), indent=1) + "\n")

@@ -163,7 +163,7 @@ def real_case(family: str = "llama", batch: int = 1, sync: str = "atomic", targe
     if not have_real_pipeline():
         tg = tiny_decoder(tgt, batch, layers, n_heads=4 if family != "qwen2" else 6)
         return tg, round_robin(tg, tgt, sync), tgt
-    from mkc.schedule.mutants import real_schedule
+    from mkc.verify.mutants import real_schedule
 
     return real_schedule(family, batch, sync, tgt, layers, method)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from mkc.errors import VerificationError
-from mkc.schedule.boxes import Box, BoxIndex, fmt_box, intersect, overlap, uncovered
+from mkc.verify.boxes import Box, BoxIndex, fmt_box, intersect, overlap, uncovered
 from mkc.schedule.ir import KernelPlan, Schedule
 from mkc.targets.smem import GEMV_KINDS, smem_plan
 from mkc.targets.spec import Target

@@ -1,6 +1,6 @@
 """The oracle: runs a schedule symbolically for a few decode steps and reports what goes wrong.
 
-It is the independent judge of the static verifier (``verify.py``) and shares no code with it.
+It is the independent judge of the static verifier (``verifier.py``) and shares no code with it.
 No tensor math: every buffer is cut into cells at the edges of every region that touches it, and
 each cell remembers who wrote it last (task, step) or that it holds the sentinel, and who read it
 since. Workers run their queues in order, one action at a time (one wait, or one task body), and a
