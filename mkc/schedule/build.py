@@ -30,12 +30,11 @@ from collections.abc import Callable, Sequence
 from mkc.errors import ScheduleError, UnknownNameError
 from mkc.schedule.baseline import list_schedule, round_robin
 from mkc.schedule.cost import CostModel, durations, prefetch_bytes
-from mkc.schedule.ir import SYNC_MODES, KernelPlan, Schedule
+from mkc.schedule.ir import METHODS, SYNC_MODES, KernelPlan, Schedule
 from mkc.schedule.timeline import Deps, Replay
 from mkc.targets.spec import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
 
-METHODS = ("round_robin", "list", "cpsat")
 THREADS = {"nvidia": 256, "amd": 256}
 REGS = {"nvidia": 255, "amd": 128}  # declared launch bound, not a measurement
 

