@@ -22,7 +22,7 @@ from mkc.errors import ScheduleError
 
 # The module, not its names: targets/smem.py takes GEMV_KINDS from this package's kinds.py, so an
 # ``import mkc.targets.smem`` that comes first reaches this line while smem.py is still half-run.
-from mkc.targets import smem as smem_rules
+from mkc.targets import smem as device_smem
 from mkc.targets.spec import Target, get_target
 from mkc.taskgraph import names
 from mkc.taskgraph.events import Draft, build_events
@@ -171,7 +171,7 @@ class _Lowering:
         self.B, self.H, self.I, self.V, self.L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
         self.nh, self.nkv, self.hd = info.n_heads, info.n_kv_heads, info.head_dim
         self.n_rep, self.QD, self.NS = self.nh // self.nkv, self.nh * self.hd, target.sms
-        self.plan = smem_rules.smem_plan(target, self.B, max(self.H, self.I, self.QD))
+        self.plan = device_smem.smem_plan(target, self.B, max(self.H, self.I, self.QD))
         self.drafts: list[Draft] = []
         self._index: dict[tuple[int, str], int] = {}
 
@@ -197,7 +197,7 @@ class _Lowering:
 # Shared memory of a task, by its kind's ``smem`` rule (kinds.py).
 SMEM_RULES = {
     SMEM_GEMV: lambda cx, k: cx.plan.gemv_bytes(cx.B, k),
-    SMEM_ATTN: lambda cx, k: smem_rules.attn_smem(cx.B, cx.n_rep, cx.hd),
+    SMEM_ATTN: lambda cx, k: device_smem.attn_smem(cx.B, cx.n_rep, cx.hd),
     SMEM_SMALL: lambda cx, k: SMALL_SMEM,
 }
 
