@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from mkc.errors import MkcError
+from mkc.pipeline import RERUN_STAGES, STAGE_NAMES
+from mkc.schedule.ir import METHODS, SYNC_MODES
 
 from mkc.capture.registry import DEFAULT_MODEL
 
@@ -23,7 +25,7 @@ def _batches(text: str) -> tuple[int, ...]:
 
 
 def _add_compile(sub) -> None:
-    from mkc.targets.spec import DEFAULT_TARGET, TARGETS
+    from mkc.target import DEFAULT_TARGET, TARGETS
 
     p = sub.add_parser(
         "compile",
@@ -38,12 +40,12 @@ def _add_compile(sub) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help=f"GPU to compile for: {', '.join(TARGETS)} (default: {DEFAULT_TARGET})")
     p.add_argument("--batch", type=_batches, default=(1,), help="batch size(s), comma separated, 1..64 (default: 1)")
     p.add_argument("--max-seq-len", type=int, default=4096, help="KV cache length in tokens (default: 4096)")
-    p.add_argument("--sync", choices=("atomic", "nan"), default=None,
+    p.add_argument("--sync", choices=SYNC_MODES, default=None,
                    help="synchronisation: atomic counters or NaN-sentinel data polling (default: the target's: atomic on NVIDIA, nan on AMD)")
-    p.add_argument("--method", choices=("cpsat", "list", "round_robin"), default="cpsat",
+    p.add_argument("--method", choices=METHODS, default="cpsat",
                    help="scheduler (default: cpsat, warm-started from and never worse than list)")
     p.add_argument("--time-limit", type=float, default=10.0, help="CP-SAT time budget in seconds over all solves of one batch size (deterministic time; default: 10)")
-    p.add_argument("--stop-after", choices=("capture", "lower", "schedule", "verify", "codegen"), default="codegen",
+    p.add_argument("--stop-after", choices=STAGE_NAMES, default=STAGE_NAMES[-1],
                    help="stop after this stage (default: codegen)")
     p.add_argument("--build", action="store_true", help="also compile the kernel source with nvcc/clang")
     p.add_argument("--out", default=None, help="build directory (default: build/<model>-<target>)")
@@ -112,7 +114,7 @@ def _load_stage(bdir: Path):
 
 def cmd_verify(a) -> int:
     if a.mutants:
-        from mkc.schedule.mutants import run_campaign
+        from mkc.verify.mutants import run_campaign
 
         summary = run_campaign(a.mutants, seed=a.seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
         print(summary.text() if hasattr(summary, "text") else json.dumps(summary, indent=1))
@@ -120,8 +122,8 @@ def cmd_verify(a) -> int:
         return 1 if bad else 0
     if not a.dir:
         raise MkcError("mkc verify needs a build directory (or --mutants N)")
-    from mkc.schedule.verify import verify
-    from mkc.targets.spec import get_target
+    from mkc.verify.verifier import verify
+    from mkc.target import get_target
 
     ok = True
     for bdir, tg, sched in _load_stage(Path(a.dir)):
@@ -168,10 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "starting from the previous stage's saved output: lower <- graph.json, schedule <- tasks.json, "
                         "verify/codegen <- schedule.json.")
     rr.add_argument("dir", help="a batch directory of a build (holds graph.json, tasks.json, ...)")
-    rr.add_argument("--from", dest="from_stage", required=True, choices=("lower", "schedule", "verify", "codegen"))
+    rr.add_argument("--from", dest="from_stage", required=True, choices=RERUN_STAGES)
     rr.add_argument("--target", default=None, help="target for --from lower (default: h200)")
-    rr.add_argument("--sync", choices=("atomic", "nan"), default=None, help="sync mode (default: the build's)")
-    rr.add_argument("--method", choices=("cpsat", "list", "round_robin"), default="cpsat")
+    rr.add_argument("--sync", choices=SYNC_MODES, default=None, help="sync mode (default: the build's)")
+    rr.add_argument("--method", choices=METHODS, default="cpsat")
     rr.add_argument("--time-limit", type=float, default=10.0)
     rr.add_argument("--calibration", default=None, metavar="FILE", help="cost-model calibration file (as for compile)")
     rr.add_argument("-q", "--quiet", action="store_true")

@@ -88,7 +88,7 @@ def variant_plan(variant: str, max_seq: int):
     name, batch, sync, method, opts = VARIANTS[variant]
     from codegen_fixtures import rr_schedule, shape_graph
     from mkc.codegen.render import CodegenOptions
-    from mkc.targets.spec import get_target
+    from mkc.target import get_target
     from mkc.taskgraph import lower
 
     tg = lower(shape_graph(name, batch, max_seq), get_target("h200"))

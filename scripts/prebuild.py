@@ -31,7 +31,7 @@ def test_sources(trace: bool = False):
     from codegen_fixtures import rr_schedule, shape_graph
 
     from mkc.codegen.render import CodegenOptions, generate
-    from mkc.targets.spec import get_target
+    from mkc.target import get_target
     from mkc.taskgraph import lower
 
     cases = {(m, b, s) for m in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "llama-3.2-1b", "qwen3-0.6b")
@@ -52,7 +52,7 @@ def bench_sources(specs, max_seq_len: int, trace: bool = False):
     from mkc.codegen.render import CodegenOptions, generate
     from mkc.pipeline import Options, StageLog, compile_model
     from mkc.schedule.ir import Schedule
-    from mkc.targets.spec import get_target
+    from mkc.target import get_target
     from mkc.taskgraph.ir import TaskGraph
 
     for spec in specs:
@@ -74,7 +74,7 @@ def variant_sources(variants, max_seq: int = 512):
     from gpu_bench import variant_plan
 
     from mkc.codegen.render import generate
-    from mkc.targets.spec import get_target
+    from mkc.target import get_target
 
     for v in variants:
         tg, sched, options = variant_plan(v, max_seq)

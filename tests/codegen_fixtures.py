@@ -12,7 +12,7 @@ from mkc.capture.graph import ModelInfo
 from mkc.capture.registry import MODELS_DIR, read_config  # noqa: F401 - gpu_fixtures takes MODELS_DIR from here
 from mkc.capture.registry import model_info as _model_info
 from mkc.schedule.ir import KernelPlan, Schedule
-from mkc.targets.spec import Target, get_target
+from mkc.target import Target, get_target
 
 
 def rope_theta(name: str) -> float:

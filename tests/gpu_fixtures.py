@@ -87,7 +87,7 @@ def schedule_for(tg, sync: str, method: str | None = None):
 
 def megakernel(hf: HF, batch: int, sync: str, **kw):
     from mkc.runtime import Megakernel
-    from mkc.targets.spec import get_target
+    from mkc.target import get_target
     from mkc.taskgraph import lower
 
     tg = lower(graph_of(hf, batch), get_target("h200"))

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from mkc.targets.smem import attn_smem, smem_plan
-from mkc.targets.spec import Target, get_target
+from mkc.taskgraph.smem import attn_smem, smem_plan
+from mkc.target import Target, get_target
 from mkc.taskgraph.ir import Buffer, Event, Region, Task, TaskGraph
 
 LLAMA_1B = dict(hidden=2048, intermediate=8192, n_heads=32, n_kv_heads=8, head_dim=64, vocab=128256, n_layers=16)

@@ -13,7 +13,7 @@ from kernel_model import KernelModel, ModelError, box_words, region_words
 from mkc.codegen import tables as T
 from mkc.codegen.render import TEMPLATE_DIR, CodegenOptions, generate, kernel_config, render
 from mkc.errors import IRCheckError
-from mkc.targets.spec import get_target
+from mkc.target import get_target
 
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen3")
 

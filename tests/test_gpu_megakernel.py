@@ -139,7 +139,7 @@ def test_nan_weight_does_not_hang_nan_mode():
     w[name][0, :] = float("nan")
     from gpu_fixtures import graph_of, schedule_for
     from mkc.runtime import Megakernel
-    from mkc.targets.spec import get_target
+    from mkc.target import get_target
     from mkc.taskgraph import lower
 
     tg = lower(graph_of(hf, 1), get_target("h200"))

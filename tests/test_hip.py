@@ -19,7 +19,7 @@ from codegen_fixtures import rr_schedule, taskgraph
 from mkc.codegen.render import TEMPLATE_DIR, dialect_for, generate
 from mkc.targets.amd.dialect import AmdDialect
 from mkc.targets.nvidia.dialect import MMA_HELPERS, NvidiaDialect
-from mkc.targets.spec import get_target
+from mkc.target import get_target
 
 MODELS = ("llama-3.2-1b", "qwen3-0.6b")
 ARCH = {"mi300x": "gfx942", "mi250x": "gfx90a"}

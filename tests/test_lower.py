@@ -12,7 +12,7 @@ import pytest
 from mkc.capture.build import build_graph, rope_inv_freq
 from mkc.capture.graph import ModelInfo, Op, Tensor
 from mkc.errors import UnsupportedModelError
-from mkc.targets.spec import TARGETS, get_target
+from mkc.target import TARGETS, get_target
 from mkc.errors import IRCheckError
 from mkc.taskgraph import Region, TaskGraph, lower, summary
 from mkc.taskgraph.events import OwnerGrid, coalesce

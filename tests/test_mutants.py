@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-import mkc.schedule.oracle as oracle
-from mkc.schedule.mutants import MUTATORS, default_bases, mutate, run_campaign
+import mkc.verify.oracle as oracle
+from mkc.verify.mutants import MUTATORS, default_bases, mutate, run_campaign
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from mkc.schedule.build import schedule_with_report
 from mkc.schedule.cost import HBM_FRACTION, TASK_OVERHEAD_US, WAIT_US, durations, prefetch_bytes, stream_bytes
 from mkc.schedule.cpsat import segments
 from mkc.schedule.timeline import Deps, timeline
-from mkc.targets.spec import get_target
+from mkc.target import get_target
 from taskgraph_fixtures import (
     TINY,
     assert_schedule_valid,

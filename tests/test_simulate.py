@@ -11,7 +11,7 @@ import torch
 from mkc.capture import reference
 from mkc.capture.build import build_graph, rope_inv_freq
 from mkc.capture.graph import ModelInfo
-from mkc.targets.spec import get_target
+from mkc.target import get_target
 from mkc.taskgraph import lower, simulate
 from mkc.taskgraph.simulate import EventNotReady, SimulationError
 

@@ -131,7 +131,7 @@ def test_measured_times_calibrate_the_cost_model(tmp_path):
     file; scheduling with it predicts those times, and a second round composes with the first."""
     from mkc.schedule import schedule
     from mkc.schedule.cost import durations, load_calibration
-    from mkc.targets.spec import get_target
+    from mkc.target import get_target
     from mkc.trace import calibration
 
     tg = taskgraph("tiny-llama", 1, 64)

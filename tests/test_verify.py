@@ -10,9 +10,9 @@ import time
 import pytest
 from verify_fixtures import real_case, replace_task, round_robin, tiny_decoder
 
-from mkc.schedule.oracle import Simulator, Violation, judge
-from mkc.schedule.verify import CHECKS, blocks_per_sm, verify
-from mkc.targets.spec import get_target
+from mkc.verify.oracle import Simulator, Violation, judge
+from mkc.verify.verifier import CHECKS, blocks_per_sm, verify
+from mkc.target import get_target
 
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
 

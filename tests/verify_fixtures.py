@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 
 from mkc.schedule.ir import KernelPlan, Schedule
-from mkc.targets.smem import GEMV_KINDS, attn_smem, smem_plan
-from mkc.targets.spec import Target, get_target
+from mkc.taskgraph.smem import GEMV_KINDS, attn_smem, smem_plan
+from mkc.target import Target, get_target
 from mkc.taskgraph.ir import Buffer, Event, Region, Task, TaskGraph
 
 
@@ -163,7 +163,7 @@ def real_case(family: str = "llama", batch: int = 1, sync: str = "atomic", targe
     if not have_real_pipeline():
         tg = tiny_decoder(tgt, batch, layers, n_heads=4 if family != "qwen2" else 6)
         return tg, round_robin(tg, tgt, sync), tgt
-    from mkc.schedule.mutants import real_schedule
+    from mkc.verify.mutants import real_schedule
 
     return real_schedule(family, batch, sync, tgt, layers, method)
 

@@ -26,6 +26,7 @@ from mkc.errors import IRCheckError
 from mkc.schedule.ir import Schedule
 from mkc.taskgraph import names
 from mkc.taskgraph.ir import TASK_KINDS, Region, TaskGraph
+from mkc.taskgraph.kinds import KIND, STEP_END, STEP_END_KINDS, STEP_START
 
 SENTINEL = 0x7FA5A5A5  # docs/sync.md
 CANON_NAN = 0x7FC00000
@@ -207,7 +208,7 @@ def build_tables(tg: TaskGraph, sched: Schedule) -> Tables:
     sigs: list[int] = []
     records: list[list[int]] = []
     queue: list[tuple[int, int]] = []
-    n_argmax = sum(1 for t in tg.tasks if t.kind == "argmax")
+    n_argmax = sum(1 for t in tg.tasks if t.kind in STEP_END_KINDS)
     for q in sched.queues:
         queue.append((len(records), len(q)))
         for tid in q:
@@ -224,7 +225,8 @@ def build_tables(tg: TaskGraph, sched: Schedule) -> Tables:
                     if r.buffer in dbuf:
                         b = bufs[r.buffer]
                         regions.append(region_desc(r, b.shape, b.dtype, b.role, True))
-            flags = (TF_WAIT_LOOP if t.kind == "embed" else 0) | (TF_SIGNAL_LOOP if t.kind == "argmax" else 0)
+            role = KIND[t.kind].loop_role
+            flags = (TF_WAIT_LOOP if role == STEP_START else 0) | (TF_SIGNAL_LOOP if role == STEP_END else 0)
             if len(t.args) > N_ARGS:
                 raise IRCheckError(f"task {t.id} ({t.kind}) has {len(t.args)} arguments; a record holds {N_ARGS}")
             args = list(t.args) + [0] * (N_ARGS - len(t.args))

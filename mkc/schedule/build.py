@@ -30,13 +30,12 @@ from collections.abc import Callable, Sequence
 from mkc.errors import ScheduleError, UnknownNameError
 from mkc.schedule.baseline import list_schedule, round_robin
 from mkc.schedule.cost import CostModel, durations, plan_of, prefetch_bytes, stream_bytes
-from mkc.schedule.ir import SYNC_MODES, KernelPlan, Schedule
+from mkc.schedule.ir import METHODS, SYNC_MODES, KernelPlan, Schedule
 from mkc.schedule.timeline import Deps, Replay
 from mkc.backend import for_target
 from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
 
-METHODS = ("round_robin", "list", "cpsat")
 
 
 def schedule(

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mkc.target import Target
-from mkc.targets.smem import GEMV_KINDS, smem_plan
 from mkc.taskgraph.ir import Task, TaskGraph
+from mkc.taskgraph.kinds import CALIBRATED_KINDS  # noqa: F401 (mkc.trace reads it from here)
+from mkc.taskgraph.kinds import GEMV_KINDS, TASK_KINDS
 from mkc.taskgraph.plan import DevicePlan, device_plan
+from mkc.taskgraph.smem import smem_plan
 
 # Fraction of the datasheet HBM bandwidth a streaming read reaches: 4.20 TB/s measured / 4.8 TB/s
 # datasheet on our H200 (ANCHORS.md). Hazy's megakernel reached 78 % end to end on H100.
@@ -69,16 +71,11 @@ class CostModel:
 
 DEFAULT_COST = CostModel()
 
-# Kinds a device trace calibrates. Attention is left out: its time grows with the position, and a
-# trace's first steps sit at short positions, while lowering costs it at the worst case.
-CALIBRATED_KINDS = ("embed", "qkv", "oproj", "gateup", "down", "lmhead", "argmax")
-
 
 def load_calibration(path: str | Path) -> CostModel:
     """The cost model with ``kind_scale`` from a calibration file (``mkc run DIR --trace T.json``
     writes ``T.calibration.json``): ``{"kind_scale": {kind: factor, ...}, ...}``."""
     from mkc.errors import MkcError
-    from mkc.taskgraph.ir import TASK_KINDS
 
     path = Path(path)
     try:

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mkc.schedule.ir import Schedule
-from mkc.taskgraph.ir import TASK_KINDS, TaskGraph
+from mkc.taskgraph.ir import TaskGraph
+from mkc.taskgraph.kinds import KINDS, TASK_KINDS
 
 
 def _times(sched: Schedule, start, end, workers) -> tuple[Sequence[float], Sequence[float], Sequence[int]]:
@@ -27,8 +28,7 @@ def _times(sched: Schedule, start, end, workers) -> tuple[Sequence[float], Seque
 
 def kind_colors() -> dict[str, str]:
     """A fixed colour per task kind, the same in every picture."""
-    palette = ["#7f7f7f", "#1f77b4", "#d62728", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
-    return {k: palette[i % len(palette)] for i, k in enumerate(TASK_KINDS)}
+    return {k.name: k.color for k in KINDS}
 
 
 def _draw_gantt(ax, tg: TaskGraph, start, end, workers, n_workers: int, waits=None) -> list[str]:

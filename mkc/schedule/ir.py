@@ -13,6 +13,7 @@ from mkc.errors import IRCheckError
 from mkc.irjson import load_json, save_json
 
 SYNC_MODES = ("atomic", "nan")
+METHODS = ("round_robin", "list", "cpsat")  # how build.schedule places tasks
 
 
 @dataclass(frozen=True)

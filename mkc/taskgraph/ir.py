@@ -7,45 +7,10 @@ the counter reaches ``triggers * (step + 1)`` (counters never reset; step counts
 In NaN-sentinel mode the same event is instead satisfied when no 32-bit word of its
 ``regions`` (the union of what its producers write) holds the sentinel pattern.
 
-Task kinds (the contract shared by lowering, the CPU simulator and the device code).
-``B`` batch, ``H`` hidden, ``I`` intermediate, ``hd`` head_dim, ``nh``/``nkv`` heads, ``L`` max_seq_len.
-Activation buffers are fp32 ``[B, N]``; caches are ``[B, nkv, L, hd]``; ``l`` is ``task.layer``.
+Task kinds, their arguments and what each computes: ``mkc.taskgraph.kinds`` (the contract shared
+by lowering, the CPU simulator and the device code).
+``B`` batch, ``H`` hidden, ``L`` max_seq_len; ``l`` is ``task.layer``.
 
-==========  =====================  ===================================================================
-kind        args                   what it does
-==========  =====================  ===================================================================
-embed       c0, c1                 x0[:, c0:c1] = embed_table[ids[b], c0:c1]  (ids: ``ids`` buffer)
-qkv         h0, h1, p0, p1         pairs [p0, p1) (of hd/2) of heads [h0, h1) of the concatenated
-                                   (q | k | v) head space (nh + 2*nkv heads of hd rows). Rows of a q/k
-                                   head: p0..p1 and hd/2+p0..hd/2+p1 (the RoPE pairs (i, i + hd/2));
-                                   of a v head: 2*p0..2*p1. Whole heads are (p0, p1) = (0, hd/2);
-                                   lowering slices only one head per task, into even pair counts.
-                                   y = rmsnorm(x_in) @ W_rows.T (+bias); q/k heads: RoPE at ``pos``;
-                                   q rows -> q[l][:, rows]; k/v rows -> k_cache[l] / v_cache[l] at pos.
-                                   With q/k norm (Qwen3) the norm needs whole heads, so qkv leaves q
-                                   and k raw: q rows -> q[l], k rows -> kr[l][:, rows]; attn norms them
-attn        b, g, s                the n_rep query heads of kv head g for batch row b, causal over
-                                   split s of the cache positions [0, pos]: [s*T/S, (s+1)*T/S) with
-                                   T = pos + 1 and S = dims["attn_split"] (only the last split reaches
-                                   pos). S == 1: -> attn[l][b, g*n_rep*hd : (g+1)*n_rep*hd]; S > 1:
-                                   the split's softmax-normalised output -> ao[l][b, s, same columns]
-                                   and its log-sum-exp per head -> alse[l][b, s, g*n_rep : (g+1)*n_rep]
-                                   (0 and -inf for a split with no positions).
-                                   With q/k norm: q = RoPE(q_norm(q[l])); the last split also appends
-                                   the new key RoPE(k_norm(kr[l][b, g])) -> k_cache[l][b, g] at pos
-                                   (every split reads [0, pos) of the cache there)
-oproj       r0, r1                 xa[l][:, r0:r1] = x_in[:, r0:r1] + attn[l] @ Wo[r0:r1].T; with S > 1
-                                   attn[l][b, head] = sum_s softmax_s(alse[l][b, :, head]) ao[l][b, s, head]
-gateup      r0, r1                 h[l][:, r0:r1] = silu(rmsnorm(xa[l]) @ Wg[r0:r1].T) * (.. @ Wu[r0:r1].T)
-down        r0, r1                 xm[l][:, r0:r1] = xa[l][:, r0:r1] + h[l] @ Wd[r0:r1].T
-lmhead      r0, r1, t              logits[:, r0:r1] = rmsnorm_final(x_last) @ W_lm[r0:r1].T, and tile
-                                   t's per-row max -> amax_part[:, t] (f32) and the first (lowest)
-                                   vocabulary index reaching it -> amax_idx[:, t] (i32)
-argmax      (none)                 next_ids[b] = amax_idx[b, t*] where t* is the first tile whose
-                                   amax_part[b, t] is the row's maximum (ties: lowest index)
-==========  =====================  ===================================================================
-
-``x_in`` of layer 0 is ``x0``; of layer l > 0 it is ``xm[l-1]``; ``x_last`` is ``xm[n_layers-1]``.
 Buffer names are fixed: ``ids``, ``pos``, ``x0``, ``q.{l}``, ``attn.{l}``, ``xa.{l}``, ``h.{l}``,
 ``xm.{l}``, ``logits``, ``amax_part``, ``amax_idx``, ``next_ids``, ``k_cache.{l}``, ``v_cache.{l}``,
 the const ``inv_freq`` (values in ``Buffer.data``) and weights under their Hugging Face names
@@ -67,9 +32,9 @@ from dataclasses import dataclass
 
 from mkc.errors import IRCheckError
 from mkc.irjson import load_json, save_json
+from mkc.taskgraph.kinds import TASK_KINDS
 from mkc.taskgraph.plan import DevicePlan
 
-TASK_KINDS = ("embed", "qkv", "attn", "oproj", "gateup", "down", "lmhead", "argmax")
 BUFFER_ROLES = ("weight", "const", "input", "act", "cache", "output")
 
 

@@ -2,7 +2,8 @@
 
     match_graph   check the op structure, read eps / RoPE / attention constants   (pattern.py)
     make_buffers  activations, caches, weights, inputs under their fixed names
-    make_tasks    fuse roles into task kinds and tile them over the target's workers (tiling.py)
+    make_tasks    fuse roles into task kinds and tile them over the target's workers (tiling.py):
+                  one lower_<kind> per kind of kinds.py, in the order the tasks are numbered
     cost          bytes each task moves
     build_events  producer sets from regions, shared and merged into events       (events.py)
 
@@ -18,11 +19,15 @@ from contextlib import contextmanager
 
 from mkc.capture.graph import Graph
 from mkc.errors import ScheduleError
-from mkc.targets.smem import attn_smem, smem_plan
+
+# The module, not its names: smem.py takes GEMV_KINDS from this package's kinds.py, so an
+# ``import mkc.taskgraph.smem`` that comes first reaches this line while smem.py is still half-run.
+from mkc.taskgraph import smem as device_smem
 from mkc.target import Target, get_target
 from mkc.taskgraph import names
 from mkc.taskgraph.events import Draft, build_events
 from mkc.taskgraph.ir import Buffer, Region, Task, TaskGraph
+from mkc.taskgraph.kinds import KIND, SMEM_ATTN, SMEM_GEMV, SMEM_SMALL
 from mkc.taskgraph.pattern import ModelSpec, match_graph
 from mkc.taskgraph.plan import device_plan
 from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_tiles, row_tiles
@@ -159,131 +164,188 @@ def qkv_rows(a: int, b: int, p0: int, p1: int, hd: int, rotary: bool) -> list[tu
     return [(h * hd + 2 * p0, h * hd + 2 * p1) for h in range(a, b)]
 
 
-def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1):
-    """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
-    info = graph.model
-    B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
-    nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
-    n_rep, QD, NS = nh // nkv, nh * hd, target.sms
-    plan = smem_plan(target, B, max(H, I, QD))
-    drafts: list[Draft] = []
-    index: dict[tuple[int, str], int] = {}
+class _Lowering:
+    """What every ``lower_<kind>`` needs: the model's sizes, the target's workers, the drafts so far."""
 
-    def add(kind, layer, args, reads, writes, smem, flops):
-        i = index.get((layer, kind), 0)
-        index[(layer, kind)] = i + 1
-        drafts.append(Draft(kind, layer, tuple(args), reads, writes, smem, int(flops), index=i))
+    def __init__(self, graph: Graph, spec: ModelSpec, target: Target, context: int, S: int):
+        info = graph.model
+        self.graph, self.spec, self.info, self.context, self.S = graph, spec, info, context, S
+        self.B, self.H, self.I, self.V, self.L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
+        self.nh, self.nkv, self.hd = info.n_heads, info.n_kv_heads, info.head_dim
+        self.n_rep, self.QD, self.NS = self.nh // self.nkv, self.nh * self.hd, target.sms
+        self.plan = device_smem.smem_plan(target, self.B, max(self.H, self.I, self.QD))
+        self.drafts: list[Draft] = []
+        self._index: dict[tuple[int, str], int] = {}
 
-    def full(buf, *shape):
+    def add(self, kind: str, layer: int, args, reads, writes, flops, k: int | None = None) -> None:
+        """One draft; ``k``: the input width a GEMV kind stages."""
+        K = KIND[kind]
+        args = K.Args(*args)  # the kind's argument count, or a TypeError here rather than on the device
+        i = self._index.get((layer, kind), 0)
+        self._index[(layer, kind)] = i + 1
+        smem = SMEM_RULES[K.smem](self, k)
+        self.drafts.append(Draft(kind, layer, tuple(args), reads, writes, smem, int(flops), index=i))
+
+    def full(self, buf, *shape):
         return Region(buf, _box(*((0, n) for n in shape)))
 
-    def rows(buf, r0, r1, k):
+    def rows(self, buf, r0, r1, k):
         return Region(buf, _box((r0, r1), (0, k)))
 
-    def cols(buf, c0, c1):
-        return Region(buf, _box((0, B), (c0, c1)))
+    def cols(self, buf, c0, c1):
+        return Region(buf, _box((0, self.B), (c0, c1)))
 
-    for c0, c1 in embed_tiles(B, H, NS, ELEM_BYTES[graph.tensor(names.EMBED).dtype]):
-        add("embed", -1, (c0, c1), [full("ids", B), Region(names.EMBED, _box((0, V), (c0, c1)))],
-            [cols("x0", c0, c1)], SMALL_SMEM, 0)
 
+# Shared memory of a task, by its kind's ``smem`` rule (kinds.py).
+SMEM_RULES = {
+    SMEM_GEMV: lambda cx, k: cx.plan.gemv_bytes(cx.B, k),
+    SMEM_ATTN: lambda cx, k: device_smem.attn_smem(cx.B, cx.n_rep, cx.hd),
+    SMEM_SMALL: lambda cx, k: SMALL_SMEM,
+}
+
+
+def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1):
+    """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
+    cx = _Lowering(graph, spec, target, context, S)
+    lower_embed(cx)
+    for l in range(cx.info.n_layers):
+        lower_qkv(cx, l)
+        lower_attn(cx, l)
+        lower_oproj(cx, l)
+        lower_gateup(cx, l)
+        lower_down(cx, l)
+    lower_lmhead(cx)
+    lower_argmax(cx)
+    return cx.drafts, cx.plan
+
+
+def lower_embed(cx: _Lowering) -> None:
+    B = cx.B
+    for c0, c1 in embed_tiles(B, cx.H, cx.NS, ELEM_BYTES[cx.graph.tensor(names.EMBED).dtype]):
+        cx.add("embed", -1, (c0, c1), [cx.full("ids", B), Region(names.EMBED, _box((0, cx.V), (c0, c1)))],
+               [cx.cols("x0", c0, c1)], 0)
+
+
+def lower_qkv(cx: _Lowering, l: int) -> None:
+    """RMSNorm + QKV + RoPE + KV append: whole heads, or a pair slice of one head. With q/k norm (a
+    norm over the whole head) q and k leave raw and attention norms and rotates them."""
+    B, H, L, nh, nkv, hd = cx.B, cx.H, cx.L, cx.nh, cx.nkv, cx.hd
     W = names.layer_weight
-    for l in range(info.n_layers):
-        x_in = names.x_in(l)
-        kc, vc = names.k_cache(l), names.v_cache(l)
-        # RMSNorm + QKV + RoPE + KV append: whole heads, or a pair slice of one head. With q/k norm
-        # (a norm over the whole head) q and k leave raw and attention norms and rotates them.
-        qkn = bool(info.qk_norm)
-        for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, NS):
-            reads = [full(x_in, B, H), Region(W(l, "input_norm"), _box((0, H)))]
-            writes = []
-            for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
-                a, b = max(h0, s0) - s0, min(h1, s1) - s0
-                if a >= b:
+    x_in = names.x_in(l)
+    kc, vc = names.k_cache(l), names.v_cache(l)
+    qkn = bool(cx.info.qk_norm)
+    for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, cx.NS):
+        reads = [cx.full(x_in, B, H), Region(W(l, "input_norm"), _box((0, H)))]
+        writes = []
+        for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
+            a, b = max(h0, s0) - s0, min(h1, s1) - s0
+            if a >= b:
+                continue
+            spans = qkv_rows(a, b, p0, p1, hd, rotary=role != "v")  # row ranges within the role's matrix
+            reads += [cx.rows(W(l, role), r0, r1, H) for r0, r1 in spans]
+            if cx.info.qkv_bias:
+                reads += [Region(W(l, role + "_bias"), _box((r0, r1))) for r0, r1 in spans]
+            for r0, r1 in spans:
+                if role == "q":
+                    writes.append(cx.cols(f"q.{l}", r0, r1))
                     continue
-                spans = qkv_rows(a, b, p0, p1, hd, rotary=role != "v")  # row ranges within the role's matrix
-                reads += [rows(W(l, role), r0, r1, H) for r0, r1 in spans]
-                if info.qkv_bias:
-                    reads += [Region(W(l, role + "_bias"), _box((r0, r1))) for r0, r1 in spans]
-                for r0, r1 in spans:
-                    if role == "q":
-                        writes.append(cols(f"q.{l}", r0, r1))
-                        continue
-                    if role == "k" and qkn:
-                        writes.append(cols(names.k_raw(l), r0, r1))
-                        continue
-                    # whole kv heads, or columns of one kv head, at pos
-                    g0, g1 = r0 // hd, -(-r1 // hd)
-                    d0, d1 = (0, hd) if r0 % hd == 0 and r1 % hd == 0 else (r0 - g0 * hd, r1 - g0 * hd)
-                    cache = kc if role == "k" else vc
-                    writes.append(Region(cache, _box((0, B), (g0, g1), (L - 1, L), (d0, d1))))
-            roped = 0 if qkn else min(h1, nh + nkv) - h0
-            if roped > 0:
-                reads.append(full("inv_freq", hd // 2))
-            reads.append(full("pos", 1))
-            n_rows = (h1 - h0) * 2 * (p1 - p0)
-            flops = 2 * B * n_rows * H + 4 * B * H + 12 * B * max(roped, 0) * 2 * (p1 - p0)
-            add("qkv", l, (h0, h1, p0, p1), reads, writes, plan.gemv_bytes(B, H), flops)
-        # Attention: the n_rep query heads of one kv head for one batch row, over split s of the
-        # positions [0, pos]: [s T / S, (s + 1) T / S) with T = pos + 1. Only the last split
-        # reaches pos (so only it waits for this step's keys and values); with S > 1 each split
-        # writes its normalised output and log-sum-exp, and o-proj combines them.
-        for b in range(B):
-            for g in range(nkv):
-                for s in range(S):
-                    last = s == S - 1
-                    qbox = _box((b, b + 1), (g * n_rep * hd, (g + 1) * n_rep * hd))
-                    reads = [Region(f"q.{l}", qbox), full("pos", 1)]
-                    if S == 1:
-                        writes = [Region(f"attn.{l}", qbox)]
-                    else:
-                        writes = [Region(names.attn_out(l), _box((b, b + 1), (s, s + 1), qbox[1])),
-                                  Region(names.attn_lse(l), _box((b, b + 1), (s, s + 1), (g * n_rep, (g + 1) * n_rep)))]
-                    kv_end = L if last else L - 1  # cache reads end relative to pos (ir.py); L > 1 when S > 1
-                    reads.append(Region(vc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
-                    flops = (4 * n_rep * context * hd + 5 * n_rep * context) // S
-                    if qkn:
-                        # the cached keys before pos; the last split also the new one, from its raw projection
-                        if L > 1:
-                            reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, L - 1), (0, hd))))
-                        reads += [Region(W(l, "q_norm"), _box((0, hd))), full("inv_freq", hd // 2)]
-                        if last:
-                            reads += [Region(names.k_raw(l), _box((b, b + 1), (g * hd, (g + 1) * hd))),
-                                      Region(W(l, "k_norm"), _box((0, hd)))]
-                            writes.append(Region(kc, _box((b, b + 1), (g, g + 1), (L - 1, L), (0, hd))))
-                        flops += 10 * (n_rep + 1) * hd
-                    else:
-                        reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
-                    add("attn", l, (b, g, s), reads, writes, attn_smem(B, n_rep, hd), flops)
-        # O-proj + residual (combining the attention splits while it stages its input).
-        attn_in = ([full(f"attn.{l}", B, QD)] if S == 1 else
-                   [full(names.attn_out(l), B, S, QD), full(names.attn_lse(l), B, S, nh)])
-        for r0, r1 in row_tiles(H, NS):
-            reads = attn_in + [cols(x_in, r0, r1), rows(W(l, "o"), r0, r1, QD)]
-            add("oproj", l, (r0, r1), reads, [cols(f"xa.{l}", r0, r1)], plan.gemv_bytes(B, QD),
-                2 * B * (r1 - r0) * QD + B * (r1 - r0))
-        # RMSNorm + gate/up + SiLU * up.
-        for r0, r1 in row_tiles(I, NS):
-            reads = [full(f"xa.{l}", B, H), Region(W(l, "post_norm"), _box((0, H))),
-                     rows(W(l, "gate"), r0, r1, H), rows(W(l, "up"), r0, r1, H)]
-            add("gateup", l, (r0, r1), reads, [cols(f"h.{l}", r0, r1)], plan.gemv_bytes(B, H),
-                4 * B * (r1 - r0) * H + 4 * B * H + 6 * B * (r1 - r0))
-        # Down-proj + residual.
-        for r0, r1 in row_tiles(H, NS):
-            reads = [full(f"h.{l}", B, I), cols(f"xa.{l}", r0, r1), rows(W(l, "down"), r0, r1, I)]
-            add("down", l, (r0, r1), reads, [cols(f"xm.{l}", r0, r1)], plan.gemv_bytes(B, I),
-                2 * B * (r1 - r0) * I + B * (r1 - r0))
+                if role == "k" and qkn:
+                    writes.append(cx.cols(names.k_raw(l), r0, r1))
+                    continue
+                # whole kv heads, or columns of one kv head, at pos
+                g0, g1 = r0 // hd, -(-r1 // hd)
+                d0, d1 = (0, hd) if r0 % hd == 0 and r1 % hd == 0 else (r0 - g0 * hd, r1 - g0 * hd)
+                cache = kc if role == "k" else vc
+                writes.append(Region(cache, _box((0, B), (g0, g1), (L - 1, L), (d0, d1))))
+        roped = 0 if qkn else min(h1, nh + nkv) - h0
+        if roped > 0:
+            reads.append(cx.full("inv_freq", hd // 2))
+        reads.append(cx.full("pos", 1))
+        n_rows = (h1 - h0) * 2 * (p1 - p0)
+        flops = 2 * B * n_rows * H + 4 * B * H + 12 * B * max(roped, 0) * 2 * (p1 - p0)
+        cx.add("qkv", l, (h0, h1, p0, p1), reads, writes, flops, k=H)
 
-    # Final RMSNorm + LM head + per-tile (max, argmax) partials; then one argmax task.
-    x_last = names.x_in(info.n_layers)
-    w_lm = names.lm_head_weight(spec.tied)
-    lm_tiles = row_tiles(V, NS)
-    T = len(lm_tiles)
-    for t, (r0, r1) in enumerate(lm_tiles):
-        reads = [full(x_last, B, H), Region(names.FINAL_NORM, _box((0, H))), rows(w_lm, r0, r1, H)]
-        writes = [cols("logits", r0, r1), cols("amax_part", t, t + 1), cols("amax_idx", t, t + 1)]
-        add("lmhead", -1, (r0, r1, t), reads, writes, plan.gemv_bytes(B, H),
-            2 * B * (r1 - r0) * H + 4 * B * H + 2 * B * (r1 - r0))
-    add("argmax", -1, (), [full("amax_part", B, T), full("amax_idx", B, T)], [full("next_ids", B)],
-        SMALL_SMEM, 2 * B * T)
-    return drafts, plan
+
+def lower_attn(cx: _Lowering, l: int) -> None:
+    """The n_rep query heads of one kv head for one batch row, over split s of the positions
+    [0, pos]: [s T / S, (s + 1) T / S) with T = pos + 1. Only the last split reaches pos (so only it
+    waits for this step's keys and values); with S > 1 each split writes its normalised output and
+    log-sum-exp, and o-proj combines them."""
+    B, L, nkv, hd, n_rep, S, context = cx.B, cx.L, cx.nkv, cx.hd, cx.n_rep, cx.S, cx.context
+    W = names.layer_weight
+    kc, vc = names.k_cache(l), names.v_cache(l)
+    qkn = bool(cx.info.qk_norm)
+    for b in range(B):
+        for g in range(nkv):
+            for s in range(S):
+                last = s == S - 1
+                qbox = _box((b, b + 1), (g * n_rep * hd, (g + 1) * n_rep * hd))
+                reads = [Region(f"q.{l}", qbox), cx.full("pos", 1)]
+                if S == 1:
+                    writes = [Region(f"attn.{l}", qbox)]
+                else:
+                    writes = [Region(names.attn_out(l), _box((b, b + 1), (s, s + 1), qbox[1])),
+                              Region(names.attn_lse(l), _box((b, b + 1), (s, s + 1), (g * n_rep, (g + 1) * n_rep)))]
+                kv_end = L if last else L - 1  # cache reads end relative to pos (ir.py); L > 1 when S > 1
+                reads.append(Region(vc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
+                flops = (4 * n_rep * context * hd + 5 * n_rep * context) // S
+                if qkn:
+                    # the cached keys before pos; the last split also the new one, from its raw projection
+                    if L > 1:
+                        reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, L - 1), (0, hd))))
+                    reads += [Region(W(l, "q_norm"), _box((0, hd))), cx.full("inv_freq", hd // 2)]
+                    if last:
+                        reads += [Region(names.k_raw(l), _box((b, b + 1), (g * hd, (g + 1) * hd))),
+                                  Region(W(l, "k_norm"), _box((0, hd)))]
+                        writes.append(Region(kc, _box((b, b + 1), (g, g + 1), (L - 1, L), (0, hd))))
+                    flops += 10 * (n_rep + 1) * hd
+                else:
+                    reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
+                cx.add("attn", l, (b, g, s), reads, writes, flops)
+
+
+def lower_oproj(cx: _Lowering, l: int) -> None:
+    """O-proj + residual, combining the attention splits while it stages its input."""
+    B, S, QD = cx.B, cx.S, cx.QD
+    attn_in = ([cx.full(f"attn.{l}", B, QD)] if S == 1 else
+               [cx.full(names.attn_out(l), B, S, QD), cx.full(names.attn_lse(l), B, S, cx.nh)])
+    for r0, r1 in row_tiles(cx.H, cx.NS):
+        reads = attn_in + [cx.cols(names.x_in(l), r0, r1), cx.rows(names.layer_weight(l, "o"), r0, r1, QD)]
+        cx.add("oproj", l, (r0, r1), reads, [cx.cols(f"xa.{l}", r0, r1)],
+               2 * B * (r1 - r0) * QD + B * (r1 - r0), k=QD)
+
+
+def lower_gateup(cx: _Lowering, l: int) -> None:
+    """RMSNorm + gate/up + SiLU * up."""
+    B, H, W = cx.B, cx.H, names.layer_weight
+    for r0, r1 in row_tiles(cx.I, cx.NS):
+        reads = [cx.full(f"xa.{l}", B, H), Region(W(l, "post_norm"), _box((0, H))),
+                 cx.rows(W(l, "gate"), r0, r1, H), cx.rows(W(l, "up"), r0, r1, H)]
+        cx.add("gateup", l, (r0, r1), reads, [cx.cols(f"h.{l}", r0, r1)],
+               4 * B * (r1 - r0) * H + 4 * B * H + 6 * B * (r1 - r0), k=H)
+
+
+def lower_down(cx: _Lowering, l: int) -> None:
+    """Down-proj + residual."""
+    B, I = cx.B, cx.I
+    for r0, r1 in row_tiles(cx.H, cx.NS):
+        reads = [cx.full(f"h.{l}", B, I), cx.cols(f"xa.{l}", r0, r1), cx.rows(names.layer_weight(l, "down"), r0, r1, I)]
+        cx.add("down", l, (r0, r1), reads, [cx.cols(f"xm.{l}", r0, r1)], 2 * B * (r1 - r0) * I + B * (r1 - r0), k=I)
+
+
+def lower_lmhead(cx: _Lowering) -> None:
+    """Final RMSNorm + LM head + per-tile (max, argmax) partials."""
+    B, H = cx.B, cx.H
+    x_last = names.x_in(cx.info.n_layers)
+    w_lm = names.lm_head_weight(cx.spec.tied)
+    for t, (r0, r1) in enumerate(row_tiles(cx.V, cx.NS)):
+        reads = [cx.full(x_last, B, H), Region(names.FINAL_NORM, _box((0, H))), cx.rows(w_lm, r0, r1, H)]
+        writes = [cx.cols("logits", r0, r1), cx.cols("amax_part", t, t + 1), cx.cols("amax_idx", t, t + 1)]
+        cx.add("lmhead", -1, (r0, r1, t), reads, writes, 2 * B * (r1 - r0) * H + 4 * B * H + 2 * B * (r1 - r0), k=H)
+
+
+def lower_argmax(cx: _Lowering) -> None:
+    """One task reduces the LM head's per-tile partials."""
+    B, T = cx.B, len(row_tiles(cx.V, cx.NS))
+    cx.add("argmax", -1, (), [cx.full("amax_part", B, T), cx.full("amax_idx", B, T)], [cx.full("next_ids", B)],
+           2 * B * T)

@@ -15,7 +15,7 @@ Shared memory has two layouts over the same bytes (a block runs one task at a ti
 
 then a flag word after both. ``regions`` lists ``(name, offset, bytes)`` of each; ``smem_bytes``
 is what the layout needs. The cost model's streaming model (``stages`` x ``stage_bytes`` of a
-task's weights in flight, ``targets/smem.py``) is part of the plan too.
+task's weights in flight, ``taskgraph/smem.py``) is part of the plan too.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _align(n: int, a: int = 16) -> int:
 def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePlan:
     """The plan for a task graph's ``dims`` on ``target`` (``mkc.target.Target``)."""
     from mkc.backend import for_target
-    from mkc.targets.smem import smem_plan
+    from mkc.taskgraph.smem import smem_plan
 
     o = knobs or PlanKnobs()
     backend = for_target(target)

@@ -1,6 +1,6 @@
 """CPU simulator: runs a TaskGraph task by task in fp32, honouring its events.
 
-Each task kind is implemented from ir.py's table, reading only through its task's declared
+Each task kind (a ``_<kind>`` method) is implemented from kinds.py's table, reading only through its task's declared
 regions, so the simulator checks lowering three ways:
 
 - a task runs only when every event it waits on has all its signals (else ``EventNotReady``);
@@ -23,6 +23,7 @@ import torch
 from mkc.errors import MkcError
 from mkc.taskgraph import names
 from mkc.taskgraph.ir import Task, TaskGraph
+from mkc.taskgraph.kinds import AttnArgs, EmbedArgs, LmheadArgs, NoArgs, QkvArgs, RowArgs, args_of
 
 Box = tuple[tuple[int, int], ...]
 
@@ -159,22 +160,22 @@ class _Sim:
             if self.counts[e] < ev.triggers:
                 raise EventNotReady(f"{_desc(t)} ran before event {e} ({ev.name}) fired: "
                                     f"{self.counts[e]} of {ev.triggers} signals")
-        getattr(self, "_" + t.kind)(t)
+        getattr(self, "_" + t.kind)(t, args_of(t))
         self.done.add(t.id)
         for e in t.signals:
             self.counts[e] += 1
 
-    def _embed(self, t: Task) -> None:
+    def _embed(self, t: Task, a: EmbedArgs) -> None:
         B, V = self.tg.batch, self.d["V"]
-        c0, c1 = t.args
+        c0, c1 = a.c0, a.c1
         ids = self.read(t, "ids", (0, B))
         table = self.read(t, names.EMBED, (0, V), (c0, c1))
         self.write(t, "x0", ((0, B), (c0, c1)), table[ids])
 
-    def _qkv(self, t: Task) -> None:
+    def _qkv(self, t: Task, a: QkvArgs) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
         H, hd, nh, nkv, eps = d["H"], d["hd"], d["nh"], d["nkv"], self.c["rms_eps"]
-        h0, h1, p0, p1 = t.args
+        h0, h1, p0, p1 = a.h0, a.h1, a.p0, a.p1
         half = hd // 2
         whole = (p0, p1) == (0, half)
         xn = _rmsnorm(self.read(t, names.x_in(l), (0, B), (0, H)),
@@ -216,8 +217,8 @@ class _Sim:
         x1, x2 = y[..., :n], y[..., n:]
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
-    def _attn(self, t: Task) -> None:
-        d, l, (b, g, s) = self.d, t.layer, t.args
+    def _attn(self, t: Task, a: AttnArgs) -> None:
+        d, l, b, g, s = self.d, t.layer, a.b, a.g, a.s
         hd, n_rep, T, eps = d["hd"], d["n_rep"], self.pos + 1, self.c["rms_eps"]
         S = d.get("attn_split", 1)
         lo, hi = s * T // S, (s + 1) * T // S  # this split's positions; only the last reaches pos
@@ -256,9 +257,9 @@ class _Sim:
         self.write(t, names.attn_out(l), ((b, b + 1), (s, s + 1), cols), o)
         self.write(t, names.attn_lse(l), ((b, b + 1), (s, s + 1), (g * n_rep, (g + 1) * n_rep)), lse)
 
-    def _oproj(self, t: Task) -> None:
+    def _oproj(self, t: Task, rows: RowArgs) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
-        r0, r1 = t.args
+        r0, r1 = rows.r0, rows.r1
         nh, hd, S = d["nh"], d["hd"], d.get("attn_split", 1)
         QD = nh * hd
         if S == 1:
@@ -271,26 +272,26 @@ class _Sim:
         w = self.read(t, names.layer_weight(l, "o"), (r0, r1), (0, QD))
         self.write(t, f"xa.{l}", ((0, B), (r0, r1)), x + a @ w.T)
 
-    def _gateup(self, t: Task) -> None:
+    def _gateup(self, t: Task, a: RowArgs) -> None:
         l, B, H = t.layer, self.tg.batch, self.d["H"]
-        r0, r1 = t.args
+        r0, r1 = a.r0, a.r1
         xn = _rmsnorm(self.read(t, f"xa.{l}", (0, B), (0, H)),
                       self.read(t, names.layer_weight(l, "post_norm"), (0, H)), self.c["rms_eps"])
         g = xn @ self.read(t, names.layer_weight(l, "gate"), (r0, r1), (0, H)).T
         u = xn @ self.read(t, names.layer_weight(l, "up"), (r0, r1), (0, H)).T
         self.write(t, f"h.{l}", ((0, B), (r0, r1)), torch.nn.functional.silu(g) * u)
 
-    def _down(self, t: Task) -> None:
+    def _down(self, t: Task, a: RowArgs) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
-        r0, r1 = t.args
+        r0, r1 = a.r0, a.r1
         h = self.read(t, f"h.{l}", (0, B), (0, d["I"]))
         x = self.read(t, f"xa.{l}", (0, B), (r0, r1))
         w = self.read(t, names.layer_weight(l, "down"), (r0, r1), (0, d["I"]))
         self.write(t, f"xm.{l}", ((0, B), (r0, r1)), x + h @ w.T)
 
-    def _lmhead(self, t: Task) -> None:
+    def _lmhead(self, t: Task, a: LmheadArgs) -> None:
         B, H = self.tg.batch, self.d["H"]
-        r0, r1, k = t.args
+        r0, r1, k = a.r0, a.r1, a.t
         xf = _rmsnorm(self.read(t, names.x_in(self.d["n_layers"]), (0, B), (0, H)),
                       self.read(t, names.FINAL_NORM, (0, H)), self.c["rms_eps"])
         logits = xf @ self.read(t, names.lm_head_weight(bool(self.d["tied"])), (r0, r1), (0, H)).T
@@ -298,7 +299,7 @@ class _Sim:
         self.write(t, "amax_part", ((0, B), (k, k + 1)), logits.max(dim=-1).values)
         self.write(t, "amax_idx", ((0, B), (k, k + 1)), r0 + _first_argmax(logits))
 
-    def _argmax(self, t: Task) -> None:
+    def _argmax(self, t: Task, a: NoArgs) -> None:
         B, T = self.tg.batch, self.d["n_lm_tiles"]
         part = self.read(t, "amax_part", (0, B), (0, T))
         idx = self.read(t, "amax_idx", (0, B), (0, T)).long()

@@ -1,6 +1,6 @@
 """The oracle: runs a schedule symbolically for a few decode steps and reports what goes wrong.
 
-It is the independent judge of the static verifier (``verify.py``) and shares no code with it.
+It is the independent judge of the static verifier (``verifier.py``) and shares no code with it.
 No tensor math: every buffer is cut into cells at the edges of every region that touches it, and
 each cell remembers who wrote it last (task, step) or that it holds the sentinel, and who read it
 since. Workers run their queues in order, one action at a time (one wait, or one task body), and a
@@ -42,10 +42,11 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from mkc.schedule.ir import Schedule
-from mkc.targets.smem import GEMV_KINDS, smem_plan
 from mkc.backend import for_target
 from mkc.target import Target
+from mkc.taskgraph.smem import smem_plan
 from mkc.taskgraph.ir import TaskGraph
+from mkc.taskgraph.kinds import GEMV_KINDS, STEP_END_KINDS, STEP_START_KINDS
 
 SENT, GARBAGE, PREFILL, DATA = 0, 1, 2, 3
 SEQ = 2  # the position dimension of a cache [B, nkv, L, hd]
@@ -139,7 +140,7 @@ class Simulator:
             for i in range(b0, b0 + cells * copies):
                 self.bufname[i] = name
         self._memo: dict = {}
-        self.n_argmax = sum(1 for t in tg.tasks if t.kind == "argmax")
+        self.n_argmax = sum(1 for t in tg.tasks if t.kind in STEP_END_KINDS)
         self.poll_bufs = [{r.buffer for r in e.regions if r.buffer in self.info} for e in tg.events]
 
     def cells(self, buffer: str, box, step: int, mode: str, copy: int | None = None) -> list[int]:
@@ -223,7 +224,7 @@ class Simulator:
             return step[w] >= S
 
         def n_waits(t: int, s: int) -> int:
-            return len(tasks[t].waits) + (tasks[t].kind == "embed" and s > 0)
+            return len(tasks[t].waits) + (tasks[t].kind in STEP_START_KINDS and s > 0)
 
         def try_wait(w: int) -> bool:
             """Evaluates the current wait of worker w; True if it passed."""
@@ -312,7 +313,7 @@ class Simulator:
             else:
                 for b in {r.buffer for r in task.writes}:
                     wake(blocked_buf.pop(b, ()))
-            if task.kind == "argmax":
+            if task.kind in STEP_END_KINDS:
                 loop.append(snap if not loop else tuple(map(max, loop[-1], snap)))
                 wake(list(blocked_loop))
                 blocked_loop.clear()

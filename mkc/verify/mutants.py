@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mkc.schedule.ir import Schedule
-from mkc.schedule.oracle import judge
-from mkc.schedule.verify import verify
-from mkc.targets.spec import Target, get_target
+from mkc.verify.oracle import judge
+from mkc.verify.verifier import verify
+from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
 
 

@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from mkc.errors import VerificationError
-from mkc.schedule.boxes import Box, BoxIndex, fmt_box, intersect, overlap, uncovered
+from mkc.verify.boxes import Box, BoxIndex, fmt_box, intersect, overlap, uncovered
 from mkc.schedule.ir import KernelPlan, Schedule
 from mkc.backend import for_target
 from mkc.schedule.cost import plan_of, prefetch_bytes, stream_bytes
 from mkc.target import Target
 from mkc.taskgraph.ir import TaskGraph
+from mkc.taskgraph.kinds import GEMV_KINDS, STEP_END_KINDS, STEP_START_KINDS
 
 CHECKS = (
     ("events", "events and thresholds"),
@@ -501,10 +502,11 @@ def _step_order(a: _Analysis, hb: _HB, check: Check) -> int:
     """Every task must happen before the step's argmax tasks and after its embed tasks (which the
     next step's embed tasks wait for, through the loop counter): otherwise a task of one step may
     run while the other step overwrites (nan: or re-arms) what it uses."""
-    finals = [t.id for t in a.tg.tasks if t.kind == "argmax"]
-    starts = [t.id for t in a.tg.tasks if t.kind == "embed"]
+    finals = [t.id for t in a.tg.tasks if t.kind in STEP_END_KINDS]
+    starts = [t.id for t in a.tg.tasks if t.kind in STEP_START_KINDS]
     if not finals or not starts:
-        check.error(f"the graph has no {'argmax' if not finals else 'embed'} task: nothing orders one decode step "
+        missing = STEP_END_KINDS if not finals else STEP_START_KINDS
+        check.error(f"the graph has no {' or '.join(missing)} task: nothing orders one decode step "
                     f"after the previous one in the kernel's decode loop")
         return 0
     before = after = 0

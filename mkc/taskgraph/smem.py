@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mkc.targets.spec import Target
-
-GEMV_KINDS = ("qkv", "oproj", "gateup", "down", "lmhead")
+from mkc.target import Target
+from mkc.taskgraph.kinds import GEMV_KINDS  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
