@@ -7,7 +7,7 @@ dependency order), with the kernel plan the code generator needs. It does not go
 
 from __future__ import annotations
 
-from mkc.capture.build import build_graph, rope_inv_freq
+from mkc.capture.canonical import build_graph, rope_inv_freq
 from mkc.capture.graph import ModelInfo
 from mkc.capture.registry import MODELS_DIR, read_config  # noqa: F401 - gpu_fixtures takes MODELS_DIR from here
 from mkc.capture.registry import model_info as _model_info

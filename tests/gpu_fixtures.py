@@ -70,7 +70,7 @@ def hf_models(name: str, seed: int = 0) -> HF:
 
 
 def graph_of(hf: HF, batch: int, max_seq_len: int = MAX_SEQ):
-    from mkc.capture.build import build_graph
+    from mkc.capture.canonical import build_graph
 
     return build_graph(hf.info, batch, max_seq_len, hf.inv_freq, hf.scaling)
 

@@ -29,7 +29,7 @@ def test_bar_chart_is_written(tmp_path):
 
 
 def test_model_bytes_counts_weights_and_kv(tmp_path):
-    from mkc.capture.build import build_graph, rope_inv_freq
+    from mkc.capture.canonical import build_graph, rope_inv_freq
     from mkc.capture.graph import ModelInfo
     from mkc.taskgraph import lower
 

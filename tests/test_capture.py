@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mkc.capture import Graph, capture, hf_model
-from mkc.capture.build import build_graph, rope_inv_freq
+from mkc.capture.canonical import build_graph, rope_inv_freq
 from mkc.capture.graph import OP_KINDS
 from mkc.capture.registry import resolve
 

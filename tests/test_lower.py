@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from mkc.capture.build import build_graph, rope_inv_freq
+from mkc.capture.canonical import build_graph, rope_inv_freq
 from mkc.capture.graph import ModelInfo, Op, Tensor
 from mkc.errors import UnsupportedModelError
 from mkc.target import TARGETS, get_target

@@ -9,7 +9,7 @@ import pytest
 
 from mkc.errors import ScheduleError, UnknownNameError
 from mkc.schedule import CostModel, Schedule, schedule
-from mkc.schedule.build import schedule_with_report
+from mkc.schedule.stage import schedule_with_report
 from mkc.schedule.cost import HBM_FRACTION, TASK_OVERHEAD_US, WAIT_US, durations, prefetch_bytes, stream_bytes
 from mkc.schedule.cpsat import segments
 from mkc.schedule.timeline import Deps, timeline

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mkc.capture import reference
-from mkc.capture.build import build_graph, rope_inv_freq
+from mkc.capture.canonical import build_graph, rope_inv_freq
 from mkc.capture.graph import ModelInfo
 from mkc.target import get_target
 from mkc.taskgraph import lower, simulate

@@ -21,7 +21,7 @@ SUPPORTED = "Supported architectures: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3F
 def no_export(monkeypatch, request):
     """Nothing here may reach torch.export: the point is to answer before it."""
     import mkc.capture.export as export
-    import mkc.capture.pipeline as pipeline  # before patching: it binds export_decode_step on import
+    import mkc.capture.stage as pipeline  # before patching: it binds export_decode_step on import
 
     if request.node.name == "test_idle_window_captures_as_full_attention":
         return

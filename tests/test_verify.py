@@ -311,9 +311,9 @@ def test_task_queued_twice(atomic):
 
 @pytest.mark.slow
 def test_llama_3_2_1b_verify_time():
-    from mkc.capture.build import build_graph, rope_inv_freq
+    from mkc.capture.canonical import build_graph, rope_inv_freq
     from mkc.capture.graph import ModelInfo
-    from mkc.schedule.build import schedule
+    from mkc.schedule.stage import schedule
     from mkc.taskgraph.lower import lower
 
     info = ModelInfo("LlamaForCausalLM", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 1e-5, True, False, False)

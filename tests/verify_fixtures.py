@@ -143,7 +143,7 @@ def round_robin(tg: TaskGraph, target: Target | str, sync: str = "atomic", worke
 
 def have_real_pipeline() -> bool:
     try:
-        import mkc.schedule.build  # noqa: F401
+        import mkc.schedule.stage  # noqa: F401
         import mkc.taskgraph.lower  # noqa: F401
     except ImportError:
         return False

@@ -19,7 +19,7 @@ def capture(model=None, batch_size: int = 1, max_seq_len: int = 4096, *, dtype: 
     on the meta device with weights in ``dtype`` ("bf16" default, "f16", "f32"); a model object is
     exported as it is. Raises UnsupportedModelError for what mkc cannot map.
     """
-    from mkc.capture.pipeline import capture as _capture
+    from mkc.capture.stage import capture as _capture
 
     return _capture(model, batch_size, max_seq_len, dtype=dtype)
 

@@ -30,7 +30,7 @@ Op names are roles, which later stages rely on: ``embed``; per layer ``l{i}.inpu
 ``l{i}.rope_q``, ``l{i}.rope_k``, ``l{i}.k_write``, ``l{i}.v_write``, ``l{i}.attn``, ``l{i}.o_proj``,
 ``l{i}.attn_residual``, ``l{i}.post_attn_norm``, ``l{i}.gate_proj``, ``l{i}.up_proj``,
 ``l{i}.silu_mul``, ``l{i}.down_proj``, ``l{i}.mlp_residual``; then ``final_norm``, ``lm_head``,
-``argmax``. ``mkc.capture.build.build_graph`` writes the canonical graph of a ModelInfo.
+``argmax``. ``mkc.capture.canonical.build_graph`` writes the canonical graph of a ModelInfo.
 
 Tensors with role ``param`` are weights under their Hugging Face state-dict names; ``const``
 tensors (RoPE's ``inv_freq``) carry their values in the graph; ``input`` tensors are
@@ -48,7 +48,7 @@ from mkc.irjson import load_json, save_json
 OP_KINDS = ("embedding", "rmsnorm", "linear", "rope", "kv_write", "attention", "silu_mul", "add", "argmax")
 ROLES = ("input", "param", "const", "cache", "act", "output")
 DTYPES = ("bf16", "f16", "f32", "i64")
-DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i64": 8}
+DTYPE_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i64": 8}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-# Tensor written by each op role, as mkc.capture.build names them (per layer: "l{i}." + name).
+# Tensor written by each op role, as mkc.capture.canonical names them (per layer: "l{i}." + name).
 ROLE_OUTPUT = {
     "embed": "x0", "input_norm": "xn", "q_proj": "q", "k_proj": "k", "v_proj": "v", "q_norm": "qn",
     "k_norm": "kn", "rope_q": "q_rot", "rope_k": "k_rot", "attn": "attn_out", "o_proj": "o",

@@ -206,9 +206,3 @@ def emit(tg: TaskGraph, sched: Schedule, target: Target | str, bdir: str | Path,
     meta = bdir / "kernel.json"
     meta.write_text(json.dumps(asdict(cfg), indent=1) + "\n")
     return {"source": src, "tables": tab, "meta": meta}
-
-
-def load_config(path: str | Path) -> KernelConfig:
-    data = json.loads(Path(path).read_text())
-    data["consts"] = tuple((k, int(v)) for k, v in data["consts"])
-    return KernelConfig(**data)

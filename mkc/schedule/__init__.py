@@ -9,8 +9,8 @@ import importlib
 
 # Loaded on first use, so that ``mkc.schedule.ir`` (the IR and its constants, which the command
 # line's choices come from) imports without the scheduler, numpy and networkx.
-_LAZY = {"METHODS": "ir", "KernelPlan": "ir", "Schedule": "ir", "CostModel": "cost", "schedule": "build",
-         "schedule_with_report": "build"}
+_LAZY = {"METHODS": "ir", "KernelPlan": "ir", "Schedule": "ir", "CostModel": "cost", "schedule": "stage",
+         "schedule_with_report": "stage"}
 
 
 def __getattr__(name: str):

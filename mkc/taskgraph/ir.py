@@ -125,6 +125,9 @@ class TaskGraph:
     def check(self) -> "TaskGraph":
         problems: list[str] = []
         bufs = {b.name: b for b in self.buffers}
+        for b in self.buffers:
+            if b.role not in BUFFER_ROLES:
+                problems.append(f"buffer {b.name} has unknown role {b.role!r}; roles: {', '.join(BUFFER_ROLES)}")
         for i, t in enumerate(self.tasks):
             if t.id != i:
                 problems.append(f"task at index {i} has id {t.id}")

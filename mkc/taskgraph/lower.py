@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 
-from mkc.capture.graph import Graph
+from mkc.capture.graph import DTYPE_BYTES, Graph
 from mkc.errors import ScheduleError
 
 # The module, not its names: smem.py takes GEMV_KINDS from this package's kinds.py, so an
@@ -32,7 +32,6 @@ from mkc.taskgraph.pattern import ModelSpec, match_graph
 from mkc.taskgraph.plan import device_plan
 from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_tiles, row_tiles
 
-ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i64": 8}
 SMALL_SMEM = 1024  # embed and argmax stage nothing but a few reduction slots
 
 
@@ -144,8 +143,8 @@ def cost(drafts: list[Draft], bufs: dict[str, Buffer], batch: int, context: int,
                 n = n // (r.box[2][1] - r.box[2][0]) * -(-context // split)
             elif d.kind == "embed" and buf.role == "weight":
                 n = batch * (r.box[1][1] - r.box[1][0])
-            total += n * ELEM_BYTES[buf.dtype]
-        total += sum(r.size() * ELEM_BYTES[bufs[r.buffer].dtype] for r in d.writes)
+            total += n * DTYPE_BYTES[buf.dtype]
+        total += sum(r.size() * DTYPE_BYTES[bufs[r.buffer].dtype] for r in d.writes)
         d.bytes = total
 
 
@@ -221,7 +220,7 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: i
 
 def lower_embed(cx: _Lowering) -> None:
     B = cx.B
-    for c0, c1 in embed_tiles(B, cx.H, cx.NS, ELEM_BYTES[cx.graph.tensor(names.EMBED).dtype]):
+    for c0, c1 in embed_tiles(B, cx.H, cx.NS, DTYPE_BYTES[cx.graph.tensor(names.EMBED).dtype]):
         cx.add("embed", -1, (c0, c1), [cx.full("ids", B), Region(names.EMBED, _box((0, cx.V), (c0, c1)))],
                [cx.cols("x0", c0, c1)], 0)
 

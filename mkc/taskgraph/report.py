@@ -11,7 +11,7 @@ from __future__ import annotations
 import networkx as nx
 
 from mkc.taskgraph.ir import TaskGraph
-from mkc.taskgraph.lower import ELEM_BYTES
+from mkc.capture.graph import DTYPE_BYTES
 
 
 def task_dag(tg: TaskGraph) -> nx.DiGraph:
@@ -68,7 +68,7 @@ def summary(tg: TaskGraph) -> dict:
 
 
 def _nbytes(buf) -> int:
-    n = ELEM_BYTES[buf.dtype]
+    n = DTYPE_BYTES[buf.dtype]
     for d in buf.shape:
         n *= d
     return n

@@ -62,8 +62,8 @@ def tiny_info(family: str, layers: int = 1):
 def real_schedule(family: str, batch: int, sync: str, target: Target | str, layers: int = 1,
                   method: str = "list", max_seq_len: int = 16):
     """(TaskGraph, Schedule, Target) through the real capture graph, lowering and scheduler."""
-    from mkc.capture.build import build_graph, rope_inv_freq
-    from mkc.schedule.build import schedule
+    from mkc.capture.canonical import build_graph, rope_inv_freq
+    from mkc.schedule.stage import schedule
     from mkc.taskgraph.lower import lower
 
     target = get_target(target) if isinstance(target, str) else target

@@ -619,10 +619,6 @@ def _attribute(a: _Analysis, pairs, orderers, checks) -> set[int]:
     return {w for w, _ in no_rearm}
 
 
-def _overlaps_any(a: Box, b: Box) -> bool:
-    return len(a) == len(b) and overlap(a, b)
-
-
 def _tables(a: _Analysis, check: Check) -> None:
     tg, sched, plan = a.tg, a.sched, a.sched.plan
     if len(sched.queues) != sched.num_workers:
