@@ -27,8 +27,8 @@ from typing import Any, Protocol, Sequence
 from mkc.errors import MkcError
 from mkc.target import Target
 
-# the vendor packages under mkc/targets/ (plugins: each registers itself when imported)
-VENDOR_PACKAGES = ("mkc.targets.nvidia", "mkc.targets.amd")
+# where the vendor packages live: each sub-package with a ``backend`` module registers itself on import
+PLUGIN_PACKAGE = "mkc.targets"
 
 
 class BackendUnavailableError(MkcError):
@@ -152,8 +152,13 @@ def register(backend: Backend) -> Backend:
 
 
 def _load_plugins() -> None:
-    for mod in VENDOR_PACKAGES:
-        importlib.import_module(mod + ".backend")
+    """Import every vendor package's ``backend`` module (found, not listed: a new vendor is one folder)."""
+    import pkgutil
+
+    pkg = importlib.import_module(PLUGIN_PACKAGE)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.ispkg:
+            importlib.import_module(f"{PLUGIN_PACKAGE}.{info.name}.backend")
 
 
 def for_target(target: Target) -> Backend:

@@ -65,3 +65,26 @@ def test_known_violations_are_still_there():
         if not graph.direct_import_exists(importer=importer, imported=imported):
             stale.append(entry)
     assert not stale, f"no longer imported, delete from KNOWN_VIOLATIONS: {stale}"
+
+
+def test_backends_are_found_not_listed():
+    """Each vendor folder under mkc/targets/ registers one backend; the stages name none of them."""
+    import re
+
+    from mkc.backend import backends
+    from mkc.target import TARGETS
+
+    found = backends()
+    folders = sorted(p.name for p in (ROOT / "mkc" / "targets").iterdir() if (p / "backend.py").exists())
+    assert sorted(found) == folders and {t.vendor for t in TARGETS.values()} <= set(found)
+    # no vendor name in the vendor-neutral code (comments aside; the target table is data that names each
+    # GPU's vendor, which is how a stage finds the backend)
+    core = [p for p in (ROOT / "mkc").rglob("*.py") if "targets" not in p.parts and p.name != "target.py"]
+    pattern = re.compile(r"""["'](nvidia|amd)["']|\.vendor\s*==|\b(cuda|hip)_?(driver|runtime)\b""")
+    offenders = []
+    for path in core:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if pattern.search(code):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, "vendor names in the core:\n" + "\n".join(offenders)
