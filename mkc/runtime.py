@@ -206,6 +206,8 @@ class Megakernel:
             self.trace_buf.zero_()
             args += (self.trace_buf.data_ptr(), i32(self.trace_steps), i32(self.trace_buf.shape[1]))
             self._traced_steps = min(nsteps, self.trace_steps)
+        else:  # the kernel always takes the trace arguments; an untraced one ignores them
+            args += (0, i32(0), i32(0))
         stream = torch.cuda.current_stream(self.device)
         self.module.launch(self.cfg.num_workers, self.cfg.threads, args, stream.cuda_stream)
         stream.synchronize()

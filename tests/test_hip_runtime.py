@@ -93,13 +93,15 @@ class FakeHip:
 
 def test_argument_layout_and_packing():
     assert arg_layout() == [("tab", 0, 8), ("ptrs", 8, 8), ("fparams", 16, 8), ("ws", 24, 8), ("step0", 32, 4),
-                            ("nsteps", 36, 4), ("pos0", 40, 4), ("nforced", 44, 4), ("spin_limit", 48, 4)]
-    buf = pack_args((0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24))
-    assert len(buf) == 56
+                            ("nsteps", 36, 4), ("pos0", 40, 4), ("nforced", 44, 4), ("spin_limit", 48, 4),
+                            ("trace", 56, 8), ("trace_steps", 64, 4), ("trace_tasks", 68, 4)]
+    buf = pack_args((0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24, 0, 0, 0))
+    assert len(buf) == 72
     assert struct.unpack("<4Q5i", buf[:52]) == (0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24)
+    assert struct.unpack("<Q2i", buf[56:72]) == (0, 0, 0) and buf[52:56] == bytes(4)
     with pytest.raises(MkcError, match="int32"):
-        pack_args((0, 0, 0, 0, 2**31, 0, 0, 0, 0))
-    with pytest.raises(MkcError, match="9 arguments"):
+        pack_args((0, 0, 0, 0, 2**31, 0, 0, 0, 0, 0, 0, 0))
+    with pytest.raises(MkcError, match="12 arguments"):
         pack_args((0, 0))
 
 
@@ -190,7 +192,8 @@ def test_megakernel_uploads_and_launches(tiny, sync):
     a = fake.launches[-1]
     assert (a["tab"], a["ptrs"], a["fparams"], a["ws"]) == (mk.tab, mk.ptrs, mk.fparams, mk.ws)
     assert (a["step0"], a["nsteps"], a["pos0"], a["nforced"], a["spin_limit"]) == (0, 1, 5, 1, 1234)
-    assert (a["grid"], a["block"], a["smem"], a["nbytes"]) == (12, mk.cfg.threads, mk.cfg.smem_bytes, 56)
+    assert (a["trace"], a["trace_steps"], a["trace_tasks"]) == (0, 0, 0)  # untraced: nullptr, 0, 0
+    assert (a["grid"], a["block"], a["smem"], a["nbytes"]) == (12, mk.cfg.threads, mk.cfg.smem_bytes, 72)
     assert logits.shape == (2, tg.dim("V")) and logits.dtype == np.float32
     assert list(fake.read(mk.addr["ids"], np.int32, 2)) == [3, 4] and mk.step == 1
 

@@ -37,10 +37,11 @@ from mkc.targets.spec import Target, get_target
 from mkc.taskgraph import names
 from mkc.taskgraph.ir import TASK_KINDS, TaskGraph
 
-# the kernel's parameters, in order (mkc/codegen/templates/kernel.j2)
+# the kernel's parameters, in order (the entry point in mkc/codegen/templates/kernel.j2)
 KERNEL_ARGS: tuple[tuple[str, str], ...] = (
     ("tab", "ptr"), ("ptrs", "ptr"), ("fparams", "ptr"), ("ws", "ptr"),
     ("step0", "i32"), ("nsteps", "i32"), ("pos0", "i32"), ("nforced", "i32"), ("spin_limit", "i32"),
+    ("trace", "ptr"), ("trace_steps", "i32"), ("trace_tasks", "i32"),  # the per-task trace: unused here (0)
 )
 _ARG_FMT = {"ptr": ("Q", 8), "i32": ("i", 4)}
 
@@ -363,7 +364,7 @@ class HipMegakernel:
     def _launch(self, nsteps: int, pos0: int, nforced: int) -> None:
         prepare_launch(self, nsteps, pos0)
         args = pack_args((self.tab, self.ptrs, self.fparams, self.ws, self.step, nsteps, pos0, nforced,
-                          self.spin_limit))
+                          self.spin_limit, 0, 0, 0))
         self.hip.launch(self.function, self.cfg.num_workers, self.cfg.threads, self.cfg.smem_bytes, args)
         self.hip.synchronize()
         self._check_fault()
