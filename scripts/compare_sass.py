@@ -164,10 +164,13 @@ def amd_isa(src: Path, arch: str, cache: Path, new_tree: Path) -> list[str]:
 
     text = _cached(cache, [src.read_text(), *flags, clang], "s", build).read_text()
     body = text[: text.index("amdhsa.kernels:")] if "amdhsa.kernels:" in text else text
-    out = []
+    # the argument block the kernel takes (metadata, not code): kept as one pseudo-instruction
+    out = [f"; kernarg {m}" for m in re.findall(r"\.kernarg_segment_size:\s+(\d+)", text)]
     for ln in body.splitlines():
         ln = re.sub(r";.*", "", ln).strip()
         if not ln or (ln.startswith(".") and not re.match(r"\.LBB\d+_\d+:", ln)):
+            continue
+        if ln.startswith("__hip_cuid_"):  # the translation unit's id, a hash of the source text
             continue
         out.append(re.sub(r"\s+", " ", ln))
     return out
@@ -178,11 +181,13 @@ def classify(a: list[str], b: list[str]) -> tuple[str, list[str]]:
         return "identical", []
     diff = list(difflib.unified_diff(a, b, "base", "new", lineterm="", n=2))
     changed = [ln[1:] for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
-    params = [ln for ln in changed if re.search(r"c\[0x0\]\[0x[0-9a-f]+\]|kernarg|s\[0:1\]|s\[4:5\]", ln)]
+    params = [ln for ln in changed if re.search(r"c\[0x0\]\[0x[0-9a-f]+\]|kernarg", ln)]
     n_del = sum(1 for ln in diff if ln.startswith("-") and not ln.startswith("---"))
     n_add = sum(1 for ln in diff if ln.startswith("+") and not ln.startswith("+++"))
     kind = "params only" if len(params) == len(changed) else "DIFFERS"
-    return f"{kind}: -{n_del} +{n_add} of {len(a)} instructions", diff
+    notes = [ln for ln in changed if ln.startswith("; kernarg")]
+    extra = f" ({' -> '.join(ln.split()[-1] for ln in notes)} argument bytes)" if notes else ""
+    return f"{kind}: -{n_del} +{n_add} of {len(a)} instructions{extra}", diff
 
 
 def main() -> int:
