@@ -90,7 +90,8 @@ def test_inline_resolves_each_guarded_file_once(tmp_path):
     (inc / "twice.cuh").write_text("X\n")  # no pragma: pasted at every include, as cpp would
     out = S.inline('#include "mkc/b.cuh"\n#include "mkc/a.cuh"\n#include "mkc/twice.cuh"\n'
                    '#include "mkc/twice.cuh"\n#include "other.h"\nint main;\n', tmp_path)
-    assert out == ("// ---- mkc/b.cuh ----\n// ---- mkc/a.cuh ----\nint a;\n#include <stdint.h>\nint b;\n"
+    assert out == ("// ---- mkc/b.cuh ----\n// ---- mkc/a.cuh ----\nint a;\n// ---- mkc/b.cuh (continued) ----\n"
+                   "#include <stdint.h>\nint b;\n"
                    "// ---- mkc/twice.cuh ----\nX\n// ---- mkc/twice.cuh ----\nX\n#include \"other.h\"\nint main;\n")
     assert "mkc/" not in S.inline('#include "mkc/b.cuh"\n', tmp_path, marks=False)
     (inc / "loop.cuh").write_text('#include "mkc/loop.cuh"\n')
@@ -107,7 +108,7 @@ def test_rendered_kernel_is_one_file(key):
     tg = taskgraph(model, batch, 512, t)
     src, _, _ = generate(tg, rr_schedule(tg, t, t.default_sync), t, CodegenOptions(**opts))
     assert not re.search(r'#\s*include\s+"', src)  # only <system> includes are left
-    marks = re.findall(r"^// ---- (mkc/\S+) ----$", src, re.M)
+    marks = re.findall(r"^// ---- (mkc/\S+) ----$", src, re.M)  # where each header starts
     dialect = "mkc/dialect/cuda.cuh" if t.vendor == "nvidia" else "mkc/dialect/hip.cuh"
     assert marks[0] == dialect and set(marks) == {dialect, *DEVICE} and len(marks) == len(set(marks))
     assert "#pragma once" not in src

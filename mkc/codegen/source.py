@@ -52,8 +52,17 @@ def inline(text: str, include_dir: Path = INCLUDE_DIR, *, included: tuple[str, .
 
 def _expand(text: str, include_dir: Path, seen: set[str], stack: tuple[str, ...], marks: bool) -> str:
     out, at = [], 0
+    resumed = True  # a header's text after one of its includes gets its name again
+
+    def keep(chunk: str) -> None:
+        nonlocal resumed
+        if marks and stack and not resumed and chunk.strip():
+            out.append(f"// ---- {stack[-1]} (continued) ----\n")
+            resumed = True
+        out.append(chunk)
+
     for m in _INCLUDE.finditer(text):
-        out.append(text[at:m.start()])
+        keep(text[at:m.start()])
         at = m.end() + (1 if text[m.end():m.end() + 1] == "\n" else 0)
         name = m.group(1)
         if name in stack:
@@ -73,5 +82,6 @@ def _expand(text: str, include_dir: Path, seen: set[str], stack: tuple[str, ...]
         if marks:
             out.append(f"// ---- {name} ----\n")
         out.append(body if body.endswith("\n") else body + "\n")
-    out.append(text[at:])
+        resumed = False
+    keep(text[at:])
     return "".join(out)
