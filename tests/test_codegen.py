@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from codegen_fixtures import rr_schedule, taskgraph
 from kernel_model import KernelModel, ModelError, box_words, region_words
 from mkc.codegen import tables as T
 from mkc.codegen.render import TEMPLATE_DIR, CodegenOptions, generate, kernel_config, render
+from mkc.codegen.source import INCLUDE_DIR, headers
 from mkc.errors import IRCheckError
 from mkc.target import get_target
 
@@ -39,18 +41,77 @@ def test_rendered_text_has_the_protocol(llama_tg, sync):
     assert cfg.smem_needed <= cfg.smem_bytes <= get_target("h200").smem_per_block
 
 
+def active_text(src: str) -> str:
+    """``src`` without the lines of inactive ``#if`` branches: what the compiler sees of the
+    architecture conditions in the dialect headers. Knows the forms the headers use: ``#define NAME
+    VALUE``, ``#if EXPR`` over those macros (C's ``&&``/``||``/``!`` and integer comparisons),
+    ``#ifdef``/``#ifndef``, ``#else``, ``#endif``."""
+
+    macros, stack, out = {}, [], []
+
+    def value(expr: str) -> bool:
+        expr = re.sub(r"\bdefined\s*\(?\s*(\w+)\s*\)?", lambda m: str(int(m.group(1) in macros)), expr)
+        expr = expr.replace("&&", " and ").replace("||", " or ")
+        expr = re.sub(r"!(?!=)", " not ", expr)
+        expr = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: m.group(0) if m.group(0) in ("and", "or", "not")
+                      else str(macros.get(m.group(0), 0)), expr)
+        return bool(eval(expr, {}))
+
+    for ln in src.splitlines():
+        d = re.match(r"\s*#\s*(if|ifdef|ifndef|else|endif|define)\b\s*(.*?)\s*(//.*)?$", ln)
+        live = all(stack)
+        if d and d.group(1) in ("if", "ifdef", "ifndef"):
+            arg = d.group(2)
+            stack.append(value(arg) if d.group(1) == "if" else (arg in macros) == (d.group(1) == "ifdef"))
+        elif d and d.group(1) == "else":
+            stack[-1] = not stack[-1]
+        elif d and d.group(1) == "endif":
+            stack.pop()
+        elif live:
+            if d:
+                name, _, val = d.group(2).partition(" ")
+                macros[name] = int(val) if val.strip().isdigit() else val.strip()
+            out.append(ln)
+    assert not stack, "unbalanced #if"
+    return "\n".join(out)
+
+
 def test_sm80_prefetches_by_lines(llama_tg):
     tg = taskgraph("llama-3.2-1b", 1, 512, "a100")
     src, _, _ = generate(tg, rr_schedule(tg, "a100"), "a100")
-    assert "prefetch.global.L2" in src and "cp.async.bulk" not in src
+    assert "#define MKC_SM 80\n" in src
+    live = active_text(src)
+    assert "prefetch.global.L2" in live and "cp.async.bulk" not in live
+    assert "mma.sync.aligned.m16n8k16" in live  # the tensor-core helpers from sm_80
+    h200, _, _ = generate(llama_tg, rr_schedule(llama_tg), "h200")
+    assert "cp.async.bulk.prefetch.L2.global" in active_text(h200) and "prefetch.global.L2 [" not in active_text(h200)
+
+
+def _shared_device_code() -> dict[str, str]:
+    """The manifest and every device header but the dialects' (mkc/codegen/include/mkc/dialect/)."""
+    files = {p.name: p.read_text() for p in Path(TEMPLATE_DIR).glob("*.j2")}
+    files.update({name: (INCLUDE_DIR / name).read_text() for name in headers() if not name.startswith("mkc/dialect/")})
+    return files
 
 
 def test_template_holds_no_vendor_spelling():
-    """CUDA spellings live in the NVIDIA dialect, so an AMD dialect can render the same template."""
-    text = "".join(p.read_text() for p in Path(TEMPLATE_DIR).glob("*.j2"))
-    for word in ("asm", "__nanosleep", "__nv_bfloat16", "__launch_bounds__", "__syncthreads", "threadIdx",
-                 "blockIdx", "__shfl", "__ldg", "__ldcg", "atomicCAS", "__threadfence", "cuda"):
-        assert word not in text, word
+    """CUDA spellings live in the dialect headers, so every vendor renders the same manifest and headers."""
+    files = _shared_device_code()
+    assert "kernel.j2" in files and "mkc/common.cuh" in files and "mkc/gemv_mma.cuh" in files
+    for name, text in files.items():
+        for word in ("asm", "__nanosleep", "__nv_bfloat16", "__launch_bounds__", "__syncthreads", "threadIdx",
+                     "blockIdx", "__shfl", "__ldg", "__ldcg", "atomicCAS", "__threadfence", "cuda", "__hip",
+                     "__builtin_amdgcn", "__align__", "__attribute__"):
+            assert word not in text, (name, word)
+
+
+def test_manifest_keeps_to_constants_and_includes():
+    """Jinja in the manifest prints constants and picks nothing: the device code chooses by if constexpr."""
+    text = (Path(TEMPLATE_DIR) / "kernel.j2").read_text()
+    tags = re.findall(r"{%-?\s*(\w+)", text)
+    assert set(tags) <= {"block", "endblock", "for", "endfor"}, set(tags)
+    for name in headers():  # no template syntax left in a header (PTX braces such as "{%0," are not)
+        assert not re.search(r"{{\s*\w|{%-?\s+\w", (INCLUDE_DIR / name).read_text()), name
 
 
 def test_template_is_strict(llama_tg):
@@ -279,24 +340,25 @@ def test_cp_async_weight_ring_up_to_batch_16():
         src, cfg, _ = generate(tg, rr_schedule(tg), "h200")
         c = dict(cfg.consts)
         assert cfg.ring == c["RING"] == want
-        assert ("ring_prologue(" in src) == (want > 0) and ("mma_chunk_ring(" in src) == (want > 0)
+        assert cfg.mma_gemv and "constexpr bool MMA_GEMV = true;" in src and f"constexpr int RING = {want};" in src
         if want:
             ring_bytes = want * 2 * c["U"] * 16 * c["NT"]
             assert c["OFF_RING"] % 16 == 0 and c["OFF_RING"] + ring_bytes <= cfg.smem_needed <= cfg.smem_bytes
             assert c["KCB"] >= 1024
     tg = taskgraph("llama-3.2-1b", 8, 512)
     src, cfg, _ = generate(tg, rr_schedule(tg), "h200", CodegenOptions(ring_stages=0))
-    assert cfg.ring == 0 and "ring_prologue(" not in src and "OFF_RING" not in dict(cfg.consts)
+    assert cfg.ring == 0 and "constexpr int RING = 0;" in src and "OFF_RING" not in dict(cfg.consts)
+    assert "constexpr int OFF_RING = 0;  // not used by this build's GEMV path" in src
 
 
 def test_batch_1_keeps_the_fma_gemv(llama_tg):
     src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg), "h200")
-    assert not cfg.mma_gemv and "stage_x_bf16" not in src and "KCB" not in dict(cfg.consts)
+    assert not cfg.mma_gemv and "constexpr bool MMA_GEMV = false;" in src and "KCB" not in dict(cfg.consts)
     tg = taskgraph("llama-3.2-1b", 8, 512)
     src, cfg, _ = generate(tg, rr_schedule(tg), "h200", CodegenOptions(mma=False))
-    assert not cfg.mma_gemv and "stage_x_bf16" not in src
+    assert not cfg.mma_gemv and "constexpr bool MMA_GEMV = false;" in src
     src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg), "h200", CodegenOptions(mma=True))
-    assert cfg.mma_gemv and "stage_x_bf16<K, NORM, COMB>" in src
+    assert cfg.mma_gemv and "constexpr bool MMA_GEMV = true;" in src and "stage_x_bf16<K, NORM, COMB>" in src
 
 
 def test_amd_keeps_the_fma_gemv():
@@ -304,6 +366,7 @@ def test_amd_keeps_the_fma_gemv():
 
     tg = taskgraph("llama-3.2-1b", 8, 512, "mi300x")
     src, cfg, _ = generate(tg, rr_schedule(tg, "mi300x"), "mi300x")
-    assert not cfg.mma_gemv and MMA_PTX not in src and "stage_x_bf16" not in src
+    live = active_text(src)  # gemv_mma.cuh is inside #if MKC_HAS_MMA_BF16, 0 in the HIP dialect
+    assert not cfg.mma_gemv and "MMA_GEMV = false;" in src and MMA_PTX not in live and "stage_x_bf16" not in live
     with pytest.raises(ScheduleError, match="no bf16 MMA"):
         generate(tg, rr_schedule(tg, "mi300x"), "mi300x", CodegenOptions(mma=True))

@@ -17,8 +17,9 @@ import pytest
 
 from codegen_fixtures import rr_schedule, taskgraph
 from mkc.codegen.render import TEMPLATE_DIR, dialect_for, generate
+from mkc.codegen.source import INCLUDE_DIR, headers
 from mkc.targets.amd.dialect import AmdDialect
-from mkc.targets.nvidia.dialect import MMA_HELPERS, NvidiaDialect
+from mkc.targets.nvidia.dialect import NvidiaDialect
 from mkc.target import get_target
 
 MODELS = ("llama-3.2-1b", "qwen3-0.6b")
@@ -35,18 +36,36 @@ def _defined(text: str) -> set[str]:
     return set(re.findall(r"__device__ __forceinline__ [\w\s\*]+?\b(mk_\w+)\s*\(", text))
 
 
+def _header(name: str) -> str:
+    return (INCLUDE_DIR / name).read_text()
+
+
+def _mma_part(cuda: str) -> str:
+    """The CUDA dialect's sm_80+ block: the tensor-core helpers only gemv_mma.cuh calls."""
+    return cuda[cuda.index("#if MKC_SM >= 80"):]
+
+
 def test_amd_dialect_defines_what_the_template_and_nvidia_use():
     amd, nv = AmdDialect(), NvidiaDialect()
-    template = "".join(p.read_text() for p in Path(TEMPLATE_DIR).glob("*.j2"))
-    # the tensor-core GEMV helpers: printed and called only for a dialect with has_mma_bf16
-    mma_only = set() if getattr(amd, "has_mma_bf16", False) else _defined(MMA_HELPERS)
-    used = _helper_names(template) - {"mk_smem"} - mma_only
-    assert used <= _defined(amd.helpers), used - _defined(amd.helpers)
-    nv_used = _defined(nv.helpers) - mma_only
-    assert nv_used <= _defined(amd.helpers), nv_used - _defined(amd.helpers)
-    for attr in ("arch", "name", "warp_size", "source_ext", "kernel_name", "prelude", "smem_decl", "helpers", "ptr_t"):
+    hip, cuda = _header(amd.header), _header(nv.header)
+    assert amd.helpers == f'#include "{amd.header}"' and nv.helpers == f'#include "{nv.header}"'
+    shared = [_header(n) for n in headers() if not n.startswith("mkc/dialect/")]
+    shared.append("".join(p.read_text() for p in Path(TEMPLATE_DIR).glob("*.j2")))
+    # the tensor-core GEMV helpers: compiled and called only where the dialect has a bf16 MMA
+    mma_only = set() if getattr(amd, "has_mma_bf16", False) else _defined(_mma_part(cuda))
+    used = set().union(*map(_helper_names, shared)) - {"mk_smem"} - mma_only
+    assert used <= _defined(hip), used - _defined(hip)
+    nv_used = _defined(cuda) - mma_only
+    assert nv_used <= _defined(hip), nv_used - _defined(hip)
+    for attr in ("arch", "name", "warp_size", "source_ext", "kernel_name", "prelude", "smem_decl", "helpers", "ptr_t",
+                 "defines", "header"):
         assert hasattr(amd, attr), attr
     assert amd.warp_size == 64 and amd.source_ext == "hip"
+    assert dict(amd.defines) == {"MKC_WARP": 64, "MKC_SYNC_SCOPE": "__HIP_MEMORY_SCOPE_AGENT"}
+    # what the properties say the headers hold
+    for d, text in ((amd, hip), (nv, cuda)):
+        assert d.smem_decl in text and d.prelude in text
+    assert "{{" not in hip and "MKC_WARP)" in hip and "MKC_SYNC_SCOPE)" in hip
 
 
 def test_targets_pick_the_amd_dialect():
@@ -77,11 +96,12 @@ def test_rendered_hip_has_the_protocol(sources, sync):
     assert "#include <hip/hip_runtime.h>" in src
     assert 'extern "C" __global__ void __launch_bounds__(256) mkc_megakernel' in src
     assert "extern __shared__ __attribute__((aligned(16))) unsigned char mk_smem[];" in src
-    assert "constexpr int WARP = 64;" in src and "__shfl_xor(v, m, 64)" in src
-    assert "__hip_atomic_load(mk_g(p), __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT)" in src
-    assert "__hip_atomic_fetch_add(mk_g(p), v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)" in src
-    assert "__hip_atomic_load(mk_g(p), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)" in src
-    assert "__hip_atomic_store(mk_g(p), v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)" in src
+    assert "constexpr int WARP = 64;" in src and "#define MKC_WARP 64\n" in src and "__shfl_xor(v, m, MKC_WARP)" in src
+    assert "#define MKC_SYNC_SCOPE __HIP_MEMORY_SCOPE_AGENT\n" in src
+    assert "__hip_atomic_load(mk_g(p), __ATOMIC_ACQUIRE, MKC_SYNC_SCOPE)" in src
+    assert "__hip_atomic_fetch_add(mk_g(p), v, __ATOMIC_RELAXED, MKC_SYNC_SCOPE)" in src
+    assert "__hip_atomic_load(mk_g(p), __ATOMIC_RELAXED, MKC_SYNC_SCOPE)" in src
+    assert "__hip_atomic_store(mk_g(p), v, __ATOMIC_RELAXED, MKC_SYNC_SCOPE)" in src
     assert '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent")' in src
     assert '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent")' in src
     assert "__builtin_amdgcn_s_waitcnt(0)" in src and "__builtin_amdgcn_s_sleep(" in src
@@ -267,13 +287,14 @@ def test_gfx942_sync_is_agent_scope(builds, model, sync):
 
 def test_kernel_arguments_match_the_code_object_metadata(builds):
     """The runtime's argument buffer puts each argument where clang's kernel metadata says."""
-    from mkc.targets.amd.runtime import KERNEL_ARGS, arg_layout
+    from mkc.codegen.tables import KERNEL_ARGS
+    from mkc.targets.amd.driver import arg_layout
 
     text = builds("llama-3.2-1b", "mi300x", "nan").binary.read_text()
     meta = text[text.index("amdhsa.kernels:"):]
     args = re.findall(r"\.offset:\s+(\d+)\s+\.size:\s+(\d+)\s+\.value_kind:\s+(\w+)", meta)
     explicit = [(int(o), int(s), k) for o, s, k in args if not k.startswith("hidden")]
-    assert [(o, s) for o, s, _ in explicit] == [(off, size) for _, off, size in arg_layout()]
+    assert [(o, s) for o, s, _ in explicit] == [(off, size) for _, off, size in arg_layout(KERNEL_ARGS)]
     assert [k for _, _, k in explicit] == ["global_buffer" if t == "ptr" else "by_value" for _, t in KERNEL_ARGS]
 
 

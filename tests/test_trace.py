@@ -19,19 +19,21 @@ def llama_tg():
 
 
 @pytest.mark.parametrize("sync", ["atomic", "nan"])
-def test_trace_off_source_is_unchanged(llama_tg, sync):
+def test_trace_switch_is_one_constant(llama_tg, sync):
     sched = rr_schedule(llama_tg, "h200", sync)
     plain, cfg0, _ = generate(llama_tg, sched, "h200")
     off, cfg1, _ = generate(llama_tg, sched, "h200", CodegenOptions(trace=False))
     on, cfg2, _ = generate(llama_tg, sched, "h200", CodegenOptions(trace=True))
     assert off == plain and not cfg0.trace and not cfg1.trace and cfg2.trace
-    assert "trace" not in plain and "= mk_globaltimer();" not in plain  # no trace code at all
-    # trace on: the buffer is 3 more kernel arguments, stamps by one thread at 3 points per task
-    assert "unsigned long long* trace, int trace_steps, int trace_tasks)" in on
-    assert on.count("= mk_globaltimer();") == 3
-    assert re.search(r"trace_rec\[0\] = mk_globaltimer\(\)", on) and "trace_rec[2] = mk_globaltimer()" in on
-    # only additions: removing the traced lines leaves the untraced source
-    assert len(on) > len(plain)
+    # the buffer is 3 kernel arguments in both (an untraced launch passes nullptr, 0, 0); stamps by one
+    # thread at 3 points per task, compiled only where TRACE is true
+    for src in (plain, on):
+        assert "unsigned long long* trace, int trace_steps, int trace_tasks)" in src
+        assert src.count("= mk_globaltimer();") == 3
+        assert re.search(r"trace_rec\[0\] = mk_globaltimer\(\)", src) and "trace_rec[2] = mk_globaltimer()" in src
+    assert "constexpr bool TRACE = false;" in plain and "constexpr bool TRACE = true;" in on
+    # the constant is the only difference
+    assert plain.replace("TRACE = false;", "TRACE = true;") == on
 
 
 def test_trace_on_amd_renders_without_vendor_words():

@@ -2,8 +2,10 @@
 
 Every decision is made here, in Python: the compile-time shapes, the GEMV tiling inside a task
 (rows per warp ``G``, loads in flight ``U``, batch rows per pass ``BB``), the output/input
-staging sizes and the shared-memory layout. The jinja2 template only prints them, through the
-target's dialect object (``mkc/targets/<vendor>/dialect.py``), so one template serves every vendor.
+staging sizes and the shared-memory layout. The jinja2 template is a manifest that only prints
+them as constants, names the target's dialect header (``mkc/targets/<vendor>/dialect.py`` says
+which) and includes the device headers of ``mkc/codegen/include/mkc/``, which
+``mkc.codegen.source`` inlines into one file; one set of headers serves every vendor.
 
 The source specialises on shapes only. The schedule (queues, waits, signals, poll regions) is
 the int32 table of ``mkc.codegen.tables``; weights, caches and activations are bound through a
@@ -26,6 +28,7 @@ from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
 from mkc.taskgraph.plan import DevicePlan, PlanKnobs, device_plan
 from mkc.codegen import tables as T
+from mkc.codegen.source import inline
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 KERNEL_TEMPLATE = "kernel.j2"
@@ -173,10 +176,30 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render(cfg: KernelConfig, target: Target) -> str:
-    """The kernel source for ``cfg`` (templates only print)."""
+# Constants only one GEMV path defines (kernel_config: the MMA path's K-chunk, staging stride and
+# ring). The other path's code still compiles (it is a discarded `if constexpr` branch), so the
+# names exist in every build.
+_PATH_CONSTS = ("KCB", "XST", "RING", "OFF_RING")
+
+
+def _template_vars(cfg: KernelConfig, target: Target) -> dict:
+    have = {k for k, _ in cfg.consts}
+    return dict(cfg=cfg, d=dialect_for(target), consts=cfg.consts, enums=T.enums(),
+                fallbacks=tuple((k, 0) for k in _PATH_CONSTS if k not in have))
+
+
+def config_header(cfg: KernelConfig, target: Target) -> str:
+    """The ``mkc/config.cuh`` of ``cfg``: the manifest's prologue (dialect, constants, enums) alone,
+    against which any device header compiles as a translation unit of its own."""
     template = _environment().get_template(KERNEL_TEMPLATE)
-    return template.render(cfg=cfg, d=dialect_for(target), consts=cfg.consts, enums=T.enums())
+    body = "".join(template.blocks["config"](template.new_context(_template_vars(cfg, target))))
+    return "#pragma once\n" + body
+
+
+def render(cfg: KernelConfig, target: Target) -> str:
+    """The kernel source for ``cfg``: the manifest with the device headers inlined (one file)."""
+    template = _environment().get_template(KERNEL_TEMPLATE)
+    return inline(template.render(**_template_vars(cfg, target)))
 
 
 def generate(tg: TaskGraph, sched: Schedule, target: Target | str | None = None,

@@ -1,11 +1,12 @@
 """The AMD dialect: every HIP spelling the shared kernel template prints (gfx90a, gfx942).
 
-The kernel template (``mkc/codegen/templates/kernel.j2``) is the one the NVIDIA dialect renders;
-this object defines the same names (``mk_*`` helpers, types, kernel prefix, LDS declaration) for
-HIP compiled by clang. Choices, per docs/sync.md and LLVM's AMDGPU memory model (AMDGPUUsage,
+The device headers and kernel manifest (``mkc/codegen/include/mkc/``, ``templates/kernel.j2``) are
+the ones the NVIDIA dialect renders; this object and its header
+``mkc/codegen/include/mkc/dialect/hip.cuh`` define the same names (``mk_*`` helpers, types, kernel
+prefix, LDS declaration) for HIP compiled by clang. Choices, per docs/sync.md and LLVM's AMDGPU memory model (AMDGPUUsage,
 "Memory Model GFX942" / "GFX90A"):
 
-- wave64: shuffles are ``__shfl_xor(v, m, 64)`` (``ds_bpermute`` over all 64 lanes) and the
+- wave64: shuffles are ``__shfl_xor(v, m, MKC_WARP)`` with ``MKC_WARP = 64`` (``ds_bpermute`` over all 64 lanes) and the
   template's reductions run over ``WARP = 64`` lanes.
 - Every inter-CU synchronisation is at agent scope. MI300X's L2 is per XCD and not coherent with
   the other seven, so a plain store may sit in this XCD's L2 and a plain load may hit a stale line:
@@ -36,114 +37,9 @@ from dataclasses import dataclass
 # sync scope of every cross-CU atomic and fence (HIP spelling, clang's predefined macro)
 SCOPE = "__HIP_MEMORY_SCOPE_AGENT"
 
-_COMMON = r"""
-typedef unsigned mk_u32x4 __attribute__((ext_vector_type(4)));
-__device__ __forceinline__ unsigned mk_f32_bits(float f) { return __builtin_bit_cast(unsigned, f); }
-__device__ __forceinline__ float mk_bits_f32(unsigned u) { return __builtin_bit_cast(float, u); }
-__device__ __forceinline__ float mk_bf16_to_f32(unsigned short h) { return mk_bits_f32(((unsigned)h) << 16); }
-// round to nearest even, NaN stays a (quiet) NaN: the same rounding torch uses for .to(bfloat16)
-__device__ __forceinline__ unsigned short mk_f32_to_bf16(float f) {
-  unsigned u = mk_f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (unsigned short)(u >> 16);
-}
-__device__ __forceinline__ float mk_lo_bf16(unsigned w) { return mk_bits_f32(w << 16); }
-__device__ __forceinline__ float mk_hi_bf16(unsigned w) { return mk_bits_f32(w & 0xffff0000u); }
-// wave64: the xor spans both 32-lane halves (ds_bpermute)
-__device__ __forceinline__ float mk_shfl_xor(float v, int m) { return __shfl_xor(v, m, {{W}}); }
-__device__ __forceinline__ int mk_shfl_xor_i(int v, int m) { return __shfl_xor(v, m, {{W}}); }
-__device__ __forceinline__ float mk_shfl(float v, int src) { return __shfl(v, src, {{W}}); }
-// a block barrier that also orders LDS and global memory within the work-group
-__device__ __forceinline__ void mk_barrier() {
-  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
-  __builtin_amdgcn_s_barrier();
-  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
-}
-__device__ __forceinline__ int mk_tid() { return (int)__builtin_amdgcn_workitem_id_x(); }
-__device__ __forceinline__ int mk_worker() { return (int)__builtin_amdgcn_workgroup_id_x(); }
-// s_sleep N waits about 64*N clocks (~32*N ns at 2.1 GHz); N must be an immediate
-__device__ __forceinline__ void mk_sleep(unsigned ns) {
-  if (ns <= 32u) __builtin_amdgcn_s_sleep(1);
-  else if (ns <= 64u) __builtin_amdgcn_s_sleep(2);
-  else if (ns <= 128u) __builtin_amdgcn_s_sleep(4);
-  else __builtin_amdgcn_s_sleep(8);
-}
-// nanoseconds from the constant 100 MHz real-time counter
-__device__ __forceinline__ unsigned long long mk_globaltimer() { return 10ull * __builtin_amdgcn_s_memrealtime(); }
-// Every pointer the mk_ld_*/mk_st_* helpers take is global memory (the pointer table holds only
-// device buffers). Saying so turns flat_* into global_* instructions: no LDS check per lane, no
-// lgkmcnt wait, SGPR-base addressing. Vectors are loaded as clang vectors (HIP's uint4/float4 are
-// structs that cannot be copied out of address space 1).
-#define MK_GLOBAL __attribute__((address_space(1)))
-template <class T> __device__ __forceinline__ const MK_GLOBAL T* mk_g(const T* p) { return (const MK_GLOBAL T*)p; }
-template <class T> __device__ __forceinline__ MK_GLOBAL T* mk_g(T* p) { return (MK_GLOBAL T*)p; }
-typedef unsigned mk_u32x2 __attribute__((ext_vector_type(2)));
-typedef float mk_f32x4 __attribute__((ext_vector_type(4)));
-// --- synchronisation (docs/sync.md), all at agent scope ---
-__device__ __forceinline__ unsigned mk_ld_acquire(const unsigned* p) {
-  return __hip_atomic_load(mk_g(p), __ATOMIC_ACQUIRE, {{SCOPE}});
-}
-// Release = agent fence, a hard wait, then the relaxed operation. clang 19 drops the wait after
-// gfx942's L2 writeback (`buffer_wbl2 sc1`) when no other memory operation is pending, so a
-// plain release atomic can overtake the writeback (fixed upstream: llvm-project PR #178316).
-__device__ __forceinline__ void mk_release_fence() {
-  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
-  __builtin_amdgcn_s_waitcnt(0);  // vmcnt(0) expcnt(0) lgkmcnt(0): the writeback has completed
-}
-__device__ __forceinline__ void mk_red_release_add(unsigned* p, unsigned v) {
-  mk_release_fence();
-  (void)__hip_atomic_fetch_add(mk_g(p), v, __ATOMIC_RELAXED, {{SCOPE}});
-}
-__device__ __forceinline__ unsigned mk_ld_relaxed(const unsigned* p) {
-  return __hip_atomic_load(mk_g(p), __ATOMIC_RELAXED, {{SCOPE}});
-}
-__device__ __forceinline__ void mk_st_relaxed(unsigned* p, unsigned v) {
-  __hip_atomic_store(mk_g(p), v, __ATOMIC_RELAXED, {{SCOPE}});
-}
-// acquire what relaxed polls observed / release what this thread wrote before relaxed stores
-__device__ __forceinline__ void mk_fence() {
-  mk_release_fence();
-  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
-}
-__device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, unsigned val) {
-  __hip_atomic_compare_exchange_strong(mk_g(p), &cmp, val, __ATOMIC_RELAXED, __ATOMIC_RELAXED, {{SCOPE}});
-  return cmp;  // the old value
-}
-// --- data movement ---
-// weights never change during a launch and are read once per step: 16-byte streaming loads
-__device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {
-  const mk_u32x4 v = __builtin_nontemporal_load(mk_g(reinterpret_cast<const mk_u32x4*>(p)));
-  return make_uint4(v.x, v.y, v.z, v.w);
-}
-// the same load issued before a task waits on its inputs. It stays ahead of the spin: LLVM does
-// not move a load past the ordered atomics of the poll. (vmcnt counts in order, so the first
-// poll's wait also waits for these loads: they overlap that poll's latency.)
-__device__ __forceinline__ uint4 mk_ld_weight16_early(const void* p) { return mk_ld_weight16(p); }
-__device__ __forceinline__ unsigned mk_ld_weight4(const void* p) { return *mk_g(reinterpret_cast<const unsigned*>(p)); }
-// activations and caches: plain loads are coherent here because every read follows an
-// agent-scope acquire (gfx942 buffer_inv sc1, gfx90a buffer_wbinvl1_vol) of the event that
-// published them
-__device__ __forceinline__ float mk_ld_act(const float* p) { return *mk_g(p); }
-__device__ __forceinline__ float4 mk_ld_act4(const float* p) {
-  const mk_f32x4 v = *mk_g(reinterpret_cast<const mk_f32x4*>(p));
-  return make_float4(v.x, v.y, v.z, v.w);
-}
-__device__ __forceinline__ int mk_ld_int(const int* p) { return *mk_g(p); }
-__device__ __forceinline__ unsigned mk_ld_cache_word(const unsigned* p) { return *mk_g(p); }
-__device__ __forceinline__ uint4 mk_ld_cache16(const void* p) {
-  const mk_u32x4 v = *mk_g(reinterpret_cast<const mk_u32x4*>(p));
-  return make_uint4(v.x, v.y, v.z, v.w);
-}
-__device__ __forceinline__ unsigned short mk_ld_cache_half(const unsigned short* p) { return *mk_g(p); }
-__device__ __forceinline__ uint2 mk_ld_cache_word2(const unsigned* p) {
-  const mk_u32x2 v = *mk_g(reinterpret_cast<const mk_u32x2*>(p));
-  return make_uint2(v.x, v.y);
-}
-__device__ __forceinline__ int mk_ld_table(const int* p) { return *mk_g(p); }
-// gfx9 has no L2 prefetch instruction: the prefetch options are accepted and do nothing
-__device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {}
-"""
+# the device code of this dialect (under mkc/codegen/include): every mk_* helper, written against
+# the MKC_WARP and MKC_SYNC_SCOPE macros the manifest defines from this object
+HEADER = "mkc/dialect/hip.cuh"
 
 
 @dataclass(frozen=True)
@@ -167,27 +63,34 @@ class AmdDialect:
 
     @property
     def prelude(self) -> str:
-        # HIP's vector types (uint4, float4, make_uint4) and device math (expf, sincosf, min/max);
-        # thread ids, barriers and atomics below use clang builtins, so no ockl call is needed
+        """The system include of the dialect header: HIP's vector types (uint4, float4, make_uint4)
+        and device math (expf, sincosf, min/max); thread ids, barriers and atomics use clang builtins,
+        so no ockl call is needed."""
         return "#include <hip/hip_runtime.h>"
+
+    @property
+    def defines(self) -> tuple[tuple[str, int | str], ...]:
+        """Macros the manifest defines before the dialect header: the wavefront size every shuffle
+        spans and the scope of every cross-CU atomic and fence."""
+        return (("MKC_WARP", self.warp_size), ("MKC_SYNC_SCOPE", self.sync_scope))
 
     def kernel_decl(self, threads: int) -> str:
         return f'extern "C" __global__ void __launch_bounds__({threads}) {self.kernel_name}'
 
     @property
     def smem_decl(self) -> str:
+        """What the dialect header declares the LDS as."""
         return "extern __shared__ __attribute__((aligned(16))) unsigned char mk_smem[];"
 
     @property
+    def header(self) -> str:
+        return HEADER
+
+    @property
     def helpers(self) -> str:
-        return _COMMON.replace("{{W}}", str(self.warp_size)).replace("{{SCOPE}}", self.sync_scope)
+        """The helpers, as the manifest prints them: an include of the dialect header."""
+        return f'#include "{HEADER}"'
 
     @property
     def ptr_t(self) -> str:
         return "unsigned long long"
-
-
-def dialect_for(arch: str) -> AmdDialect:
-    if not arch.startswith("gfx"):
-        raise ValueError(f"not an AMD architecture: {arch!r}")
-    return AmdDialect(arch=arch)

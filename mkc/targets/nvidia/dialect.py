@@ -1,8 +1,10 @@
 """The NVIDIA dialect: every CUDA-specific spelling the kernel template prints.
 
-The kernel template (``mkc/codegen/templates/kernel.j2``) is shared by all vendors. It calls only
-the ``mk_*`` helpers defined here and the few names below (types, kernel prefix, shared-memory
-declaration); an AMD dialect defines the same names with HIP spellings. Memory-model choices,
+The device headers (``mkc/codegen/include/mkc/*.cuh``) and the kernel manifest
+(``mkc/codegen/templates/kernel.j2``) are shared by all vendors. They call only the ``mk_*``
+helpers of this dialect's header, ``mkc/codegen/include/mkc/dialect/cuda.cuh``, and the few names
+below (types, kernel prefix, the macros the header keys on); an AMD dialect defines the same names
+with HIP spellings. Memory-model choices,
 per docs/sync.md:
 
 - atomic mode: ``red.release.gpu.global.add.u32`` by one thread after a block barrier; consumers
@@ -15,139 +17,17 @@ per docs/sync.md:
   ``prefetch.global.L2`` per 128-byte line elsewhere).
 - the per-task trace (``CodegenOptions(trace=True)``) reads ``%globaltimer`` (``mk_globaltimer``).
 - batch >= 2 GEMVs run on tensor cores (sm_80+): ``mma.sync.aligned.m16n8k16`` bf16 -> fp32 with
-  weights as A straight from 16-byte global loads and bf16-staged activations as B (``MMA_HELPERS``).
+  weights as A straight from 16-byte global loads and bf16-staged activations as B (the header's
+  ``MKC_SM >= 80`` part).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-_COMMON = r"""
-__device__ __forceinline__ float mk_bf16_to_f32(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
-// round to nearest even, NaN stays a (quiet) NaN: the same rounding torch uses for .to(bfloat16)
-__device__ __forceinline__ unsigned short mk_f32_to_bf16(float f) {
-  unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (unsigned short)(u >> 16);
-}
-__device__ __forceinline__ float mk_lo_bf16(unsigned w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float mk_hi_bf16(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
-__device__ __forceinline__ unsigned mk_f32_bits(float f) { return __float_as_uint(f); }
-__device__ __forceinline__ float mk_bits_f32(unsigned u) { return __uint_as_float(u); }
-__device__ __forceinline__ float mk_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
-__device__ __forceinline__ int mk_shfl_xor_i(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
-__device__ __forceinline__ float mk_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
-__device__ __forceinline__ void mk_barrier() { __syncthreads(); }
-__device__ __forceinline__ int mk_tid() { return (int)threadIdx.x; }
-__device__ __forceinline__ int mk_worker() { return (int)blockIdx.x; }
-__device__ __forceinline__ void mk_sleep(unsigned ns) { __nanosleep(ns); }
-__device__ __forceinline__ unsigned long long mk_globaltimer() {
-  unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
-}
-// --- synchronisation (docs/sync.md) ---
-__device__ __forceinline__ unsigned mk_ld_acquire(const unsigned* p) {
-  unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
-}
-__device__ __forceinline__ void mk_red_release_add(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned mk_ld_relaxed(const unsigned* p) {
-  unsigned v; asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
-}
-__device__ __forceinline__ void mk_st_relaxed(unsigned* p, unsigned v) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void mk_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-__device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, unsigned val) { return atomicCAS(p, cmp, val); }
-// --- data movement ---
-// weights never change during a launch: not volatile, so the compiler may batch these loads
-__device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-// the same load, kept in program order before a wait (volatile: not sunk past the spin)
-__device__ __forceinline__ uint4 mk_ld_weight16_early(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ unsigned mk_ld_weight4(const void* p) {
-  unsigned v; asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p)); return v;
-}
-__device__ __forceinline__ float mk_ld_act(const float* p) { return __ldcg(p); }
-__device__ __forceinline__ float4 mk_ld_act4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
-__device__ __forceinline__ int mk_ld_int(const int* p) { return __ldcg(p); }
-__device__ __forceinline__ unsigned mk_ld_cache_word(const unsigned* p) { return __ldcg(p); }
-__device__ __forceinline__ uint4 mk_ld_cache16(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
-__device__ __forceinline__ unsigned short mk_ld_cache_half(const unsigned short* p) { return __ldcg(p); }
-__device__ __forceinline__ uint2 mk_ld_cache_word2(const unsigned* p) { return __ldcg(reinterpret_cast<const uint2*>(p)); }
-__device__ __forceinline__ int mk_ld_table(const int* p) { return __ldg(p); }
-"""
-
-# Tensor-core GEMV helpers (sm_80+): the template prints its MMA GEMV path only where the dialect
-# says ``has_mma_bf16`` and render.py turns it on (batch >= 2).
-MMA_HELPERS = r"""
-// mma.sync.aligned.m16n8k16 (bf16 in, fp32 accumulate). Fragments (PTX ISA, "Matrix Fragments for
-// mma.m16n8k16 with floating point type"), lane = 4 * group + quad:
-//   A (16 x 16, row): a0 = (row group,     k 2quad, 2quad+1)   a1 = (row group + 8, same k)
-//                     a2 = (row group,     k 2quad+8, 2quad+9) a3 = (row group + 8, same k)
-//   B (16 x 8, col):  b0 = (k 2quad, 2quad+1; column group)    b1 = (k 2quad+8, 2quad+9; column group)
-//   C (16 x 8, f32):  c0, c1 = (row group; columns 2quad, 2quad+1)   c2, c3 = (row group + 8; same)
-__device__ __forceinline__ int mk_mma_group(int lane) { return lane >> 2; }
-__device__ __forceinline__ int mk_mma_quad(int lane) { return lane & 3; }
-__device__ __forceinline__ void mk_mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                             unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-// C[16 x 8] += W[16 x 32] X[32 x 8] where lane (group, quad) brings 8 consecutive bf16 of weight
-// rows group and group + 8 (lo, hi) and of activation column group (x), all at the same 8 k's.
-// A dot product does not care about k order: the lane's k's 0-3 feed the first MMA's k slots
-// (2quad, 2quad+1, 2quad+8, 2quad+9) and 4-7 the second's, the same permutation for A and B, so
-// each operand is one 16-byte load straight from memory.
-__device__ __forceinline__ void mk_mma_k32(float (&c)[4], uint4 lo, uint4 hi, uint4 x) {
-  mk_mma_16816(c, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
-  mk_mma_16816(c, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
-}
-// two floats -> two bf16 (round to nearest even) in one word, lo in the low half
-__device__ __forceinline__ unsigned mk_pack_bf16x2(float lo, float hi) {
-  unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
-}
-__device__ __forceinline__ uint4 mk_ld_shared16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
-// cp.async (sm_80+): 16 bytes global -> shared without registers, L2 only (.cg); zeros when !full
-__device__ __forceinline__ void mk_cp_async16(void* dst, const void* src, bool full) {
-  unsigned d;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void mk_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// wait until at most N of this thread's commit groups are still in flight
-template <int N>
-__device__ __forceinline__ void mk_cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
-__device__ __forceinline__ void mk_st_shared8(void* p, unsigned a, unsigned b) { *reinterpret_cast<uint2*>(p) = make_uint2(a, b); }
-"""
-
-_PREFETCH_BULK = r"""
-// one thread asks the copy engine to pull [p, p + bytes) into L2 (16-byte aligned, multiple of 16)
-__device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {
-  if (tid == 0 && bytes >= 16u)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes & ~15u) : "memory");
-}
-"""
-
-_PREFETCH_LINES = r"""
-// every thread prefetches a share of the 128-byte lines of [p, p + bytes) into L2
-__device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (unsigned off = 128u * (unsigned)tid; off < bytes; off += 128u * (unsigned)nthreads)
-    asm volatile("prefetch.global.L2 [%0];" :: "l"(c + off));
-}
-"""
+# the device code of this dialect (under mkc/codegen/include): every mk_* helper, per-architecture
+# parts chosen by #if on MKC_SM (bulk L2 prefetch from sm_90, the bf16 MMA helpers from sm_80)
+HEADER = "mkc/dialect/cuda.cuh"
 
 
 @dataclass(frozen=True)
@@ -182,25 +62,32 @@ class NvidiaDialect:
 
     @property
     def prelude(self) -> str:
-        # only builtin vector types are used; no CUDA headers means a fast compile
+        """The system include of the dialect header: only builtin vector types are used, and no CUDA
+        header means a fast compile."""
         return "#include <stdint.h>"
+
+    @property
+    def defines(self) -> tuple[tuple[str, int], ...]:
+        """Macros the manifest defines before the dialect header: the architecture it keys on."""
+        return (("MKC_SM", self.sm), ("MKC_WARP", self.warp_size))
 
     def kernel_decl(self, threads: int) -> str:
         return f'extern "C" __global__ void __launch_bounds__({threads}, 1) {self.kernel_name}'
 
     @property
     def smem_decl(self) -> str:
+        """What the dialect header declares the dynamic shared memory as."""
         return "extern __shared__ __align__(16) unsigned char mk_smem[];"
 
     @property
+    def header(self) -> str:
+        return HEADER
+
+    @property
     def helpers(self) -> str:
-        return (_COMMON + (_PREFETCH_BULK if self.has_bulk_prefetch else _PREFETCH_LINES)
-                + (MMA_HELPERS if self.has_mma_bf16 else ""))
+        """The helpers, as the manifest prints them: an include of the dialect header."""
+        return f'#include "{HEADER}"'
 
     @property
     def ptr_t(self) -> str:
         return "unsigned long long"
-
-
-def dialect_for(arch: str) -> NvidiaDialect:
-    return NvidiaDialect(arch=arch)

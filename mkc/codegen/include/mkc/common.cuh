@@ -1,0 +1,100 @@
+// Shared by every device header: the per-launch context and task record, shared-memory and
+// pointer-table access, warp reductions, and the stores of produced values (sentinel-safe in nan mode).
+#pragma once
+#include "mkc/config.cuh"
+
+namespace mk {
+
+struct Ctx {
+  const int* tab;
+  const dev_ptr* ptrs;  // two entries per slot: the parity-0 and parity-1 copy
+  unsigned* ws;
+  int worker, step, step0, pos, par, nforced, spin_limit;
+  float eps, rope_scaling, attn_scale;
+  // TRACE: this task's [wait_start, start, end] in this step (nullptr: not traced). Present in every
+  // build so the stamps are `if constexpr` code; untraced, nothing reads or writes it.
+  unsigned long long* trace_rec;
+};
+
+struct Task {
+  int kind, layer, a0, a1, a2, a3, wait_off, n_wait, sig_off, n_sig, rearm_off, n_rearm, id, flags;
+};
+
+__device__ __forceinline__ float* smem_f(int off) { return reinterpret_cast<float*>(mk_smem + off); }
+__device__ __forceinline__ int* smem_i(int off) { return reinterpret_cast<int*>(mk_smem + off); }
+__device__ __forceinline__ int lane_id() { return mk_tid() % WARP; }
+__device__ __forceinline__ int warp_id() { return mk_tid() / WARP; }
+
+template <class T>
+__device__ __forceinline__ T* gptr(const Ctx& c, int slot, int par) {
+  return reinterpret_cast<T*>(c.ptrs[2 * slot + par]);
+}
+template <class T>
+__device__ __forceinline__ T* lptr(const Ctx& c, int layer, int role, int par) {
+  return gptr<T>(c, NGLOBAL + layer * NPER + role, par);
+}
+__device__ __forceinline__ const unsigned short* wptr(const Ctx& c, int layer, int role) {
+  return lptr<const unsigned short>(c, layer, role, 0);
+}
+// the residual stream entering layer l
+__device__ __forceinline__ float* x_in(const Ctx& c, int l) {
+  return l == 0 ? gptr<float>(c, S_X0, c.par) : lptr<float>(c, l - 1, R_XM, c.par);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int m = WARP / 2; m > 0; m >>= 1) v += mk_shfl_xor(v, m);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int m = WARP / 2; m > 0; m >>= 1) v = fmaxf(v, mk_shfl_xor(v, m));
+  return v;
+}
+// (value, index) maximum as torch.argmax: NaN is the largest value, equal values keep the lower index
+__device__ __forceinline__ void argmax_merge(float& v, int& i, float v2, int i2) {
+  const bool n1 = v != v, n2 = v2 != v2;
+  if (n1 || n2) {
+    if (n2 && (!n1 || i2 < i)) { v = v2; i = i2; }
+    return;
+  }
+  if (v2 > v || (v2 == v && i2 < i)) { v = v2; i = i2; }
+}
+__device__ __forceinline__ void warp_argmax(float& v, int& i) {
+  for (int m = WARP / 2; m > 0; m >>= 1) argmax_merge(v, i, mk_shfl_xor(v, m), mk_shfl_xor_i(i, m));
+}
+
+// ---- stores of produced values ----
+// nan mode: a value whose bits equal the sentinel is written as a canonical NaN (docs/sync.md),
+// with a relaxed gpu-scope store; atomic mode: plain stores, published by the release add.
+__device__ __forceinline__ void put_f32(float* p, float v) {
+  if constexpr (NAN_MODE) {
+    unsigned u = mk_f32_bits(v);
+    mk_st_relaxed(reinterpret_cast<unsigned*>(p), u == SENTINEL ? CANON_NAN : u);
+  } else {
+    *p = v;
+  }
+}
+__device__ __forceinline__ void put_i32(int* p, int v) {
+  if constexpr (NAN_MODE) mk_st_relaxed(reinterpret_cast<unsigned*>(p), (unsigned)v);
+  else *p = v;
+}
+// two bf16 in one 32-bit word (low half = lower address)
+__device__ __forceinline__ void put_bf16x2(unsigned* p, float lo, float hi) {
+  unsigned w = (unsigned)mk_f32_to_bf16(lo) | ((unsigned)mk_f32_to_bf16(hi) << 16);
+  if constexpr (NAN_MODE) {
+    if (w == SENTINEL) w = (w & 0xffff0000u) | 0x7fc0u;
+    mk_st_relaxed(p, w);
+  } else {
+    *p = w;
+  }
+}
+
+// dot product of 8 bf16 weights (one 16-byte load) with 8 floats: the GEMV and attention inner step
+__device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float4 b, float acc) {
+  acc = fmaf(mk_lo_bf16(w.x), a.x, acc); acc = fmaf(mk_hi_bf16(w.x), a.y, acc);
+  acc = fmaf(mk_lo_bf16(w.y), a.z, acc); acc = fmaf(mk_hi_bf16(w.y), a.w, acc);
+  acc = fmaf(mk_lo_bf16(w.z), b.x, acc); acc = fmaf(mk_hi_bf16(w.z), b.y, acc);
+  acc = fmaf(mk_lo_bf16(w.w), b.z, acc); acc = fmaf(mk_hi_bf16(w.w), b.w, acc);
+  return acc;
+}
+
+}  // namespace mk

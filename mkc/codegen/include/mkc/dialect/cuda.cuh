@@ -1,0 +1,141 @@
+// The NVIDIA dialect: the CUDA spelling of every mk_* helper the device headers call, and the
+// shared-memory declaration. Why each primitive is the one it is (memory model, cache paths) is in
+// mkc/targets/nvidia/dialect.py. The manifest defines MKC_SM (90 for sm_90a) and MKC_WARP before
+// including this; architecture differences are preprocessor conditions on MKC_SM, so one file
+// serves every sm_XX and the emitted kernel keeps only what its architecture has.
+#pragma once
+#ifndef MKC_SM
+#error "MKC_SM (the number of the sm_XX target) must be defined before the CUDA dialect"
+#endif
+#ifndef MKC_WARP
+#error "MKC_WARP must be defined before the CUDA dialect"
+#endif
+static_assert(MKC_WARP == 32, "the CUDA shuffles below name the full 32-lane mask");
+// only builtin vector types are used; no CUDA headers means a fast compile
+#include <stdint.h>
+
+__device__ __forceinline__ float mk_bf16_to_f32(unsigned short h) { return __uint_as_float(((unsigned)h) << 16); }
+// round to nearest even, NaN stays a (quiet) NaN: the same rounding torch uses for .to(bfloat16)
+__device__ __forceinline__ unsigned short mk_f32_to_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float mk_lo_bf16(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float mk_hi_bf16(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ unsigned mk_f32_bits(float f) { return __float_as_uint(f); }
+__device__ __forceinline__ float mk_bits_f32(unsigned u) { return __uint_as_float(u); }
+__device__ __forceinline__ float mk_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+__device__ __forceinline__ int mk_shfl_xor_i(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+__device__ __forceinline__ float mk_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+__device__ __forceinline__ void mk_barrier() { __syncthreads(); }
+__device__ __forceinline__ int mk_tid() { return (int)threadIdx.x; }
+__device__ __forceinline__ int mk_worker() { return (int)blockIdx.x; }
+__device__ __forceinline__ void mk_sleep(unsigned ns) { __nanosleep(ns); }
+__device__ __forceinline__ unsigned long long mk_globaltimer() {
+  unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
+}
+// --- synchronisation (docs/sync.md) ---
+__device__ __forceinline__ unsigned mk_ld_acquire(const unsigned* p) {
+  unsigned v; asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
+}
+__device__ __forceinline__ void mk_red_release_add(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned mk_ld_relaxed(const unsigned* p) {
+  unsigned v; asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
+}
+__device__ __forceinline__ void mk_st_relaxed(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void mk_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+__device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, unsigned val) { return atomicCAS(p, cmp, val); }
+// --- data movement ---
+// weights never change during a launch: not volatile, so the compiler may batch these loads
+__device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+// the same load, kept in program order before a wait (volatile: not sunk past the spin)
+__device__ __forceinline__ uint4 mk_ld_weight16_early(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned mk_ld_weight4(const void* p) {
+  unsigned v; asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p)); return v;
+}
+__device__ __forceinline__ float mk_ld_act(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ float4 mk_ld_act4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ int mk_ld_int(const int* p) { return __ldcg(p); }
+__device__ __forceinline__ unsigned mk_ld_cache_word(const unsigned* p) { return __ldcg(p); }
+__device__ __forceinline__ uint4 mk_ld_cache16(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ unsigned short mk_ld_cache_half(const unsigned short* p) { return __ldcg(p); }
+__device__ __forceinline__ uint2 mk_ld_cache_word2(const unsigned* p) { return __ldcg(reinterpret_cast<const uint2*>(p)); }
+__device__ __forceinline__ int mk_ld_table(const int* p) { return __ldg(p); }
+#if MKC_SM >= 90
+// one thread asks the copy engine to pull [p, p + bytes) into L2 (16-byte aligned, multiple of 16)
+__device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {
+  if (tid == 0 && bytes >= 16u)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes & ~15u) : "memory");
+}
+#else
+// every thread prefetches a share of the 128-byte lines of [p, p + bytes) into L2
+__device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (unsigned off = 128u * (unsigned)tid; off < bytes; off += 128u * (unsigned)nthreads)
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(c + off));
+}
+#endif
+
+// Tensor-core GEMV helpers (sm_80+): gemv_mma.cuh is compiled only where MKC_HAS_MMA_BF16 is 1.
+#if MKC_SM >= 80
+#define MKC_HAS_MMA_BF16 1
+// mma.sync.aligned.m16n8k16 (bf16 in, fp32 accumulate). Fragments (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16 with floating point type"), lane = 4 * group + quad:
+//   A (16 x 16, row): a0 = (row group,     k 2quad, 2quad+1)   a1 = (row group + 8, same k)
+//                     a2 = (row group,     k 2quad+8, 2quad+9) a3 = (row group + 8, same k)
+//   B (16 x 8, col):  b0 = (k 2quad, 2quad+1; column group)    b1 = (k 2quad+8, 2quad+9; column group)
+//   C (16 x 8, f32):  c0, c1 = (row group; columns 2quad, 2quad+1)   c2, c3 = (row group + 8; same)
+__device__ __forceinline__ int mk_mma_group(int lane) { return lane >> 2; }
+__device__ __forceinline__ int mk_mma_quad(int lane) { return lane & 3; }
+__device__ __forceinline__ void mk_mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                             unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// C[16 x 8] += W[16 x 32] X[32 x 8] where lane (group, quad) brings 8 consecutive bf16 of weight
+// rows group and group + 8 (lo, hi) and of activation column group (x), all at the same 8 k's.
+// A dot product does not care about k order: the lane's k's 0-3 feed the first MMA's k slots
+// (2quad, 2quad+1, 2quad+8, 2quad+9) and 4-7 the second's, the same permutation for A and B, so
+// each operand is one 16-byte load straight from memory.
+__device__ __forceinline__ void mk_mma_k32(float (&c)[4], uint4 lo, uint4 hi, uint4 x) {
+  mk_mma_16816(c, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+  mk_mma_16816(c, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+}
+// two floats -> two bf16 (round to nearest even) in one word, lo in the low half
+__device__ __forceinline__ unsigned mk_pack_bf16x2(float lo, float hi) {
+  unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
+}
+__device__ __forceinline__ uint4 mk_ld_shared16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+// cp.async (sm_80+): 16 bytes global -> shared without registers, L2 only (.cg); zeros when !full
+__device__ __forceinline__ void mk_cp_async16(void* dst, const void* src, bool full) {
+  unsigned d;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void mk_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// wait until at most N of this thread's commit groups are still in flight
+template <int N>
+__device__ __forceinline__ void mk_cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+__device__ __forceinline__ void mk_st_shared8(void* p, unsigned a, unsigned b) { *reinterpret_cast<uint2*>(p) = make_uint2(a, b); }
+#else
+#define MKC_HAS_MMA_BF16 0
+#endif
+
+extern __shared__ __align__(16) unsigned char mk_smem[];

@@ -1,0 +1,65 @@
+// run_task: a task record to the device code of its kind (the GEMV kinds wait inside gemv_task,
+// after their first weight loads; the others wait here).
+#pragma once
+#include "mkc/common.cuh"
+#include "mkc/sync.cuh"
+#include "mkc/gemv.cuh"
+#include "mkc/kinds.cuh"
+#include "mkc/attention.cuh"
+#include "mkc/tokens.cuh"
+
+namespace mk {
+
+__device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
+  float* best_v = smem_f(OFF_BEST);
+  int* best_i = smem_i(OFF_BEST + 4 * B);
+  if (mk_tid() < B) { best_v[mk_tid()] = -INFINITY; best_i[mk_tid()] = 0x7fffffff; }
+  LmHeadKind kd{gptr<const unsigned short>(c, S_LM_HEAD, 0), gptr<float>(c, S_LOGITS, 0), t.a0, t.a1, t.a0};
+  if (!gemv_task<H, true>(c, t, s_abort, kd, x_in(c, NL), gptr<const unsigned short>(c, S_FINAL_NORM, 0))) return false;
+  if (mk_tid() < B) {
+    const int b = mk_tid();
+    put_f32(gptr<float>(c, S_AMAX_PART, c.par) + b * NTILES + t.a2, best_v[b]);
+    put_i32(gptr<int>(c, S_AMAX_IDX, c.par) + b * NTILES + t.a2, best_i[b]);
+  }
+  return true;
+}
+
+// Runs task t, waiting on its events first (GEMV kinds issue their first weight loads before).
+// Returns false when the kernel must stop.
+__device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
+  const int l = t.layer;
+  switch (t.kind) {
+    case K_QKV: {
+      QkvKind kd{wptr(c, l, R_WQ), wptr(c, l, R_WK), wptr(c, l, R_WV), l, t.a0, t.a1, t.a2, t.a3, 2 * (t.a3 - t.a2), t.a0};
+      return gemv_task<H, true>(c, t, s_abort, kd, x_in(c, l), wptr(c, l, R_IN_NORM));
+    }
+    case K_OPROJ: {
+      ResidKind<NH * HD> kd{wptr(c, l, R_WO), x_in(c, l), lptr<float>(c, l, R_XA, c.par), t.a0, t.a1, t.a0};
+      if constexpr (ATT_SPLIT > 1)
+        return gemv_task<NH * HD, false, ResidKind<NH * HD>, true>(c, t, s_abort, kd, lptr<const float>(c, l, R_AO, c.par),
+                                                                  nullptr, lptr<const float>(c, l, R_ALSE, c.par));
+      else
+        return gemv_task<NH * HD, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_ATTN, c.par), nullptr);
+    }
+    case K_GATEUP: {
+      GateUpKind kd{wptr(c, l, R_WG), wptr(c, l, R_WU), lptr<float>(c, l, R_H, c.par), t.a0, t.a1, t.a0, 0};
+      return gemv_task<H, true>(c, t, s_abort, kd, lptr<const float>(c, l, R_XA, c.par), wptr(c, l, R_POST_NORM));
+    }
+    case K_DOWN: {
+      ResidKind<I> kd{wptr(c, l, R_WD), lptr<const float>(c, l, R_XA, c.par), lptr<float>(c, l, R_XM, c.par), t.a0, t.a1, t.a0};
+      return gemv_task<I, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_H, c.par), nullptr);
+    }
+    case K_LMHEAD: return task_lmhead(c, t, s_abort);
+    default: break;
+  }
+  if (!wait_task(c, t, s_abort)) return false;
+  switch (t.kind) {
+    case K_EMBED: task_embed(c, t); break;
+    case K_ATTN: task_attn(c, t); break;
+    case K_ARGMAX: task_argmax(c, t); break;
+    default: break;
+  }
+  return true;
+}
+
+}  // namespace mk

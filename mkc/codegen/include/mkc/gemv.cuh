@@ -1,0 +1,25 @@
+// The GEMV task every GEMV kind runs: the tensor-core path where the manifest says MMA_GEMV, the
+// FMA path otherwise (both are compiled; the one not taken is never instantiated).
+#pragma once
+#include "mkc/gemv_fma.cuh"
+#include "mkc/gemv_mma.cuh"
+
+namespace mk {
+
+static_assert(!MMA_GEMV || MKC_HAS_MMA_BF16, "MMA_GEMV needs a dialect with a bf16 MMA");
+
+// Returns false (in every thread) when the kernel must stop. COMB: o-proj over split attention,
+// whose log-sum-exp per (batch row, split, head) is lse.
+template <int K, bool NORM, class Kind, bool COMB = false>
+__device__ __forceinline__ bool gemv_task(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
+                                          const unsigned short* nw, const float* lse = nullptr) {
+  if constexpr (MMA_GEMV) {
+#if MKC_HAS_MMA_BF16
+    return gemv_task_mma<K, NORM, Kind, COMB>(c, t, s_abort, kd, x, nw, lse);
+#endif
+  } else {
+    return gemv_task_fma<K, NORM, Kind, COMB>(c, t, s_abort, kd, x, nw, lse);
+  }
+}
+
+}  // namespace mk

@@ -1,0 +1,206 @@
+// GEMV on fp32 FMAs: the input chunk staged as fp32 [B][KC], G weight rows per warp with U 16-byte
+// loads in flight per row and lane, split-K across warps when rows are few. Every target has it; the
+// tensor-core path (gemv_mma.cuh) replaces it from batch 2 where the dialect has a bf16 MMA.
+#pragma once
+#include "mkc/common.cuh"
+#include "mkc/sync.cuh"
+#include "mkc/gemv_common.cuh"
+
+namespace mk {
+
+// Rows are dealt to warps G at a time; when there are fewer row groups than warps, warps also
+// split K (deterministic: partials are summed in a fixed order). Each lane keeps G*U 16-byte
+// weight loads in flight.
+__device__ __forceinline__ int split_k(int nr, int nseg) {
+  const int nrg = (nr + G - 1) / G;
+  int ks = 1;
+  while (ks * 2 * nrg <= NW && ks * 2 * WARP <= nseg) ks *= 2;
+  return ks;
+}
+
+// The first U loads of this warp's first unit of a task's first chunk, issued before the task
+// waits for its inputs (weights never depend on anything): they arrive while it waits.
+template <class Rows>
+__device__ __forceinline__ void gemv_preload(const Rows& rows, int nr, int kch, uint4 (&pre)[G][U]) {
+  const int lane = lane_id(), u = warp_id();
+  const int nseg = kch / 8, ks = split_k(nr, nseg), nrg = (nr + G - 1) / G;
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int v = 0; v < U; ++v) pre[g][v] = make_uint4(0u, 0u, 0u, 0u);
+  if (u >= nrg * ks) return;
+  const int rg = u / ks, p = u % ks;
+  const int s0 = nseg * p / ks, s1 = nseg * (p + 1) / ks;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int j = rg * G + g;
+    if (j >= nr) continue;
+    const uint4* wp = reinterpret_cast<const uint4*>(rows.row(j));
+#pragma unroll
+    for (int v = 0; v < U; ++v) {
+      const int ss = s0 + lane + v * WARP;
+      if (ss < s1) pre[g][v] = mk_ld_weight16_early(wp + ss);
+    }
+  }
+}
+
+template <int KCH, class Rows>
+__device__ __forceinline__ void gemv_chunk(const Rows& rows, int nr, int c0, int kch, const float* xs, float* out,
+                                           float* part, bool accumulate, const uint4 (&pre)[G][U], bool have_pre) {
+  const int lane = lane_id(), warp = warp_id();
+  const int nseg = kch / 8;
+  const int nrg = (nr + G - 1) / G;
+  const int ks = split_k(nr, nseg);
+  const int units = nrg * ks;
+  for (int u = warp; u < units; u += NW) {
+    const int rg = u / ks, p = u % ks;
+    const int s0 = nseg * p / ks, s1 = nseg * (p + 1) / ks;
+    const uint4* wp[G];
+    bool valid[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int j = rg * G + g;
+      valid[g] = j < nr;
+      wp[g] = reinterpret_cast<const uint4*>(rows.row(valid[g] ? j : 0) + c0);
+    }
+#pragma unroll 1
+    for (int bg = 0; bg < B; bg += BB) {
+      float acc[G][BB];
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int bb = 0; bb < BB; ++bb) acc[g][bb] = 0.f;
+      bool use_pre = have_pre && u == warp && bg == 0;
+      for (int s = s0 + lane; s < s1; s += WARP * U) {
+        uint4 w[G][U];
+        if (use_pre) {
+#pragma unroll
+          for (int v = 0; v < U; ++v)
+#pragma unroll
+            for (int g = 0; g < G; ++g) w[g][v] = pre[g][v];
+          use_pre = false;
+        } else {
+#pragma unroll
+          for (int v = 0; v < U; ++v)
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+              const int ss = s + v * WARP;
+              w[g][v] = (valid[g] && ss < s1) ? mk_ld_weight16(wp[g] + ss) : make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < U; ++v) {
+          const int ss = s + v * WARP;
+          if (ss < s1) {
+#pragma unroll
+            for (int bb = 0; bb < BB; ++bb) {
+              if (BB * ((B + BB - 1) / BB) != B && bg + bb >= B) break;
+              const float4* xp = reinterpret_cast<const float4*>(xs + (bg + bb) * KCH + ss * 8);
+              const float4 xa = xp[0], xb = xp[1];
+#pragma unroll
+              for (int g = 0; g < G; ++g) acc[g][bb] = dot8(w[g][v], xa, xb, acc[g][bb]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int bb = 0; bb < BB; ++bb) acc[g][bb] = warp_sum(acc[g][bb]);
+      if (lane == 0) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const int j = rg * G + g;
+          if (!valid[g]) continue;
+#pragma unroll
+          for (int bb = 0; bb < BB; ++bb) {
+            const int b = bg + bb;
+            if (b >= B) break;
+            if (ks == 1) {
+              float* o = out + j * B + b;
+              *o = accumulate ? *o + acc[g][bb] : acc[g][bb];
+            } else {
+              part[(p * nrg * G + j) * B + b] = acc[g][bb];
+            }
+          }
+        }
+      }
+    }
+  }
+  if (ks > 1) {
+    mk_barrier();
+    for (int idx = mk_tid(); idx < nr * B; idx += NT) {
+      float s = 0.f;
+      for (int p = 0; p < ks; ++p) s += part[p * nrg * G * B + idx];
+      out[idx] = accumulate ? out[idx] + s : s;
+    }
+  }
+  mk_barrier();
+}
+
+// Stage x[:, c0:c0+kch] into xs [B][KCH]. With NORM, stage x * w_norm and add each warp's sum of
+// x^2 per batch row into ssp [NW][B]: the 1/rms factor is a per-row scalar applied to the dot
+// products afterwards, so the norm costs no extra pass over x before the weights stream.
+template <int K, int KCH, bool NORM, bool COMB>
+__device__ void stage_x(const float* x, int c0, int kch, const unsigned short* nw, float* xs, float* ssp, bool sum) {
+  const int q = kch / 4, tid = mk_tid();
+#pragma unroll 8
+  for (int b = 0; b < B; ++b) {
+    float ss = 0.f;
+#pragma unroll 4
+    for (int i = tid; i < q; i += NT) {
+      const int k = 4 * i;
+      float4 v = load_x4<K, COMB>(x, b, c0 + k);
+      if constexpr (NORM) {
+        ss = fmaf(v.x, v.x, ss); ss = fmaf(v.y, v.y, ss); ss = fmaf(v.z, v.z, ss); ss = fmaf(v.w, v.w, ss);
+        const unsigned w01 = mk_ld_weight4(nw + c0 + k), w23 = mk_ld_weight4(nw + c0 + k + 2);
+        v.x *= mk_lo_bf16(w01); v.y *= mk_hi_bf16(w01); v.z *= mk_lo_bf16(w23); v.w *= mk_hi_bf16(w23);
+      }
+      *reinterpret_cast<float4*>(xs + b * KCH + k) = v;
+    }
+    if constexpr (NORM) {
+      if (sum) {
+        ss = warp_sum(ss);
+        if (lane_id() == 0) ssp[warp_id() * B + b] += ss;
+      }
+    }
+  }
+}
+
+// A GEMV task: rows in blocks that fit the output staging, K in chunks that fit the input staging.
+// The task's first weight loads go out before it waits on its inputs. Returns false to stop.
+template <int K, bool NORM, class Kind, bool COMB>
+__device__ __forceinline__ bool gemv_task_fma(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
+                                              const unsigned short* nw, const float* lse) {
+  constexpr int KCH = K < KC ? K : KC;
+  constexpr int NCH = (K + KCH - 1) / KCH;
+  float* xs = smem_f(OFF_XS);
+  float* out = smem_f(OFF_OUT);
+  float* part = smem_f(OFF_PART);
+  float* rs = smem_f(OFF_RS);
+  float* ssp = smem_f(OFF_SSP);
+  uint4 pre[G][U];
+  if constexpr (PRELOAD) gemv_preload(kd, kd.begin(0), min(KCH, K), pre);
+  if (!wait_task(c, t, s_abort)) return false;
+  if constexpr (NORM) {
+    for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
+    mk_barrier();
+  }
+  attn_weights<COMB>(lse);
+  const int nblk = kd.blocks();
+  for (int blk = 0; blk < nblk; ++blk) {
+    const int nr = kd.begin(blk);
+    for (int ch = 0; ch < NCH; ++ch) {
+      const int c0 = ch * KCH, kch = min(KCH, K - c0);
+      if (NCH > 1 || blk == 0) {
+        stage_x<K, KCH, NORM, COMB>(x, c0, kch, nw, xs, ssp, blk == 0);
+        mk_barrier();
+      }
+      gemv_chunk<KCH>(kd, nr, c0, kch, xs, out, part, ch > 0, pre, PRELOAD && blk == 0 && ch == 0);
+    }
+    gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
+  }
+  return true;
+}
+
+}  // namespace mk

@@ -1,0 +1,371 @@
+// GEMV on tensor cores (render.py turns it on, MMA_GEMV, from batch 2 where the dialect has a bf16
+// MMA: MKC_HAS_MMA_BF16). With RING > 0 the weights stream through a cp.async ring in shared memory;
+// with RING == 0 through registers, double-buffered. Both variants are always compiled and
+// `if constexpr` picks one, so the ring code must stay valid with the manifest's RING = OFF_RING = 0.
+#pragma once
+#include "mkc/common.cuh"
+#include "mkc/sync.cuh"
+#include "mkc/gemv_common.cuh"
+
+#if MKC_HAS_MMA_BF16
+namespace mk {
+
+// The input chunk is staged as bf16 [B][XST]. A warp takes units of (16-row tile, range of 8-element
+// K segments). Per step, lane (group, quad) takes segments s = sb + 4v + quad (v < U) of weight rows
+// group and group + 8 (16-byte loads straight from global memory: the 4 lanes of a group read 64
+// contiguous bytes of a row) and the same segments of batch columns group + 8n from shared memory;
+// mk_mma_k32 accumulates the 16 x 8 tile of each n. The next step's weight loads go out before this
+// step's MMAs, so each lane keeps up to 4U loads in flight.
+[[maybe_unused]] constexpr int NTN = (B + 7) / 8;  // tiles of 8 batch columns
+// Weight ring (cp.async): RING stages of 2 x U 16-byte segments per thread, thread-private; slot
+// (stage, h, v) of all threads is contiguous, so a warp's 16-byte accesses hit disjoint banks.
+__device__ __forceinline__ uint4* ring_slot(int st, int h, int v) {
+  return reinterpret_cast<uint4*>(mk_smem + OFF_RING) + ((st * 2 + h) * U + v) * NT + mk_tid();
+}
+
+// K parts per row tile: enough units for every warp, each at least one step long. (Splitting more
+// to even out, say, 12 tiles on 8 warps was slower on the H200: the partials cost a pass and a barrier.)
+__device__ __forceinline__ int mma_split_k(int nr, int nseg) {
+  const int nrt = (nr + 15) / 16;
+  return nrt >= NW ? 1 : max(1, min(NW / nrt, nseg / (4 * U)));
+}
+
+// unit u of a chunk: this lane's two weight rows and the unit's segment range [s0, s1)
+template <class Rows>
+struct MmaUnit {
+  const uint4* w[2];
+  bool ok[2];
+  int s0, s1;
+  __device__ __forceinline__ MmaUnit(const Rows& rows, int nr, int c0, int nseg, int ks, int u) {
+    const int g = mk_mma_group(lane_id()), rt = u / ks, p = u % ks;
+    s0 = nseg * p / ks;
+    s1 = nseg * (p + 1) / ks;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = rt * 16 + g + 8 * h;
+      ok[h] = j < nr;
+      w[h] = reinterpret_cast<const uint4*>(rows.row(ok[h] ? j : 0) + c0);
+    }
+  }
+  // the weight segments of the step at sb; zeros past the unit's range or the task's rows
+  template <bool EARLY>
+  __device__ __forceinline__ void load(int sb, uint4 (&r)[2][U]) const {
+    const int q = mk_mma_quad(lane_id());
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int v = 0; v < U; ++v) {
+        const int s = sb + 4 * v + q;
+        r[h][v] = make_uint4(0u, 0u, 0u, 0u);
+        if (ok[h] && s < s1) {
+          if constexpr (EARLY) r[h][v] = mk_ld_weight16_early(w[h] + s);
+          else r[h][v] = mk_ld_weight16(w[h] + s);
+        }
+      }
+  }
+  // the same segments as load(), copied asynchronously into ring stage st (zeros where load() has them)
+  __device__ __forceinline__ void issue(int sb, int st) const {
+    const int q = mk_mma_quad(lane_id());
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int v = 0; v < U; ++v) {
+        const int s = sb + 4 * v + q;
+        const bool in = ok[h] && s < s1;
+        mk_cp_async16(ring_slot(st, h, v), in ? w[h] + s : w[h], in);
+      }
+  }
+};
+
+// The steps of this warp's units of a chunk, in order: (unit u, step base sb). The ring's issue side
+// walks it RING - 1 steps ahead of the MMAs, across unit boundaries.
+template <class Rows>
+struct MmaSteps {
+  const Rows& rows;
+  int nr, c0, nseg, ks, units, u, sb;
+  MmaUnit<Rows> un;
+  __device__ __forceinline__ MmaSteps(const Rows& r, int nr_, int c0_, int kch)
+      : rows(r), nr(nr_), c0(c0_), nseg(kch / 8), ks(mma_split_k(nr_, kch / 8)), units((nr_ + 15) / 16 * ks),
+        u(warp_id()), sb(0), un(r, nr_, c0_, kch / 8, ks, warp_id() < units ? warp_id() : 0) {
+    sb = un.s0;
+  }
+  __device__ __forceinline__ bool valid() const { return u < units; }
+  __device__ __forceinline__ void advance() {
+    sb += 4 * U;
+    if (sb >= un.s1) {
+      u += NW;
+      if (u < units) { un = MmaUnit<Rows>(rows, nr, c0, nseg, ks, u); sb = un.s0; }
+    }
+  }
+};
+
+// Fill the ring with the first RING - 1 steps of this warp's share of a chunk (one commit group
+// each, empty past the end): issued before the task waits on its inputs, or before a chunk's input
+// is staged, they stream in meanwhile.
+template <class Rows>
+__device__ __forceinline__ void ring_prologue(const Rows& rows, int nr, int c0, int kch) {
+  MmaSteps<Rows> it(rows, nr, c0, kch);
+#pragma unroll
+  for (int k = 0; k < RING - 1; ++k) {
+    if (it.valid()) { it.un.issue(it.sb, k); it.advance(); }
+    mk_cp_async_commit();
+  }
+}
+
+// The first step's weights of this warp's first unit of a chunk, issued before the task waits on
+// its inputs (first chunk) or before the chunk's input is staged (the others): they arrive meanwhile.
+template <class Rows>
+__device__ __forceinline__ void mma_preload(const Rows& rows, int nr, int c0, int kch, uint4 (&pre)[2][U]) {
+  const int nseg = kch / 8, ks = mma_split_k(nr, nseg), u = warp_id();
+  if (u < (nr + 15) / 16 * ks) {
+    const MmaUnit<Rows> un(rows, nr, c0, nseg, ks, u);
+    un.template load<true>(un.s0, pre);
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int v = 0; v < U; ++v) pre[h][v] = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+template <class Rows>
+__device__ __forceinline__ void mma_chunk(const Rows& rows, int nr, int c0, int kch, const unsigned short* xs,
+                                          float* out, float* part, bool accumulate, const uint4 (&pre)[2][U]) {
+  const int lane = lane_id(), g = mk_mma_group(lane), q = mk_mma_quad(lane);
+  const int nseg = kch / 8, nrt = (nr + 15) / 16, ks = mma_split_k(nr, nseg);
+  for (int u = warp_id(); u < nrt * ks; u += NW) {
+    const MmaUnit<Rows> un(rows, nr, c0, nseg, ks, u);
+    float acc[NTN][4];
+#pragma unroll
+    for (int n = 0; n < NTN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    uint4 cur[2][U];
+    if (u == warp_id()) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int v = 0; v < U; ++v) cur[h][v] = pre[h][v];
+    } else {
+      un.template load<false>(un.s0, cur);
+    }
+#pragma unroll 1
+    for (int sb = un.s0; sb < un.s1; sb += 4 * U) {
+      uint4 nxt[2][U];
+      un.template load<false>(sb + 4 * U, nxt);
+#pragma unroll
+      for (int v = 0; v < U; ++v) {
+        if (sb + 4 * v >= un.s1) break;  // the same for the whole warp, as the MMAs need
+        const int s = sb + 4 * v + q;
+#pragma unroll
+        for (int n = 0; n < NTN; ++n) {
+          const int col = 8 * n + g;
+          uint4 xv = make_uint4(0u, 0u, 0u, 0u);
+          if (s < un.s1 && (B % 8 == 0 || col < B)) xv = mk_ld_shared16(xs + col * XST + 8 * s);
+          mk_mma_k32(acc[n], cur[0][v], cur[1][v], xv);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int v = 0; v < U; ++v) cur[h][v] = nxt[h][v];
+    }
+    // C: rows rt*16 + group (+8), batch columns 8n + 2quad (+1)
+    const int rt = u / ks, p = u % ks;
+#pragma unroll
+    for (int n = 0; n < NTN; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = rt * 16 + g + 8 * h, b = 8 * n + 2 * q + e;
+          if (j >= nr || (B % 8 != 0 && b >= B)) continue;
+          const float v = acc[n][2 * h + e];
+          if (ks == 1) {
+            float* o = out + j * B + b;
+            *o = accumulate ? *o + v : v;
+          } else {
+            part[(p * nrt * 16 + j) * B + b] = v;
+          }
+        }
+  }
+  if (ks > 1) {
+    mk_barrier();
+    for (int idx = mk_tid(); idx < nr * B; idx += NT) {
+      float s = 0.f;
+      for (int p = 0; p < ks; ++p) s += part[p * nrt * 16 * B + idx];
+      out[idx] = accumulate ? out[idx] + s : s;
+    }
+  }
+  mk_barrier();
+}
+
+// mma_chunk fed by the ring: ring_prologue has issued the first RING - 1 steps; each step issues
+// the one RING - 1 ahead (the next unit's first steps when this unit ends) and then waits only
+// for its own. A lane reads back only what it copied, so no barrier guards the ring.
+template <class Rows>
+__device__ __forceinline__ void mma_chunk_ring(const Rows& rows, int nr, int c0, int kch, const unsigned short* xs,
+                                               float* out, float* part, bool accumulate) {
+  const int lane = lane_id(), g = mk_mma_group(lane), q = mk_mma_quad(lane);
+  const int nseg = kch / 8, nrt = (nr + 15) / 16, ks = mma_split_k(nr, nseg);
+  MmaSteps<Rows> it(rows, nr, c0, kch);  // the issue side, past what the prologue issued
+#pragma unroll
+  for (int k = 0; k < RING - 1; ++k)
+    if (it.valid()) it.advance();
+  int st = 0;  // ring stage of the step consumed next
+  for (int u = warp_id(); u < nrt * ks; u += NW) {
+    const MmaUnit<Rows> un(rows, nr, c0, nseg, ks, u);
+    float acc[NTN][4];
+#pragma unroll
+    for (int n = 0; n < NTN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll 1
+    for (int sb = un.s0; sb < un.s1; sb += 4 * U) {
+      const int ahead = st == 0 ? RING - 1 : st - 1;  // the stage consumed last step is free again
+      if (it.valid()) { it.un.issue(it.sb, ahead); it.advance(); }
+      mk_cp_async_commit();
+      mk_cp_async_wait<RING - 1>();
+      uint4 cur[2][U];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int v = 0; v < U; ++v) cur[h][v] = mk_ld_shared16(ring_slot(st, h, v));
+      st = st + 1 == RING ? 0 : st + 1;
+#pragma unroll
+      for (int v = 0; v < U; ++v) {
+        if (sb + 4 * v >= un.s1) break;  // the same for the whole warp, as the MMAs need
+        const int s = sb + 4 * v + q;
+#pragma unroll
+        for (int n = 0; n < NTN; ++n) {
+          const int col = 8 * n + g;
+          uint4 xv = make_uint4(0u, 0u, 0u, 0u);
+          if (s < un.s1 && (B % 8 == 0 || col < B)) xv = mk_ld_shared16(xs + col * XST + 8 * s);
+          mk_mma_k32(acc[n], cur[0][v], cur[1][v], xv);
+        }
+      }
+    }
+    const int rt = u / ks, p = u % ks;
+#pragma unroll
+    for (int n = 0; n < NTN; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = rt * 16 + g + 8 * h, b = 8 * n + 2 * q + e;
+          if (j >= nr || (B % 8 != 0 && b >= B)) continue;
+          const float v = acc[n][2 * h + e];
+          if (ks == 1) {
+            float* o = out + j * B + b;
+            *o = accumulate ? *o + v : v;
+          } else {
+            part[(p * nrt * 16 + j) * B + b] = v;
+          }
+        }
+  }
+  mk_cp_async_wait<0>();  // the empty tail groups: nothing of this chunk is left in flight
+  if (ks > 1) {
+    mk_barrier();
+    for (int idx = mk_tid(); idx < nr * B; idx += NT) {
+      float s = 0.f;
+      for (int p = 0; p < ks; ++p) s += part[p * nrt * 16 * B + idx];
+      out[idx] = accumulate ? out[idx] + s : s;
+    }
+  }
+  mk_barrier();
+}
+
+// stage_x for the MMA path: x[:, c0:c0+kch] (times w_norm with NORM) as bf16 into xs [B][XST].
+// Each batch row goes to WPR warps (all of them share the rows when B < NW); a lane keeps SB
+// independent 16-byte loads in flight (the staging is bound by L2 latency otherwise: at batch 32
+// a down-proj task stages 4x its weight bytes). With NORM, each warp adds its share of a row's
+// sum of squares into ssp [NW][B].
+template <int K, bool NORM, bool COMB>
+__device__ void stage_x_bf16(const float* x, int c0, int kch, const unsigned short* nw, unsigned short* xs, float* ssp,
+                             bool sum) {
+  constexpr int SB = 8, WPR = NW > B ? NW / B : 1, NRW = NW / WPR;
+  const int q = kch / 4, lane = lane_id(), w = warp_id(), part = w % WPR;
+  for (int b = w / WPR; b < B; b += NRW) {
+    unsigned short* sb = xs + b * XST;
+    float ss = 0.f;
+    for (int i0 = part * WARP + lane; i0 < q; i0 += WPR * WARP * SB) {
+      float4 v[SB];
+      unsigned w01[SB], w23[SB];
+#pragma unroll
+      for (int e = 0; e < SB; ++e) {
+        const int i = i0 + e * WPR * WARP;
+        if (i < q) {
+          v[e] = load_x4<K, COMB>(x, b, c0 + 4 * i);
+          if constexpr (NORM) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < SB; ++e) {
+        const int i = i0 + e * WPR * WARP;
+        if (i >= q) break;
+        if constexpr (NORM) {
+          ss = fmaf(v[e].x, v[e].x, ss); ss = fmaf(v[e].y, v[e].y, ss);
+          ss = fmaf(v[e].z, v[e].z, ss); ss = fmaf(v[e].w, v[e].w, ss);
+          v[e].x *= mk_lo_bf16(w01[e]); v[e].y *= mk_hi_bf16(w01[e]);
+          v[e].z *= mk_lo_bf16(w23[e]); v[e].w *= mk_hi_bf16(w23[e]);
+        }
+        mk_st_shared8(sb + 4 * i, mk_pack_bf16x2(v[e].x, v[e].y), mk_pack_bf16x2(v[e].z, v[e].w));
+      }
+    }
+    if constexpr (NORM) {
+      if (sum) {
+        ss = warp_sum(ss);
+        if (lane == 0) ssp[w * B + b] += ss;
+      }
+    }
+  }
+}
+
+// A GEMV task on tensor cores: rows in blocks that fit the output staging, K in balanced chunks of
+// at most KCB. Every chunk's first weight loads go out before its input is staged (the first
+// chunk's before the task waits on its inputs). Returns false to stop.
+template <int K, bool NORM, class Kind, bool COMB>
+__device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
+                                              const unsigned short* nw, const float* lse) {
+  constexpr int NCH0 = (K + KCB - 1) / KCB;
+  constexpr int KCH = ((K + NCH0 - 1) / NCH0 + 31) / 32 * 32;  // <= KCB (a multiple of 64)
+  constexpr int NCH = (K + KCH - 1) / KCH;
+  unsigned short* xs = reinterpret_cast<unsigned short*>(mk_smem + OFF_XS);
+  float* out = smem_f(OFF_OUT);
+  float* part = smem_f(OFF_PART);
+  float* rs = smem_f(OFF_RS);
+  float* ssp = smem_f(OFF_SSP);
+  [[maybe_unused]] uint4 pre[2][U];  // the register path's first step (RING == 0)
+  if constexpr (RING > 0) {
+    if constexpr (PRELOAD) ring_prologue(kd, kd.begin(0), 0, min(KCH, K));
+    if (!wait_task(c, t, s_abort)) return false;
+    if constexpr (!PRELOAD) ring_prologue(kd, kd.begin(0), 0, min(KCH, K));
+  } else {
+    if constexpr (PRELOAD) mma_preload(kd, kd.begin(0), 0, min(KCH, K), pre);
+    if (!wait_task(c, t, s_abort)) return false;
+    if constexpr (!PRELOAD) mma_preload(kd, kd.begin(0), 0, min(KCH, K), pre);
+  }
+  if constexpr (NORM) {
+    for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
+    mk_barrier();
+  }
+  attn_weights<COMB>(lse);
+  const int nblk = kd.blocks();
+  for (int blk = 0; blk < nblk; ++blk) {
+    const int nr = kd.begin(blk);
+    for (int ch = 0; ch < NCH; ++ch) {
+      const int c0 = ch * KCH, kch = min(KCH, K - c0);
+      if (blk > 0 || ch > 0) {
+        if constexpr (RING > 0) ring_prologue(kd, nr, c0, kch);
+        else mma_preload(kd, nr, c0, kch, pre);
+      }
+      if (NCH > 1 || blk == 0) {
+        stage_x_bf16<K, NORM, COMB>(x, c0, kch, nw, xs, ssp, blk == 0);
+        mk_barrier();
+      }
+      if constexpr (RING > 0) mma_chunk_ring(kd, nr, c0, kch, xs, out, part, ch > 0);
+      else mma_chunk(kd, nr, c0, kch, xs, out, part, ch > 0, pre);
+    }
+    gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
+  }
+  return true;
+}
+
+}  // namespace mk
+#endif  // MKC_HAS_MMA_BF16

@@ -1,0 +1,160 @@
+// Synchronisation between workers (docs/sync.md): the error slot, bounded spins, task records,
+// region descriptors, and a task's wait (with the nan-mode re-arm) and signal.
+#pragma once
+#include "mkc/common.cuh"
+
+namespace mk {
+
+// ---- errors: first reporter wins, everyone sees the abort flag ----
+__device__ void report(const Ctx& c, const Task& t, int event, unsigned seen, unsigned want) {
+  if (mk_atomic_cas(c.ws + WS_CLAIM, 0u, 1u) == 0u) {
+    c.ws[WS_WORKER] = (unsigned)c.worker;
+    c.ws[WS_TASK] = (unsigned)t.id;
+    c.ws[WS_EVENT] = (unsigned)event;
+    c.ws[WS_SEEN] = seen;
+    c.ws[WS_STEP] = (unsigned)c.step;
+    c.ws[WS_WANT] = want;
+    c.ws[WS_KIND] = (unsigned)t.kind;
+    mk_fence();
+  }
+  mk_st_relaxed(c.ws + WS_ABORT, 1u);
+}
+
+// Bounded spin until *p >= want (acquire). False on timeout (reported) or when another worker aborted.
+__device__ bool spin_geq(const Ctx& c, const Task& t, int event, const unsigned* p, unsigned want) {
+  unsigned v = mk_ld_acquire(p);
+  unsigned ns = 32;
+  for (int it = 0; v < want; ++it) {
+    if (it >= c.spin_limit) { report(c, t, event, v, want); return false; }
+    if ((it & 31) == 31 && mk_ld_relaxed(c.ws + WS_ABORT)) return false;
+    if (it >= SPIN_HOT) { mk_sleep(ns); if (ns < SPIN_MAX_NS) ns <<= 1; }
+    v = mk_ld_acquire(p);
+  }
+  return true;
+}
+
+// Bounded spin until the word at p is not the sentinel (relaxed; the caller fences).
+__device__ bool spin_word(const Ctx& c, const Task& t, int event, const unsigned* p, unsigned where) {
+  unsigned v = mk_ld_relaxed(p);
+  unsigned ns = 32;
+  for (int it = 0; v == SENTINEL; ++it) {
+    if (it >= c.spin_limit) { report(c, t, event, v, where); return false; }
+    if ((it & 31) == 31 && mk_ld_relaxed(c.ws + WS_ABORT)) return false;
+    if (it >= SPIN_HOT) { mk_sleep(ns); if (ns < SPIN_MAX_NS) ns <<= 1; }
+    v = mk_ld_relaxed(p);
+  }
+  return true;
+}
+
+__device__ __forceinline__ Task load_task(const int* r) {
+  Task t;
+  t.kind = mk_ld_table(r + T_KIND); t.layer = mk_ld_table(r + T_LAYER);
+  t.a0 = mk_ld_table(r + T_A0); t.a1 = mk_ld_table(r + T_A1); t.a2 = mk_ld_table(r + T_A2);
+  t.a3 = mk_ld_table(r + T_A3);
+  t.wait_off = mk_ld_table(r + T_WAIT_OFF); t.n_wait = mk_ld_table(r + T_N_WAIT);
+  t.sig_off = mk_ld_table(r + T_SIG_OFF); t.n_sig = mk_ld_table(r + T_N_SIG);
+  t.rearm_off = mk_ld_table(r + T_REARM_OFF); t.n_rearm = mk_ld_table(r + T_N_REARM);
+  t.id = mk_ld_table(r + T_ID); t.flags = mk_ld_table(r + T_FLAGS);
+  return t;
+}
+
+// The 32-bit words of a region descriptor (slot, flags, base, run, n1, s1, n2, s2), in the copy
+// of parity `par`; a cache region is taken at the current position.
+__device__ __forceinline__ unsigned region_words(const int* rg) {
+  return (unsigned)mk_ld_table(rg + RG_RUN) * (unsigned)mk_ld_table(rg + RG_N1) * (unsigned)mk_ld_table(rg + RG_N2);
+}
+__device__ __forceinline__ unsigned* region_word(const Ctx& c, const int* rg, int par, unsigned idx) {
+  const unsigned run = (unsigned)mk_ld_table(rg + RG_RUN), n1 = (unsigned)mk_ld_table(rg + RG_N1);
+  const int flags = mk_ld_table(rg + RG_FLAGS);
+  const unsigned i2 = idx / (run * n1), rem = idx % (run * n1);
+  size_t off = (size_t)mk_ld_table(rg + RG_BASE) + (size_t)i2 * (unsigned)mk_ld_table(rg + RG_S2)
+             + (size_t)(rem / run) * (unsigned)mk_ld_table(rg + RG_S1) + rem % run;
+  if (flags & RF_CACHE) off += (size_t)c.pos * (HD / 2);
+  return gptr<unsigned>(c, mk_ld_table(rg + RG_SLOT), (flags & RF_PARITY) ? par : 0) + off;
+}
+
+// Wait for every event of task t, then (nan mode) re-arm the other parity of what t writes.
+// The re-arm comes after the waits: only they order this task after the previous step's readers
+// of that copy (through the previous step's argmax). Returns false (in every thread) to stop.
+__device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
+  const int tid = mk_tid();
+  if constexpr (TRACE) {
+    if (tid == 0 && c.trace_rec != nullptr) c.trace_rec[0] = mk_globaltimer();  // trace: begins waiting
+  }
+  const bool loop_wait = (t.flags & TF_WAIT_LOOP) && c.step > c.step0;
+  if (t.n_wait > 0 || loop_wait) {
+    bool ok = true;
+    if constexpr (NAN_MODE) {
+      for (int w = 0; w < t.n_wait && ok; ++w) {
+        const int* wt = c.tab + mk_ld_table(c.tab + HDR_WAITS) + (t.wait_off + w) * WT_SIZE;
+        const int ev = mk_ld_table(wt + WT_EVENT), r0 = mk_ld_table(wt + WT_REG_OFF), nr = mk_ld_table(wt + WT_N_REG);
+        for (int r = 0; r < nr && ok; ++r) {
+          const int* rg = c.tab + mk_ld_table(c.tab + HDR_REGIONS) + (r0 + r) * RG_SIZE;
+          const unsigned n = region_words(rg);
+          // POLL_BATCH independent polls in flight per thread; only a word still armed spins
+          for (unsigned i0 = tid; i0 < n && ok; i0 += NT * POLL_BATCH) {
+            unsigned v[POLL_BATCH];
+#pragma unroll
+            for (int k = 0; k < POLL_BATCH; ++k) {
+              const unsigned i = i0 + k * NT;
+              v[k] = i < n ? mk_ld_relaxed(region_word(c, rg, c.par, i)) : 0u;
+            }
+#pragma unroll
+            for (int k = 0; k < POLL_BATCH; ++k) {
+              const unsigned i = i0 + k * NT;
+              if (v[k] == SENTINEL && ok) ok = spin_word(c, t, ev, region_word(c, rg, c.par, i), i);
+            }
+          }
+        }
+      }
+    } else {
+      for (int w = tid; w < t.n_wait; w += NT) {
+        const int* wt = c.tab + mk_ld_table(c.tab + HDR_WAITS) + (t.wait_off + w) * WT_SIZE;
+        const int ev = mk_ld_table(wt + WT_EVENT);
+        const unsigned want = (unsigned)mk_ld_table(wt + WT_THRESHOLD) * (unsigned)(c.step + 1);
+        ok = spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev, want) && ok;
+      }
+    }
+    if (loop_wait && tid == NT - 1) {
+      // this step's token is the previous step's argmax (the in-kernel decode loop)
+      const int ev = mk_ld_table(c.tab + HDR_N_EVENTS);
+      const unsigned want = (unsigned)mk_ld_table(c.tab + HDR_N_ARGMAX) * (unsigned)c.step;
+      ok = spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev, want) && ok;
+    }
+    if (!ok) *s_abort = 1;
+    if constexpr (NAN_MODE) mk_fence();  // relaxed polls -> fence: acquire what they observed
+    mk_barrier();
+    if (*s_abort) return false;
+  }
+  if constexpr (NAN_MODE) {
+    if (t.n_rearm > 0) {
+      for (int r = 0; r < t.n_rearm; ++r) {
+        const int* rg = c.tab + mk_ld_table(c.tab + HDR_REGIONS) + (t.rearm_off + r) * RG_SIZE;
+        const unsigned n = region_words(rg);
+        for (unsigned i = tid; i < n; i += NT) mk_st_relaxed(region_word(c, rg, c.par ^ 1, i), SENTINEL);
+      }
+      mk_barrier();
+      mk_fence();  // every thread: all re-arm stores before any of its output stores
+    }
+  }
+  if constexpr (TRACE) {
+    if (tid == 0 && c.trace_rec != nullptr) c.trace_rec[1] = mk_globaltimer();  // trace: waits satisfied
+  }
+  return true;
+}
+
+// Publish task t: every thread's outputs are written; one release add per signalled event.
+__device__ void signal_task(const Ctx& c, const Task& t) {
+  mk_barrier();
+  const int tid = mk_tid();
+  if constexpr (!NAN_MODE) {
+    if (tid < t.n_sig) {
+      const int ev = mk_ld_table(c.tab + mk_ld_table(c.tab + HDR_SIGS) + t.sig_off + tid);
+      mk_red_release_add(c.ws + WS_COUNTERS + ev, 1u);
+    }
+  }
+  if ((t.flags & TF_SIGNAL_LOOP) && tid == NT - 1)
+    mk_red_release_add(c.ws + WS_COUNTERS + mk_ld_table(c.tab + HDR_N_EVENTS), 1u);
+}
+
+}  // namespace mk
