@@ -5,7 +5,7 @@
 
 Each tree's code generator runs in its own subprocess with that tree (and its tests/, for the
 fixtures) on PYTHONPATH, so two checkouts of different commits can be compared side by side. The
-NVIDIA kernels are compiled to cubins with the flags of ``mkc.targets.nvidia.build`` and disassembled
+NVIDIA kernels are compiled to cubins with the flags of ``mkc.targets.nvidia.compiler`` and disassembled
 with ``cuobjdump -sass`` (``$CUOBJDUMP``, PATH, or the pip package nvidia-cuda-cuobjdump); the AMD
 ones to gfx942 assembly with clang. Addresses, encodings and comments are stripped before the
 instruction streams are compared; a difference is summarised (how many instructions, and whether
@@ -56,7 +56,10 @@ import json, sys
 from pathlib import Path
 from codegen_fixtures import rr_schedule, shape_graph
 from mkc.codegen.render import CodegenOptions, generate
-from mkc.target import get_target
+try:
+    from mkc.target import get_target
+except ImportError:  # trees before mkc/target.py
+    from mkc.targets.spec import get_target
 from mkc.taskgraph import lower
 
 out = Path(sys.argv[1])
@@ -64,8 +67,9 @@ for name, (model, batch, target, sync, opts) in json.loads(sys.argv[2]).items():
     t = get_target(target)
     tg = lower(shape_graph(model, batch, 512), t)
     src, cfg, _ = generate(tg, rr_schedule(tg, t, sync), t, CodegenOptions(**opts))
-    (out / f"{name}.{t.source_ext}").write_text(src)
-    (out / f"{name}.json").write_text(json.dumps({"arch": cfg.arch, "ext": t.source_ext}))
+    ext = getattr(t, "source_ext", None) or ("cu" if t.arch.startswith("sm_") else "hip")
+    (out / f"{name}.{ext}").write_text(src)
+    (out / f"{name}.json").write_text(json.dumps({"arch": cfg.arch, "ext": ext}))
 """
 
 NVCC_FLAGS = ["-cubin", "-O3", "-std=c++17", "--extended-lambda"]
