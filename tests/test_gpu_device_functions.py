@@ -34,7 +34,7 @@ def on_gpu(test):
 # configurations the wrappers are compiled for: (model, batch, target, sync, options)
 CONFIGS = {
     "b1": ("llama-3.2-1b", 1, "h200", "atomic", {}),  # FMA GEMV, attention split over the sequence
-    "b1-nan": ("llama-3.2-1b", 1, "h200", "nan", {}),  # polled 3-D regions
+    "b2-nan": ("llama-3.2-1b", 2, "h200", "nan", {}),  # polled 3-D regions (batch x split x columns), caches
     "fma-b4": ("llama-3.2-1b", 4, "h200", "atomic", {"mma": False}),
     "mma-ring-b8": ("llama-3.2-1b", 8, "h200", "atomic", {}),
     "mma-reg-b8": ("llama-3.2-1b", 8, "h200", "atomic", {"ring_stages": 0}),
@@ -150,7 +150,7 @@ extern "C" __global__ void mk_test_attn(const unsigned long long* ptrs, int b, i
 WRAPPERS = {
     "argmax": ("b1", ("mkc/common.cuh",), ARGMAX),
     "bf16": ("mma-ring-b8", ("mkc/common.cuh",), BF16),
-    "region": ("b1-nan", ("mkc/sync.cuh",), REGION),
+    "region": ("b2-nan", ("mkc/sync.cuh",), REGION),
     "gemv-fma": ("fma-b4", ("mkc/gemv_fma.cuh",), GEMV_FMA),
     "gemv-fma-b1": ("b1", ("mkc/gemv_fma.cuh",), GEMV_FMA),
     "gemv-mma-ring": ("mma-ring-b8", ("mkc/gemv_mma.cuh",), GEMV_MMA),
@@ -197,7 +197,14 @@ def _module(name: str, kernel: str):
 def _launch(name: str, kernel: str, args: tuple, grid: int = 1) -> None:
     """Launch a wrapper through the NVIDIA driver: numpy int32 arguments by value, ints as pointers."""
     cfg = setup(WRAPPERS[name][0])[2]
-    typed = [("i32", int(a)) if isinstance(a, np.integer) else ("ptr", int(a)) for a in args]
+    def typed(a):
+        if isinstance(a, np.floating):
+            return ("f32", float(a))
+        if isinstance(a, np.unsignedinteger):
+            return ("u32", int(a))
+        return ("i32", int(a)) if isinstance(a, np.integer) else ("ptr", int(a))
+
+    typed = [typed(a) for a in args]
     _driver().launch(_module(name, kernel), grid, cfg.threads, typed)
     _driver().synchronize()
 
@@ -298,7 +305,7 @@ def test_region_words_decode_as_the_model():
     import torch
     from kernel_model import region_words
 
-    tg, sched, cfg, _ = setup("b1-nan")
+    tg, sched, cfg, _ = setup("b2-nan")
     descs = _regions(tg, sched)
     assert descs and any(d[1] & T.RF_CACHE for d in descs) and any(d[6] > 1 for d in descs)  # cache and 3-D ones
     rng = np.random.default_rng(0)
@@ -339,8 +346,8 @@ def test_gemv_fma_chunk_matches_torch(name, have_pre):
     w = _bf16(torch.randn(nr, H, generator=g) * 0.05)
     x = torch.randn(B, H, generator=g)
     y = torch.empty(nr * B, device="cuda")
-    _launch(name, "mk_test_gemv_fma", (w.cuda().view(torch.int16).data_ptr(), x.cuda().data_ptr(), _i32(nr),
-                                       _i32(have_pre), y.data_ptr()))
+    wd, xd = w.cuda().view(torch.int16), x.cuda()  # held: a temporary's memory goes back to the allocator
+    _launch(name, "mk_test_gemv_fma", (wd.data_ptr(), xd.data_ptr(), _i32(nr), _i32(have_pre), y.data_ptr()))
     kch = min(H, KC)
     want = (x[:, :kch].double() @ w[:, :kch].double().T).T.float()  # [nr][B]
     torch.testing.assert_close(y.cpu().view(nr, B), want, rtol=1e-4, atol=1e-4)
@@ -360,8 +367,8 @@ def test_gemv_mma_chunk_matches_torch(name):
     w = _bf16(torch.randn(nr, H, generator=g) * 0.05)
     x = torch.randn(B, H, generator=g)
     y = torch.empty(nr * B, device="cuda")
-    _launch(name, "mk_test_gemv_mma", (w.cuda().view(torch.int16).data_ptr(), x.cuda().data_ptr(), _i32(nr), _i32(kch),
-                                       y.data_ptr()))
+    wd, xd = w.cuda().view(torch.int16), x.cuda()  # held: a temporary's memory goes back to the allocator
+    _launch(name, "mk_test_gemv_mma", (wd.data_ptr(), xd.data_ptr(), _i32(nr), _i32(kch), y.data_ptr()))
     xb = _bf16(x[:, :kch]).double()  # the MMA path stages x as bf16
     want = (xb @ w[:, :kch].double().T).T.float()
     torch.testing.assert_close(y.cpu().view(nr, B), want, rtol=1e-3, atol=1e-3)

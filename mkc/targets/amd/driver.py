@@ -24,7 +24,7 @@ import numpy as np
 from mkc.backend import BackendUnavailableError
 from mkc.errors import MkcError
 
-_ARG_FMT = {"ptr": ("Q", 8), "i32": ("i", 4)}
+_ARG_FMT = {"ptr": ("Q", 8), "i32": ("i", 4), "u32": ("I", 4), "f32": ("f", 4)}
 
 # hip_runtime_api.h (ROCm 5.2; the CUDA-compatible values are unchanged in ROCm 6)
 HIP_SUCCESS = 0
@@ -66,7 +66,7 @@ def pack_args(values: Sequence[int], spec: Sequence[tuple[str, str]]) -> bytes:
         fmt = _ARG_FMT[kind][0]
         if kind == "i32" and not -(2**31) <= int(v) < 2**31:
             raise MkcError(f"kernel argument {name} = {v} does not fit in int32")
-        struct.pack_into("<" + fmt, buf, off, int(v))
+        struct.pack_into("<" + fmt, buf, off, float(v) if kind == "f32" else int(v))
     return bytes(buf)
 
 

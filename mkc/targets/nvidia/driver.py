@@ -132,7 +132,8 @@ class CudaDriver:
         from cuda.core import LaunchConfig, Stream, launch
 
         stream = Stream.from_handle(torch.cuda.current_stream(self.torch_device).cuda_stream)
-        values = [int(v) if kind == "ptr" else np.int32(v) for kind, v in args]
+        by_kind = {"ptr": int, "i32": np.int32, "u32": np.uint32, "f32": np.float32}
+        values = [by_kind[kind](v) for kind, v in args]
         launch(stream, LaunchConfig(grid=int(grid), block=int(block), shmem_size=kernel.smem_bytes),
                kernel.kernel, *values)
 
