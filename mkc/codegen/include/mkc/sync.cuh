@@ -20,9 +20,9 @@ __device__ void report(const Ctx& c, const Task& t, int event, unsigned seen, un
   mk_st_relaxed(c.ws + WS_ABORT, 1u);
 }
 
-// One poll of a counter. An ld.acquire invalidates the SM's L1 (CCTL.IVALL) on every poll, under
-// the table loads of the block's other warps too (docs/sync.md). ACQUIRE_ONCE polls relaxed and
-// wait_task fences once, after the last poll of each polling thread.
+// One poll of a counter. An acquire load invalidates the SM's L1 on every poll, under the table
+// loads of the block's other warps too (docs/sync.md "Acquire once"). ACQUIRE_ONCE polls relaxed
+// and wait_task fences once, after the last poll of each polling thread.
 __device__ __forceinline__ unsigned poll_counter(const unsigned* p) {
   if constexpr (ACQUIRE_ONCE != 0) return mk_ld_relaxed(p);
   else return mk_ld_acquire(p);
@@ -133,11 +133,12 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
     if (!ok) *s_abort = 1;
     if constexpr (NAN_MODE) mk_fence();  // relaxed polls -> fence: acquire what they observed
     else if constexpr (ACQUIRE_ONCE != 0) {
-      // PTX ISA 9.1 section 8.8: a strong read of M (ld.relaxed.gpu, morally strong with the
-      // producer's red.release.gpu on M) followed in program order by an acquire fence is an
-      // acquire pattern, so it synchronises with that release (through any later adds on M, which
-      // are read-modify-writes in its observation order) as the acquire poll did. Only threads
-      // that polled need it; the barrier below passes it on to the block, as before.
+      // PTX ISA 9.1 section 8.8: a strong read of M (the relaxed poll, at the same scope as the
+      // producer's release add on M, so morally strong with it) followed in program order by an
+      // acquire fence is an acquire pattern, so it synchronises with that release (through any
+      // later adds on M, read-modify-writes in its observation order) as the acquire poll did;
+      // HIP's agent-scope relaxed load + acquire fence is the same pattern. Only threads that
+      // polled need it; the barrier below passes it on to the block, as before.
       if (tid < t.n_wait || (loop_wait && tid == NT - 1)) mk_acquire_fence();
     }
     mk_barrier();
