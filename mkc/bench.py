@@ -8,7 +8,15 @@ For each batch size it times (median of CUDA-event timings after warm-up):
   compile    torch.compile(model.forward, fullgraph=True) captured in a CUDA graph
 (torch.compile's reduce-overhead mode skips CUDA graphs on HF's StaticCache, so the graph is
 captured by hand; this is how ANCHORS.md's numbers were taken.) Before that it measures the
-GPU's read bandwidth; "% BW" is (weight bytes + KV bytes read) / time / measured bandwidth.
+GPU's read bandwidth; "% BW" is the bytes one decode step streams / time / measured bandwidth.
+
+The bytes one step streams (``step_bytes``), the same count for every system:
+  weights   every weight buffer once, except an untied embedding table, of which the step reads one
+            row per batch row (the gather of the tokens); a tied embedding is read in full anyway, as
+            the LM head, and counted once
+  KV        keys and values of every layer and batch row at the positions attention reads at the
+            timed context: 0 .. context, the new position included
+Activations are not counted: a few hidden-size vectors per batch row and layer, far under 1 %.
 """
 
 from __future__ import annotations
@@ -111,14 +119,30 @@ def hf_baselines(model_name: str, batch: int, context: int, max_seq_len: int, it
     return out
 
 
-def model_bytes(tg, context: int) -> tuple[int, int]:
-    """Weight bytes and KV-cache bytes one decode step reads at ``context``."""
+def model_bytes(tg, context: float) -> tuple[int, int]:
+    """Weight bytes and KV-cache bytes one decode step streams at ``context`` (the module docstring
+    says what counts); a fractional context is the mean over a run of steps."""
     from mkc.capture.graph import DTYPE_BYTES
 
-    weights = sum(_numel(b.shape) * DTYPE_BYTES.get(b.dtype, 4) for b in tg.buffers if b.role == "weight")
-    d = dict(tg.dims)
-    kv = 2 * d["n_layers"] * d["B"] * d["nkv"] * (context + 1) * d["hd"] * 2
-    return weights, kv
+    size = {b.name: DTYPE_BYTES.get(b.dtype, 4) for b in tg.buffers}
+    # the embedding is what the embed tasks read; tied when another task (the LM head) reads it too
+    embed = {r.buffer for t in tg.tasks if t.kind == "embed" for r in t.reads}
+    others = {r.buffer for t in tg.tasks if t.kind != "embed" for r in t.reads}
+    B = dict(tg.dims)["B"]
+    weights = 0
+    for b in tg.buffers:
+        if b.role != "weight":
+            continue
+        if b.name in embed and b.name not in others:
+            weights += B * _numel(b.shape[1:]) * size[b.name]  # one row per batch row
+        else:
+            weights += _numel(b.shape) * size[b.name]
+    kv = 0.0
+    for b in tg.buffers:
+        if b.role == "cache":  # (batch, kv heads, positions, head_dim) per layer, keys and values
+            batch, heads, _, hd = b.shape
+            kv += batch * heads * (context + 1) * hd * size[b.name]
+    return weights, int(round(kv))
 
 
 def _numel(shape) -> int:

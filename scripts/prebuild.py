@@ -1,6 +1,7 @@
 """Build, on the CPU machine, the cubins a GPU run will need, so the device call only runs them.
 
     MKC_CACHE_DIR=.cache/mkc python scripts/prebuild.py [--tests] [--bench llama-3.2-1b:1,8,32 ...] [--trace]
+        [--variants b1-atomic,b1-atomic-acq1] [--ptxas-report]
 
 ``--trace`` adds the CodegenOptions(trace=True) kernels: those of the gpu trace test (with --tests)
 and, for every --bench model and batch, the one `mkc run DIR --trace OUT.json` loads for a build
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -89,6 +92,9 @@ def main() -> None:
     ap.add_argument("--max-seq-len", type=int, default=1024)
     ap.add_argument("--trace", action="store_true", help="also the per-task trace kernels (mkc run --trace)")
     ap.add_argument("--variants", default="", help="comma-separated scripts/gpu_bench.py variants")
+    ap.add_argument("--ptxas-report", action="store_true",
+                    help="also build each kernel with -Xptxas -v (outside the cache) and print its registers, "
+                         "spills and warnings")
     a = ap.parse_args()
     os.environ.setdefault("MKC_CACHE_DIR", str(ROOT / ".cache" / "mkc"))
     from mkc.targets.nvidia.compiler import build_cubin
@@ -99,7 +105,17 @@ def main() -> None:
     def build(job):
         t = time.time()
         r = build_cubin(job[1], job[2])
-        return job[0], "cached" if r.cached else "built", f"{time.time() - t:.1f}s"
+        row = (job[0], "cached" if r.cached else "built", f"{time.time() - t:.1f}s")
+        if a.ptxas_report:
+            # verbose flags hash to another cache key: build it aside so the cache holds what runs
+            with tempfile.TemporaryDirectory(prefix="mkc-ptxas-") as tmp:
+                v = build_cubin(job[1], job[2], out_dir=tmp, verbose=True)
+            regs = re.findall(r"Used (\d+) registers", v.log)
+            spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", v.log)
+            stack = re.findall(r"(\d+) bytes stack frame", v.log)
+            row += (f"regs {','.join(regs)}", f"spill st/ld {','.join('/'.join(x) for x in spills)}",
+                    f"stack {','.join(stack)}", f"warnings {len(v.warnings)}")
+        return row
 
     with ThreadPoolExecutor(2) as ex:
         for row in ex.map(build, jobs):

@@ -58,6 +58,9 @@ class CodegenOptions:
     # of a launch, written by one thread per block into a buffer passed as three extra kernel arguments
     # (mkc.runtime.Megakernel allocates it, mkc.trace reads it). Off: the source is exactly the untraced one.
     trace: bool = False
+    # atomic waits poll their counters relaxed and each polling thread issues one acquire fence after
+    # its last poll (docs/sync.md "Acquire once"), instead of an ld.acquire per poll
+    acquire_once: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -155,7 +158,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), **mma_consts,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,

@@ -20,15 +20,24 @@ __device__ void report(const Ctx& c, const Task& t, int event, unsigned seen, un
   mk_st_relaxed(c.ws + WS_ABORT, 1u);
 }
 
-// Bounded spin until *p >= want (acquire). False on timeout (reported) or when another worker aborted.
+// One poll of a counter. An acquire load invalidates the SM's L1 on every poll, under the table
+// loads of the block's other warps too (docs/sync.md "Acquire once"). ACQUIRE_ONCE polls relaxed
+// and wait_task fences once, after the last poll of each polling thread.
+__device__ __forceinline__ unsigned poll_counter(const unsigned* p) {
+  if constexpr (ACQUIRE_ONCE != 0) return mk_ld_relaxed(p);
+  else return mk_ld_acquire(p);
+}
+
+// Bounded spin until *p >= want (acquire, or relaxed under ACQUIRE_ONCE: the caller fences). False
+// on timeout (reported) or when another worker aborted.
 __device__ bool spin_geq(const Ctx& c, const Task& t, int event, const unsigned* p, unsigned want) {
-  unsigned v = mk_ld_acquire(p);
+  unsigned v = poll_counter(p);
   unsigned ns = 32;
   for (int it = 0; v < want; ++it) {
     if (it >= c.spin_limit) { report(c, t, event, v, want); return false; }
     if ((it & 31) == 31 && mk_ld_relaxed(c.ws + WS_ABORT)) return false;
     if (it >= SPIN_HOT) { mk_sleep(ns); if (ns < SPIN_MAX_NS) ns <<= 1; }
-    v = mk_ld_acquire(p);
+    v = poll_counter(p);
   }
   return true;
 }
@@ -123,6 +132,15 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
     }
     if (!ok) *s_abort = 1;
     if constexpr (NAN_MODE) mk_fence();  // relaxed polls -> fence: acquire what they observed
+    else if constexpr (ACQUIRE_ONCE != 0) {
+      // PTX ISA 9.1 section 8.8: a strong read of M (the relaxed poll, at the same scope as the
+      // producer's release add on M, so morally strong with it) followed in program order by an
+      // acquire fence is an acquire pattern, so it synchronises with that release (through any
+      // later adds on M, read-modify-writes in its observation order) as the acquire poll did;
+      // HIP's agent-scope relaxed load + acquire fence is the same pattern. Only threads that
+      // polled need it; the barrier below passes it on to the block, as before.
+      if (tid < t.n_wait || (loop_wait && tid == NT - 1)) mk_acquire_fence();
+    }
     mk_barrier();
     if (*s_abort) return false;
   }

@@ -50,6 +50,17 @@ __device__ __forceinline__ void mk_st_relaxed(unsigned* p, unsigned v) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ void mk_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// Acquire only (CodegenOptions.acquire_once): a relaxed poll that saw the release, then this, is an
+// acquire pattern (PTX ISA 9.1 section 8.8, "a strong read on M followed by an acquire memory
+// fence"). fence.acquire (PTX 8.6, sm_90) is ld.acquire's L1 invalidate alone (CCTL.IVALL);
+// fence.acq_rel adds MEMBAR.ALL.GPU, which also waits for the weight loads issued before the wait.
+__device__ __forceinline__ void mk_acquire_fence() {
+#if MKC_SM >= 90 && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8))
+  asm volatile("fence.acquire.gpu;" ::: "memory");
+#else
+  mk_fence();
+#endif
+}
 __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, unsigned val) { return atomicCAS(p, cmp, val); }
 // --- data movement ---
 // weights never change during a launch: not volatile, so the compiler may batch these loads

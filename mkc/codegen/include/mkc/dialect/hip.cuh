@@ -82,6 +82,9 @@ __device__ __forceinline__ void mk_fence() {
   mk_release_fence();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
 }
+// acquire only, after relaxed polls (CodegenOptions.acquire_once): the L1/L2 invalidate without
+// mk_fence's writeback, which nothing the poll observed needs
+__device__ __forceinline__ void mk_acquire_fence() { __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent"); }
 __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, unsigned val) {
   __hip_atomic_compare_exchange_strong(mk_g(p), &cmp, val, __ATOMIC_RELAXED, __ATOMIC_RELAXED, MKC_SYNC_SCOPE);
   return cmp;  // the old value
