@@ -94,7 +94,8 @@ def explain(parts: dict[str, int], target: Target, batch: int, max_seq_len: int,
     """Why it does not fit, with the figures and the ways out."""
     from mkc.target import TARGETS
 
-    shown = " + ".join(f"{k.replace('_', ' ')} {gb(v)}" for k, v in parts.items() if k != "total" and v)
+    label = {"weights": "weights", "kv_cache": "KV cache", "activations": "activations", "tables": "tables"}
+    shown = " + ".join(f"{label.get(k, k)} {gb(v)}" for k, v in parts.items() if k != "total" and v)
     head = (f"{what + ' ' if what else ''}at batch {batch} and --max-seq-len {max_seq_len} needs {gb(parts['total'])} "
             f"of device memory ({shown}), but one {target.name} has {gb(target.memory_bytes)}, of which "
             f"{gb(usable(target))} are usable (5 % and 1 GiB are kept for the CUDA context and allocator).")
