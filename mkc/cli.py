@@ -231,7 +231,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mkc import __version__
+    from mkc.version import __version__
 
     p = _Parser(
         prog="mkc",

@@ -422,9 +422,9 @@ def compile_model(model, out: str | Path, opts: Options, log: StageLog | None = 
 
 
 def _version() -> str:
-    import mkc
+    from mkc.version import __version__
 
-    return getattr(mkc, "__version__", "?")
+    return __version__
 
 
 def _write_manifest(root: Path, manifest: dict, keep: set[str] | None = None) -> None:
