@@ -179,6 +179,21 @@ def test_corrupt_safetensors_at_run_time_is_one_message(folder_build, weights_di
 # ---- 3. device memory ------------------------------------------------------------------------
 
 
+def least_memory(need: int) -> int:
+    """The smallest device memory whose usable part (less 5 % and 1 GiB) holds ``need`` bytes."""
+    import dataclasses
+
+    from mkc.target import get_target
+    from mkc.verify import memory
+
+    lo, hi = need, 2 * need + 2**31
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if memory.usable(dataclasses.replace(get_target("h200"), memory_bytes=mid)) < need \
+            else (lo, mid)
+    return lo
+
+
 def test_llama_70b_on_one_h200_is_refused_before_capture(tmp_path):
     t0 = time.perf_counter()
     r = mkc("compile", "llama-3.1-70b", "--out", str(tmp_path / "o"))
@@ -213,11 +228,8 @@ def test_verifier_proves_the_memory_budget_and_the_oracle_agrees(folder_build):
     assert next(c for c in vj["checks"] if c["name"] == "memory")["figures"]["usable"] == rep["memory"]["usable"]
     tg = TaskGraph.load(folder_build / "b1" / "tasks.json")
     sched = Schedule.load(folder_build / "b1" / "schedule.json")
-    need = memory.need(tg, sched)["total"]
-    for extra, fits in ((0, True), (-1, False)):
-        # the smallest device that holds it, and one byte less
-        mem = next(m for m in range(need + 2**30, 2 * need + 2**31) if memory.usable(
-            dataclasses.replace(get_target("h200"), memory_bytes=m)) >= need)
+    mem = least_memory(memory.need(tg, sched)["total"])
+    for extra, fits in ((0, True), (-1, False)):  # the smallest device that holds it, and one byte less
         target = dataclasses.replace(get_target("h200"), memory_bytes=mem + extra)
         vr = verify(tg, sched, target)
         assert vr.check("memory").ok is fits and vr.ok is fits
@@ -231,17 +243,11 @@ def test_a_build_the_verifier_finds_too_big_fails_with_exit_2(folder_build, tmp_
 
     import mkc.target as T
     from mkc.cli import main
-    from mkc.verify import memory
 
     build = tmp_path / "b"
     shutil.copytree(folder_build, build)
     need = json.loads((build / "b1" / "report.json").read_text())["memory"]["total"]
-    lo, hi = need, 2 * need + 2**31  # the smallest device that holds the build; one byte less below
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if memory.usable(dataclasses.replace(T.TARGETS["h200"], memory_bytes=mid)) < need \
-            else (lo, mid)
-    mem = lo - 1
+    mem = least_memory(need) - 1
     monkeypatch.setitem(T.TARGETS, "h200", dataclasses.replace(T.TARGETS["h200"], memory_bytes=mem))
     before = tree(build)
     assert main(["rerun", str(build / "b1"), "--from", "verify", "-q"]) == 2
