@@ -47,10 +47,14 @@ def weights_source(manifest: dict, weights: str | None, random_weights: bool, sa
     old = manifest.get("fingerprint_info")
     if old:
         new = fingerprint_info(src)
-        for d in diff_fingerprint_info(old, new):
+        had_weights = old.get("weights") not in (None, "none")
+        # a build of a registry config or a weightless folder has no tensors to compare: only its config
+        diffs = diff_fingerprint_info(old, new) if had_weights else \
+            (["config.json differs"] if old.get("config") != new.get("config") else [])
+        for d in diffs:
             say(f"warning: the model differs from the one the build was compiled from: {d}")
         ot, nt = old.get("tensors") or {}, new.get("tensors") or {}
-        if old.get("tensors") is not None and (set(ot) != set(nt) or any(ot[k][1] != nt[k][1] for k in ot)):
+        if had_weights and (set(ot) != set(nt) or any(ot[k][1] != nt[k][1] for k in ot)):
             raise MkcError(f"the tensors in {ckpt.directory} are not those the build was compiled from (names or "
                            f"shapes differ, see above); compile the build again from this folder")
     return src
