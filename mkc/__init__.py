@@ -7,7 +7,7 @@
     mk8 = mkc.load("build/llama-3.2-1b-h200", batch_size=8, weights=w)   # a multi-batch build
 """
 
-__version__ = "0.1.0"
+from mkc.version import __version__  # noqa: F401 (the package's version)
 
 
 def compile(*args, **kwargs):  # noqa: A001

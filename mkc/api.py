@@ -24,6 +24,7 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
     calibration: str | Path | None = None,
     verbose: bool = False,
     device=None,
+    random_weights: bool = False,
 ):
     """Compile ``model`` and load it on the GPU.
 
@@ -32,7 +33,8 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
     registry names, safetensors for a directory, the state dict of a model object. The build
     directory (default: under ``$MKC_CACHE_DIR`` or ``~/.cache/mkc``) keeps every intermediate.
     ``calibration``: a cost-model calibration file (``mkc run DIR --trace T.json`` writes one).
-    Where no GPU of the target's vendor can run the kernel, this fails before capturing anything.
+    A directory without a checkpoint is refused unless ``random_weights=True`` (or ``weights``
+    are given): a model that runs on random weights must be asked for. Where no GPU of the target's vendor can run the kernel, this fails before capturing anything.
     """
     tgt = get_target(target)
     backend = for_target(tgt)
@@ -40,12 +42,18 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
 
     import torch
 
-    from mkc.capture import load_weights, resolve
+    from mkc.capture import resolve
+    from mkc.capture.checkpoint import require_weights
+    from mkc.capture.weights import load_weights
     from mkc.runtime import Megakernel
 
     entry = resolve(model)
+    if weights is None and not random_weights:
+        require_weights(entry, option="random_weights=True")  # before the capture, not after it
+    # the cache directory is mkc's own: replacing a stale build there is always allowed
     opts = Options(target=tgt.name, batches=(int(batch_size),), max_seq_len=max_seq_len, sync=sync,
-                   method=method, time_limit=time_limit, calibration=str(calibration) if calibration else None)
+                   method=method, time_limit=time_limit, calibration=str(calibration) if calibration else None,
+                   force=out is None)
     if out is None:
         cal = hashlib.sha1(Path(calibration).read_bytes()).hexdigest()[:10] if calibration and Path(calibration).is_file() else ""
         key = f"{entry.name}|{target}|{batch_size}|{sync}|{max_seq_len}|{method}|{time_limit}|{cal}"
@@ -55,7 +63,7 @@ def compile(  # noqa: A001 (the natural name for a compiler's entry point)
         bdir.parent.mkdir(parents=True, exist_ok=True)
         compile_model(model, bdir, opts, StageLog(quiet=not verbose))
     if weights is None:
-        weights = load_weights(model)
+        weights = load_weights(entry)  # notices (a dtype conversion, random weights) come as warnings
     return Megakernel.from_build_dir(bdir / f"b{batch_size}", _on_device(weights, backend, device), device=device)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
 from mkc.errors import MkcError
@@ -49,34 +50,55 @@ def _add_compile(sub) -> None:
                    help="stop after this stage (default: codegen)")
     p.add_argument("--build", action="store_true", help="also compile the kernel source with nvcc/clang")
     p.add_argument("--out", default=None, help="build directory (default: build/<model>-<target>)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing build directory at --out (never one holding files mkc did not write)")
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="scale the cost model's per-kind task times by a calibration file "
                         "(mkc run DIR --trace T.json writes T.calibration.json)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+
+
+def _default_out(model, target: str) -> str:
+    p = Path(str(model)).expanduser()
+    # `mkc compile .` names the build after the folder, not after ''
+    name = p.resolve().name if p.exists() else p.name
+    return f"build/{name or 'model'}-{target}"
 
 
 def cmd_compile(a) -> int:
-    from mkc.pipeline import Options, StageLog, compile_model
+    from mkc.pipeline import Options, StageLog, check_batches, check_options, compile_model
 
-    out = a.out or f"build/{Path(str(a.model)).name}-{a.target}"
+    out = a.out or _default_out(a.model, a.target)
     opts = Options(target=a.target, batches=a.batch, max_seq_len=a.max_seq_len, sync=a.sync, method=a.method,
                    time_limit=a.time_limit, stop_after=a.stop_after, compile_binary=a.build,
-                   calibration=a.calibration)
-    if a.max_seq_len < 1:
-        raise MkcError("--max-seq-len must be positive")
+                   calibration=a.calibration, force=a.force)
+    check_batches(opts.batches)
+    check_options(opts)
     path = compile_model(a.model, out, opts, StageLog(quiet=a.quiet))
-    print(f"build directory: {path}")
+    rows = []
     for b in a.batch:
         bdir = path / f"b{b}"
-        kern = sorted(bdir.glob("kernel.*"))
-        print(f"  batch {b}: report {bdir / 'report.json'}" + (f", kernel {kern[0]}" if kern else ""))
+        rep = json.loads((bdir / "report.json").read_text())
+        kern = rep.get("kernel", {}).get("source")
+        kern = bdir / kern if kern else next(iter(sorted(bdir.glob("kernel.cu")) + sorted(bdir.glob("kernel.hip"))), None)
+        rows.append({"batch": b, "dir": str(bdir), "report": str(bdir / "report.json"),
+                     "kernel": str(kern) if kern else None,
+                     "makespan_us": rep.get("schedule", {}).get("makespan_us"),
+                     "memory_bytes": rep.get("memory", {}).get("total")})
+    if a.json:
+        print(json.dumps({"build": str(path), "manifest": str(path / "manifest.json"), "batches": rows}, indent=1))
+        return 0
+    print(f"build directory: {path}")
+    for r in rows:
+        print(f"  batch {r['batch']}: report {r['report']}" + (f", kernel {r['kernel']}" if r["kernel"] else ""))
     return 0
 
 
 def cmd_rerun(a) -> int:
     from mkc.pipeline import Options, StageLog, rerun
 
-    opts = Options(target=a.target or "h200", sync=a.sync, method=a.method, time_limit=a.time_limit,
+    opts = Options(target=a.target, sync=a.sync, method=a.method, time_limit=a.time_limit,
                    calibration=a.calibration)
     path = rerun(a.dir, a.from_stage, opts, StageLog(quiet=a.quiet))
     print(f"re-ran {a.from_stage} onwards in {path}")
@@ -87,6 +109,15 @@ def cmd_models(a) -> int:
     from mkc.capture import list_models
 
     rows = list_models()
+    if not rows:
+        from mkc.capture.registry import MODELS_DIR
+
+        raise MkcError(f"no bundled models found in {MODELS_DIR}; the registry ships with a checkout of mkc "
+                       f"(pip install -e .). A local Hugging Face folder works with any install: mkc compile DIR")
+    if a.json:
+        print(json.dumps([{"name": m.name, "architecture": m.arch, "family": m.family, "layers": m.layers,
+                           "hidden": m.hidden, "params": m.params, "bf16_bytes": m.bytes} for m in rows], indent=1))
+        return 0
     print(f"{'name':<18} {'architecture':<22} {'layers':>6} {'params':>9} {'bf16 size':>10}")
     for m in rows:
         print(f"{m.name:<18} {m.arch:<22} {m.layers:>6} {_human(m.params, ''):>9} {_human(2 * m.params, 'B'):>10}")
@@ -104,12 +135,27 @@ def _load_stage(bdir: Path):
     from mkc.schedule.ir import Schedule
     from mkc.taskgraph.ir import TaskGraph
 
+    def load(d: Path):
+        out = []
+        for name, cls in (("tasks.json", TaskGraph), ("schedule.json", Schedule)):
+            try:
+                out.append(cls.load(d / name))
+            except MkcError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a damaged file fails in json, in the IR's checks, anywhere
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise MkcError(f"cannot read {d / name}: {first}. The build is damaged: compile it again, or "
+                               f"mkc rerun {d} --from an earlier stage") from None
+        return (d, *out)
+
+    if not bdir.is_dir():
+        raise MkcError(f"{bdir} is not a directory")
     if not (bdir / "schedule.json").exists():
         subs = sorted(p for p in bdir.glob("b*") if (p / "schedule.json").exists())
         if not subs:
             raise MkcError(f"{bdir} holds no schedule.json (nor b*/schedule.json); run `mkc compile` first")
-        return [(s, TaskGraph.load(s / "tasks.json"), Schedule.load(s / "schedule.json")) for s in subs]
-    return [(bdir, TaskGraph.load(bdir / "tasks.json"), Schedule.load(bdir / "schedule.json"))]
+        return [load(s) for s in subs]
+    return [load(bdir)]
 
 
 def cmd_verify(a) -> int:
@@ -125,16 +171,26 @@ def cmd_verify(a) -> int:
     from mkc.verify.verifier import verify
     from mkc.target import get_target
 
-    ok = True
+    ok, results = True, []
     for bdir, tg, sched in _load_stage(Path(a.dir)):
         rep = verify(tg, sched, get_target(sched.target))
+        ok &= rep.ok
+        if a.json:
+            results.append({"dir": str(bdir), **rep.to_dict()})
+            continue
         print(f"{bdir}: {'SAFE' if rep.ok else 'UNSAFE'}")
         print(rep.text())
-        ok &= rep.ok
+    if a.json:
+        print(json.dumps(results, indent=1))
     return 0 if ok else 1
 
 
 def cmd_inspect(a) -> int:
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError:
+        raise MkcError("mkc inspect draws with matplotlib, which is not installed; it is in mkc's plot extra: "
+                       "pip install 'mkc[plot]' (or pip install -e '.[plot]' in a checkout)") from None
     from mkc.schedule.inspect import gantt_png, perfetto_trace
 
     for bdir, tg, sched in _load_stage(Path(a.dir)):
@@ -157,12 +213,34 @@ def cmd_bench(a) -> int:
     return bench_cli(a)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Every subcommand takes --debug/-v too (after the command, where users type it)."""
+
+    def add_subparsers(self, **kw):
+        action = super().add_subparsers(**kw)
+        add = action.add_parser
+
+        def add_parser(name, **kw2):
+            sp = add(name, **kw2)
+            sp.add_argument("-v", "--verbose", "--debug", dest="debug", action="store_true", default=argparse.SUPPRESS,
+                            help="show the traceback of an error")
+            return sp
+
+        action.add_parser = add_parser
+        return action
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from mkc.version import __version__
+
+    p = _Parser(
         prog="mkc",
         description="mkc compiles a Hugging Face decoder LLM into one persistent GPU kernel per decode step, "
         "with a statically scheduled and statically verified task queue per SM.",
     )
+    p.add_argument("--version", action="version", version=f"mkc {__version__}")
+    p.add_argument("-v", "--verbose", "--debug", dest="debug", action="store_true", default=False,
+                   help="show the traceback of an error")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     _add_compile(sub)
     rr = sub.add_parser("rerun", help="re-run the later stages of a build from a saved intermediate",
@@ -170,20 +248,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "starting from the previous stage's saved output: lower <- graph.json, schedule <- tasks.json, "
                         "verify/codegen <- schedule.json.")
     rr.add_argument("dir", help="a batch directory of a build (holds graph.json, tasks.json, ...)")
-    rr.add_argument("--from", dest="from_stage", required=True, choices=RERUN_STAGES)
-    rr.add_argument("--target", default=None, help="target for --from lower (default: h200)")
+    rr.add_argument("--from", dest="from_stage", required=True, choices=RERUN_STAGES,
+                    help="the first stage to run again, from the saved output of the one before it")
+    rr.add_argument("--target", default=None,
+                    help="the build's target (the default; a rerun never retargets: compile again for another GPU)")
     rr.add_argument("--sync", choices=SYNC_MODES, default=None, help="sync mode (default: the build's)")
-    rr.add_argument("--method", choices=METHODS, default="cpsat")
-    rr.add_argument("--time-limit", type=float, default=10.0)
-    rr.add_argument("--calibration", default=None, metavar="FILE", help="cost-model calibration file (as for compile)")
-    rr.add_argument("-q", "--quiet", action="store_true")
-    sub.add_parser("models", help="list the bundled models", description="List registry models with size and layers.")
+    rr.add_argument("--method", choices=METHODS, default=None, help="scheduler (default: the build's)")
+    rr.add_argument("--time-limit", type=float, default=None, help="CP-SAT time budget in seconds (default: the build's)")
+    rr.add_argument("--calibration", default=None, metavar="FILE",
+                    help="cost-model calibration file (as for compile; default: the build's)")
+    rr.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    m = sub.add_parser("models", help="list the bundled models", description="List registry models with size and layers. "
+                       "Registry models have seeded random weights; a local Hugging Face folder brings its own.")
+    m.add_argument("--json", action="store_true", help="print the list as JSON")
     v = sub.add_parser("verify", help="statically verify a build's schedules, or run the mutation campaign",
                        description="Prove a schedule safe (exit 0) or name what is unsafe (exit 1). "
                        "With --mutants N, generate N mutated schedules and check the verifier against an oracle.")
     v.add_argument("dir", nargs="?", help="build directory (or one batch sub-directory)")
     v.add_argument("--mutants", type=int, default=0, help="run a mutation campaign of N mutants instead")
     v.add_argument("--seed", type=int, default=0, help="seed of the mutation campaign (default: 0)")
+    v.add_argument("--json", action="store_true", help="print each report as JSON (verify.json's format)")
     i = sub.add_parser("inspect", help="draw a build's schedule (Gantt PNG + Perfetto trace)",
                        description="Write schedule.png and schedule.trace.json next to each schedule.json.")
     i.add_argument("dir", help="build directory")
@@ -192,18 +276,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("dir", help="build directory from `mkc compile`")
     r.add_argument("--prompt-ids", default="1", help="comma-separated prompt token ids (default: 1)")
     r.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate (default: 32)")
-    r.add_argument("--weights", default=None, help="local HF directory with safetensors (default: seeded random weights)")
+    r.add_argument("--weights", default=None, metavar="DIR",
+                   help="local HF folder whose checkpoint to load (default: the build's model folder, as recorded "
+                        "in its manifest; a registry model's seeded random weights)")
+    r.add_argument("--random-weights", action="store_true",
+                   help="run a folder without a checkpoint on seeded random weights (otherwise it is refused)")
     r.add_argument("--trace", default=None, metavar="OUT.json",
                    help="build the kernel with the per-task device trace and write a Perfetto/Chrome trace of the "
                         "first traced steps (measured next to predicted), a Gantt PNG beside it and a summary")
     b = sub.add_parser("bench", help="benchmark mkc against eager, CUDA graph and torch.compile (GPU)",
                        description="Measure read bandwidth, then time mkc and PyTorch baselines per batch size in one run.")
-    b.add_argument("model", nargs="?", default=DEFAULT_MODEL)
-    b.add_argument("--batch", type=_batches, default=(1,))
-    b.add_argument("--target", default="h200")
+    b.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"as for compile (default: {DEFAULT_MODEL})")
+    b.add_argument("--batch", type=_batches, default=(1,), help="batch size(s), comma separated (default: 1)")
+    b.add_argument("--target", default="h200", help="the GPU the benchmark runs on (default: h200)")
     b.add_argument("--context", type=int, default=512, help="context length (cache position) timed at (default: 512)")
-    b.add_argument("--max-seq-len", type=int, default=1024)
-    b.add_argument("--iters", type=int, default=200)
+    b.add_argument("--max-seq-len", type=int, default=1024, help="KV cache length in tokens (default: 1024)")
+    b.add_argument("--iters", type=int, default=200, help="timed iterations per measurement (default: 200)")
     b.add_argument("--out", default="bench-out", help="directory for JSON, markdown and PNG results")
     return p
 
@@ -218,9 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     if not a.cmd:
         parser.print_help()
         return 2
+    debug = getattr(a, "debug", False)
     try:
         return COMMANDS[a.cmd](a)
     except MkcError as e:
+        if debug:
+            traceback.print_exc()
         print(f"mkc: error: {e}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:  # e.g. `mkc models | head`
@@ -229,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mkc: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - a bug in mkc: one line, the traceback on request
+        if debug:
+            traceback.print_exc()
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"mkc: internal error: {type(e).__name__}: {first}" +
+              ("" if debug else "\nrun with --debug for the traceback"), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

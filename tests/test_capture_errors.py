@@ -57,8 +57,15 @@ def test_vision_and_encoder_configs_are_rejected(kind):
 def test_unmappable_activation_names_op_module_and_line():
     from transformers import LlamaConfig
 
-    msg = _rejects(LlamaConfig(**SMALL, hidden_act="gelu"), "aten.gelu.default", "LlamaForCausalLM",
-                   "model.layers.0.mlp.act_fn", "GELUActivation", "activation l0.gate", "modeling_llama.py")
+    # check_config now refuses hidden_act "gelu" before export; the matcher behind it must still name the op
+    with pytest.raises(UnsupportedModelError) as e:
+        _match_bypassing_arch_check(LlamaConfig(**SMALL, hidden_act="gelu"))
+    msg = str(e.value)
+    for name in ("aten.gelu.default", "LlamaForCausalLM", "model.layers.0.mlp.act_fn", "GELUActivation",
+                 "activation l0.gate", "modeling_llama.py"):
+        assert name in msg, msg
+    assert SOURCE_LINE.search(msg), msg
+    assert "Supported architectures: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM" in msg
     assert "SiLU(gate)*up" in msg  # lists what mkc maps
 
 

@@ -15,7 +15,7 @@ from mkc.capture.registry import (DEFAULT_MODEL, MODELS_DIR, SUPPORTED_ARCHS, co
                                   read_config)
 from mkc.errors import UnknownNameError
 
-REAL = ["llama-3.2-1b", "llama-3.1-8b", "qwen3-0.6b", "qwen3-8b", "qwen2.5-1.5b", "mistral-7b-v0.3"]
+REAL = ["llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b", "qwen3-0.6b", "qwen3-8b", "qwen2.5-1.5b", "mistral-7b-v0.3"]
 TINY = ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"]
 
 
@@ -35,7 +35,7 @@ def test_registry_lists_real_and_tiny_models():
 
 
 @pytest.mark.parametrize("name,billions", [
-    ("llama-3.2-1b", 1.236), ("llama-3.1-8b", 8.030), ("qwen3-0.6b", 0.596), ("qwen3-8b", 8.191),
+    ("llama-3.2-1b", 1.236), ("llama-3.1-8b", 8.030), ("llama-3.1-70b", 70.554), ("qwen3-0.6b", 0.596), ("qwen3-8b", 8.191),
     ("qwen2.5-1.5b", 1.544), ("mistral-7b-v0.3", 7.248),
 ])
 def test_real_model_sizes(name, billions):

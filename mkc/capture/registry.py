@@ -73,9 +73,18 @@ class ModelSource:
 
     @property
     def weight_files(self) -> tuple[Path, ...]:
+        """The transformers checkpoint's files only (a consolidated.safetensors beside it is another copy)."""
         if self.registry or self.directory is None:
             return ()
-        return tuple(sorted(self.directory.glob("*.safetensors")))
+        from mkc.capture.checkpoint import find_checkpoint
+
+        return find_checkpoint(self.directory).files
+
+    @property
+    def shadows_registry(self) -> bool:
+        """A folder named like a bundled model: the folder was used, which a user may not expect."""
+        return not self.registry and self.directory is not None and \
+            self.name.lower() in {n.lower() for n in _registry_names()}
 
     @property
     def arch(self) -> str:
@@ -107,7 +116,10 @@ def read_config(model: Any) -> dict:
         return model.to_dict()
     text = os.fspath(model)
     names = {n.lower(): n for n in _registry_names()}
-    path = MODELS_DIR / names[text.lower()] if text.lower() in names else Path(text).expanduser()
+    local = Path(text).expanduser()
+    local_cfg = local / "config.json" if local.is_dir() else local
+    # the same precedence as resolve: an existing folder wins over a registry name
+    path = local if local_cfg.is_file() or text.lower() not in names else MODELS_DIR / names[text.lower()]
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
@@ -192,17 +204,18 @@ def resolve(model: Any = None) -> ModelSource:
         return model
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
+        path = Path(text).expanduser()
+        if path.is_file() and path.name == "config.json":
+            path = path.parent
+        # a folder the user downloaded wins over a bundled config of the same name: its weights are real
+        if path.is_dir() and (path / "config.json").is_file():
+            return ModelSource(str(path), _load_config(path), path.resolve())
         names = {n.lower(): n for n in _registry_names()}
         if text.lower() in names:
             name = names[text.lower()]
             return ModelSource(name, _load_config(MODELS_DIR / name), MODELS_DIR / name, registry=True)
-        path = Path(text).expanduser()
-        if path.is_file() and path.name == "config.json":
-            path = path.parent
         if path.is_dir():
-            if not (path / "config.json").is_file():
-                raise UnknownNameError(f"directory {path} has no config.json")
-            return ModelSource(str(path), _load_config(path), path.resolve())
+            raise UnknownNameError(f"directory {path} has no config.json")
         raise _unknown(text)
     from transformers import PretrainedConfig, PreTrainedModel
 

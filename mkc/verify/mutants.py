@@ -39,6 +39,7 @@ class Mutant:
     what: str
     tg: TaskGraph
     sched: Schedule
+    target: Target | None = None  # None: the base's target
 
 
 # ---- real schedules of tiny models ---------------------------------------------------------
@@ -401,6 +402,21 @@ def m_queue_entry(b: Base, rng: random.Random):
     return b.tg, _with_queues(b.sched, qs), what
 
 
+def m_memory(b: Base, rng: random.Random):
+    """The same build on a device whose memory is near what it needs, on either side and at the edge."""
+    from mkc.verify import memory
+
+    need = memory.need(b.tg, b.sched)["total"]
+    # the smallest device whose usable part (memory less 5 % and 1 GiB) holds the build
+    lo, hi = need, 2 * (need + memory.RESERVE_FIXED) + 64
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if memory.usable(dataclasses.replace(b.target, memory_bytes=mid)) < need else (lo, mid)
+    delta = rng.choice([0, -1, 1, -rng.randint(1, need), rng.randint(1, need)])
+    target = dataclasses.replace(b.target, memory_bytes=lo + delta)
+    return b.tg, b.sched, f"a {target.name} with {lo + delta} B of device memory ({delta:+d} from the least)", target
+
+
 DYNAMIC = ("drop_wait", "move_wait", "swap_queue", "requeue", "lower_trigger", "raise_threshold", "lower_threshold",
            "overlap_write", "skip_rearm", "drop_signal", "extra_signal", "shrink_poll", "grow_read")
 
@@ -438,6 +454,7 @@ MUTATORS: dict[str, Callable] = {
     "shrink_poll": m_shrink_poll,
     "grow_read": m_grow_read,
     "queue_entry": m_queue_entry,
+    "memory": m_memory,
     "compound": m_compound,
 }
 
@@ -446,8 +463,8 @@ def mutate(base: Base, kind: str, rng: random.Random) -> Mutant | None:
     got = MUTATORS[kind](base, rng)
     if got is None:
         return None
-    tg, sched, what = got
-    return Mutant(kind, f"{base.label}: {what}", tg, sched)
+    tg, sched, what, *target = got
+    return Mutant(kind, f"{base.label}: {what}", tg, sched, target[0] if target else None)
 
 
 # ---- the campaign --------------------------------------------------------------------------
@@ -543,9 +560,10 @@ def run_campaign(n: int, seed: int = 0, progress: Callable[[str], None] | None =
             continue
         made += 1
         t1 = time.perf_counter()
-        rep = verify(m.tg, m.sched, base.target)
+        target = m.target or base.target
+        rep = verify(m.tg, m.sched, target)
         t2 = time.perf_counter()
-        truth = judge(m.tg, m.sched, base.target, oracle_seeds, seed=seed + made)
+        truth = judge(m.tg, m.sched, target, oracle_seeds, seed=seed + made)
         t3 = time.perf_counter()
         out.verify_seconds += t2 - t1
         out.oracle_seconds += t3 - t2

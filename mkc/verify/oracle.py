@@ -29,7 +29,7 @@ cell written twice in one step. Caches start with the prompt at positions below 
 step s writes position ``prompt_len + s`` and reads ``[0, prompt_len + s]`` (``[0, prompt_len + s)`` for a
 read region ending at L - 1, ir.py).
 
-Resources (shared memory, residency, table sizes) have no dynamic behaviour here: they are judged
+Resources (shared memory, residency, table sizes, device memory) have no dynamic behaviour here: they are judged
 by ``resource_problems``, the documented resource model written out on its own.
 """
 
@@ -404,7 +404,38 @@ def resource_problems(tg: TaskGraph, sched: Schedule, target: Target) -> list[st
     fit = _resident_blocks(target, plan.threads, plan.regs_per_thread, plan.smem_bytes)
     if sched.num_workers > fit * target.sms:
         out.append(f"{sched.num_workers} workers > {fit} resident per SM x {target.sms}")
+    if target.memory_bytes:
+        held, have = _device_bytes(tg, sched), target.memory_bytes - (target.memory_bytes * 5 // 100 + 2**30)
+        if held > have:
+            out.append(f"the build needs {held} B of device memory > {have} B usable of {target.memory_bytes}")
     return out
+
+
+def _device_bytes(tg: TaskGraph, sched: Schedule) -> int:
+    """Everything the runtime allocates, by the documented footprint model: bf16 weights and caches,
+    32-bit activations (two parity copies of each polled one in nan mode), the per-position token ids,
+    and the tables bounded at 64 words a header, 4 a worker, 32 a task, 8 a wait, 2 a signal, 16 a
+    region, 2 an event, 16 B a pointer slot (16 global, 32 per layer) and 192 B a task of trace."""
+    width = {"weight": 2, "cache": 2, "act": 4, "output": 4, "const": 4}
+    twice = set()
+    if sched.sync == "nan":
+        for ev in tg.events:
+            twice.update(r.buffer for r in ev.regions)
+    total = 0
+    for buf in tg.buffers:
+        if buf.name == "ids" or buf.role not in width:
+            continue
+        cells = 1
+        for d in buf.shape:
+            cells *= d
+        total += cells * width[buf.role] * (2 if buf.name in twice and buf.role in ("act", "output") else 1)
+    d = dict(tg.dims)
+    total += 8 * d.get("L", 0) * d.get("B", tg.batch)
+    words = 64 + 4 * sched.num_workers + 2 * len(tg.events)
+    for task in tg.tasks:
+        words += 32 + 8 * len(task.waits) + 2 * len(task.signals) + 16 * len(task.writes)
+    words += 16 * sum(len(ev.regions) for ev in tg.events)
+    return total + 4 * words + 16 * (16 + 32 * d.get("n_layers", 0)) + 192 * len(tg.tasks)
 
 
 def _resident_blocks(target: Target, threads: int, regs: int, smem: int) -> int:

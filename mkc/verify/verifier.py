@@ -19,10 +19,11 @@ argument). Within a step a wait orders its task after:
 Happens-before is the transitive closure of those edges and queue order. It is computed as
 ancestor/descendant bitsets (Python ints) over the order in which the deadlock check's
 simulation of step 0 completes the tasks, so the race check asks one bitset question per pair of
-(writer, distinct box). The six checks are those of DESIGN.md "Static verification"; each
-diagnostic names tasks, events, workers and buffer regions. Warnings do not fail a check: they
-describe inconsistencies that are harmless in this schedule (e.g. a threshold below the trigger
-count whose waiter is ordered after every producer it reads through other paths).
+(writer, distinct box). The first six checks are those of DESIGN.md "Static verification"; the
+seventh, device memory, is the footprint model of mkc.verify.memory. Each diagnostic names tasks,
+events, workers and buffer regions. Warnings do not fail a check: they describe inconsistencies
+that are harmless in this schedule (e.g. a threshold below the trigger count whose waiter is
+ordered after every producer it reads through other paths).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ CHECKS = (
     ("smem", "shared memory"),
     ("nan", "NaN sentinel"),
     ("tables", "queue and table sizes"),
+    ("memory", "device memory"),
 )
 MAX_LISTED = 12  # diagnostics kept per check; the rest are counted
 CACHE_SEQ_DIM = 2  # caches are [B, nkv, L, hd]; the sequence position is decided at run time
@@ -66,6 +68,7 @@ class Check:
     skipped: bool = False
     more: int = 0  # errors beyond MAX_LISTED
     seconds: float = 0.0
+    figures: dict = field(default_factory=dict)  # numbers a report shows (the memory budget)
 
     @property
     def ok(self) -> bool:
@@ -129,7 +132,8 @@ class VerifyReport:
         return {"ok": self.ok, "verdict": self.verdict(), "seconds": round(self.seconds, 3),
                 "checks": [{"name": c.name, "title": c.title, "status": c.status, "summary": c.summary,
                             "errors": c.errors, "more_errors": c.more, "warnings": c.warnings,
-                            "seconds": round(c.seconds, 3)} for c in self.checks]}
+                            "seconds": round(c.seconds, 3), **({"figures": c.figures} if c.figures else {})}
+                           for c in self.checks]}
 
     def raise_if_unsafe(self) -> "VerifyReport":
         if not self.ok:
@@ -571,6 +575,8 @@ def verify(tg: TaskGraph, sched: Schedule, target: Target) -> VerifyReport:
     lap("smem")
     _nan_rules(a, checks["nan"], blamed if order is not None else set())
     lap("nan")
+    _memory(a, checks["memory"])
+    lap("memory")
     if not checks["events"].summary:
         checks["events"].summary = f"{len(tg.events)} events, thresholds {'unused (nan)' if a.nan else 'checked'}"
     return VerifyReport(list(checks.values()), sched.sync, len(tg.tasks), sched.num_workers, time.perf_counter() - t0)
@@ -692,6 +698,22 @@ def _smem(a: _Analysis, check: Check) -> None:
     if layout is not None:
         check.summary += (f"; kernel layout {layout.smem_bytes} B in {len(layout.regions)} regions, launched with "
                           f"{launched_smem(tg, plan, target)} B")
+
+
+def _memory(a: _Analysis, check: Check) -> None:
+    from mkc.verify import memory
+
+    parts = memory.need(a.tg, a.sched)
+    fig = memory.budget(parts, a.target)
+    check.figures = fig
+    if not a.target.memory_bytes:
+        check.summary = f"{memory.gb(parts['total'])} needed; {a.target.name} states no device memory, not checked"
+        return
+    if not fig["fits"]:
+        check.error(memory.explain(parts, a.target, a.tg.batch, dict(a.tg.dims).get("L", 0)))
+    check.summary = (f"{memory.gb(parts['total'])} (weights {memory.gb(parts['weights'])}, KV cache "
+                     f"{memory.gb(parts['kv_cache'])}, activations {memory.gb(parts['activations'])}, tables "
+                     f"{memory.gb(parts['tables'])}) of {memory.gb(fig['usable'])} usable on {a.target.name}")
 
 
 def _nan_rules(a: _Analysis, check: Check, blamed: set[int]) -> None:
