@@ -4,7 +4,8 @@
 #   MKC_BENCH="llama-3.2-1b:1,8,32 qwen3-8b:1,8" bash scripts/gpu_all.sh
 #   MKC_SKIP_TESTS=1 MKC_BENCH="qwen3-8b:1,8" bash scripts/gpu_all.sh
 #   MKC_AB="b1-atomic,b8-atomic" MKC_BASELINE=.baseline bash scripts/gpu_all.sh   # + scripts/gpu_bench.py variants
-#       run by an earlier tree (a copy of its mkc/ tests/ scripts/ models/) and by this one, in this call
+#       run by an earlier tree (a copy of its mkc/ tests/ scripts/ models/) and by this one, in this call;
+#       MKC_AB_EXTRA="b1-atomic-acq1,..." adds variants only this tree has
 #   MKC_PEER=.peer bash scripts/gpu_all.sh       # + the hand-written peer megakernel (shared/peers/hazy) in this call
 # Logs, JSON, markdown and charts go to $OUT (default /tmp/mkc-gpu).
 set -u
@@ -26,7 +27,8 @@ fi
 if [ -n "${MKC_AB:-}" ]; then   # the same gpu_bench variants, before (MKC_BASELINE) and after (this tree)
   for tree in ${MKC_BASELINE:-} .; do
     name=$( [ "$tree" = . ] && echo after || echo before )
-    (cd "$tree" && PYTHONPATH=$PWD:$PWD/tests:${PYTHONPATH#$PWD:} python3 scripts/gpu_bench.py --variants "$MKC_AB" \
+    variants=$( [ "$tree" = . ] && echo "$MKC_AB${MKC_AB_EXTRA:+,$MKC_AB_EXTRA}" || echo "$MKC_AB" )
+    (cd "$tree" && PYTHONPATH=$PWD:$PWD/tests:${PYTHONPATH#$PWD:} python3 scripts/gpu_bench.py --variants "$variants" \
         --report "$OUT/ab-$name.jsonl") > "$OUT/ab-$name.log" 2>&1 || status=1
     echo "== gpu_bench $name ==" && grep -A 40 "^benchmark" "$OUT/ab-$name.log"
   done
