@@ -56,10 +56,14 @@ import json, sys
 from pathlib import Path
 from codegen_fixtures import rr_schedule, shape_graph
 from mkc.codegen.render import CodegenOptions, generate
-try:
-    from mkc.target import get_target
-except ImportError:  # trees before mkc/target.py
+from pathlib import Path as _P
+
+import mkc
+
+if (_P(mkc.__file__).parent / "targets" / "spec.py").exists():  # trees before mkc/target.py
     from mkc.targets.spec import get_target
+else:
+    from mkc.target import get_target
 from mkc.taskgraph import lower
 
 out = Path(sys.argv[1])
