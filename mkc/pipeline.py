@@ -472,9 +472,9 @@ def rerun(bdir: str | Path, from_stage: str, opts: Options | None = None, log: S
     need = STAGES[_stage_index(from_stage)].input_file
     if not (bdir / need).exists():
         raise MkcError(f"{bdir} has no {need}: it is not a batch directory of an mkc build (e.g. build/x/b1)")
-    old = _read_json(bdir / "report.json") if (bdir / "report.json").exists() else {}
+    old = read_json(bdir / "report.json") if (bdir / "report.json").exists() else {}
     root = bdir.parent if (bdir.parent / "manifest.json").exists() else None
-    manifest = _read_json(root / "manifest.json") if root else {}
+    manifest = read_json(root / "manifest.json") if root else {}
     kept = dict(manifest.get("options") or {})
     built_for = build_target(bdir)
     if opts.target and get_target(opts.target).name != built_for.name:
@@ -526,7 +526,8 @@ def rerun(bdir: str | Path, from_stage: str, opts: Options | None = None, log: S
     return bdir
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
+    """A build file's JSON object, or one message saying the build is damaged."""
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -552,8 +553,8 @@ def _redraw(bdir: Path, b: Build, drawn: list[str], log: StageLog) -> None:
 
 def _refresh_build(root: Path, bdir: Path, b: Build, opts: Options) -> None:
     """The top-level report and the manifest's stages, options and file list after a re-run."""
-    manifest = _read_json(root / "manifest.json")
-    reports = _read_json(root / "report.json") if (root / "report.json").exists() else {}
+    manifest = read_json(root / "manifest.json")
+    reports = read_json(root / "report.json") if (root / "report.json").exists() else {}
     key = bdir.name[1:] if bdir.name[1:].isdigit() else bdir.name
     reports[key] = b.report
     (root / "report.json").write_text(json.dumps(reports, indent=1) + "\n")

@@ -7,16 +7,7 @@ import time
 from pathlib import Path
 
 from mkc.errors import MkcError
-
-
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise MkcError(f"cannot read {path}: {e} (a damaged build: compile it again)") from None
-    if not isinstance(data, dict):
-        raise MkcError(f"{path} is not a JSON object (a damaged build: compile it again)")
-    return data
+from mkc.pipeline import read_json
 
 
 def weights_source(manifest: dict, weights: str | None, random_weights: bool, say) -> str:
@@ -67,7 +58,7 @@ def check_free_memory(driver, bdirs: list[Path], say) -> None:
 
     need = 0
     for bdir in bdirs:
-        rep = _read(bdir / "report.json") if (bdir / "report.json").exists() else {}
+        rep = read_json(bdir / "report.json") if (bdir / "report.json").exists() else {}
         need = max(need, int((rep.get("memory") or {}).get("total") or 0))
     if not need:
         return
@@ -89,12 +80,12 @@ def run_cli(a) -> int:
     say = StageLog().notice
     root = Path(a.dir)
     if (root / "manifest.json").exists():
-        manifest = _read(root / "manifest.json")
+        manifest = read_json(root / "manifest.json")
         bdirs = [root / f"b{b}" for b in manifest["batches"]]
     elif (root / "schedule.json").exists():
         bdirs = [root]
         parent = root.parent / "manifest.json"
-        manifest = _read(parent) if parent.exists() else {"model": _read(root / "report.json")["model"]}
+        manifest = read_json(parent) if parent.exists() else {"model": read_json(root / "report.json")["model"]}
     else:
         raise MkcError(f"{root} is not an mkc build directory (no manifest.json or schedule.json)")
     model = manifest.get("model_path") or manifest["model"]

@@ -40,7 +40,7 @@ from mkc.backend import for_target
 from mkc.schedule.cost import plan_of, prefetch_bytes, stream_bytes
 from mkc.target import Target
 from mkc.taskgraph.ir import TaskGraph
-from mkc.taskgraph.kinds import GEMV_KINDS, STEP_END_KINDS, STEP_START_KINDS
+from mkc.taskgraph.kinds import STEP_END_KINDS, STEP_START_KINDS
 
 CHECKS = (
     ("events", "events and thresholds"),
