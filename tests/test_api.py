@@ -35,7 +35,7 @@ def test_compile_without_the_targets_gpu_fails_fast_and_clearly(tmp_path, target
     import time
 
     import mkc
-    from mkc.backend import BackendUnavailableError, for_target
+    from mkc.backend import BackendUnavailableError
     from mkc.target import get_target
 
     if not _no_gpu(get_target(target).vendor):
@@ -45,7 +45,7 @@ def test_compile_without_the_targets_gpu_fails_fast_and_clearly(tmp_path, target
         mkc.compile("qwen3-0.6b", target=target, out=tmp_path / "never")
     assert time.perf_counter() - t0 < 5.0
     assert not (tmp_path / "never").exists()
-    assert err.value.exit_code == 2 and for_target(get_target(target)).vendor == get_target(target).vendor
+    assert err.value.exit_code == 2
 
 
 def test_run_of_an_amd_build_without_an_amd_gpu_exits_2(tmp_path):

@@ -22,6 +22,7 @@ import jinja2
 import numpy as np
 
 from mkc.errors import IRCheckError, ScheduleError
+from mkc.schedule.cost import launched_smem
 from mkc.schedule.ir import Schedule
 from mkc.backend import for_target
 from mkc.target import Target, get_target
@@ -152,7 +153,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
                             f"{target.smem_per_block} {target.name} allows (batch {B}, K-chunk {KC})")
-    smem = min(max(needed, sched.plan.smem_bytes), target.smem_per_block)
+    smem = launched_smem(needed, sched.plan, target)
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,

@@ -108,6 +108,13 @@ def plan_of(tg: TaskGraph, target: Target) -> DevicePlan | None:
     return device_plan(dict(tg.dims), target) if "B" in dict(tg.dims) else None
 
 
+def launched_smem(layout_bytes: int, plan, target: Target) -> int:
+    """The dynamic shared memory the kernel is launched with: what its layout needs (the device
+    plan's ``smem_bytes``) or what the schedule's kernel plan budgets, whichever is larger, within
+    the block's limit. Codegen launches with it and the verifier proves residency with it."""
+    return min(max(layout_bytes, plan.smem_bytes), target.smem_per_block)
+
+
 def stream_bytes(tg: TaskGraph, target: Target) -> int:
     """Shared memory one GEMV task's weight stream holds (the plan's stages x stage bytes)."""
     plan = plan_of(tg, target)

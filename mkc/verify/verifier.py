@@ -37,7 +37,7 @@ from mkc.errors import VerificationError
 from mkc.verify.boxes import Box, BoxIndex, fmt_box, intersect, overlap, uncovered
 from mkc.schedule.ir import KernelPlan, Schedule
 from mkc.backend import for_target
-from mkc.schedule.cost import plan_of, prefetch_bytes, stream_bytes
+from mkc.schedule.cost import launched_smem, plan_of, prefetch_bytes, stream_bytes
 from mkc.target import Target
 from mkc.taskgraph.ir import TaskGraph
 from mkc.taskgraph.kinds import STEP_END_KINDS, STEP_START_KINDS
@@ -152,13 +152,6 @@ def blocks_per_sm(target: Target, plan: KernelPlan, smem_bytes: int | None = Non
     return limits.blocks_per_sm(target, plan.threads, plan.regs_per_thread, smem)
 
 
-def launched_smem(tg: TaskGraph, plan: KernelPlan, target: Target) -> int:
-    """The dynamic shared memory the kernel is launched with: its layout (the device plan) or what
-    the schedule budgets, whichever is larger (codegen.render.kernel_config does the same)."""
-    layout = plan_of(tg, target)
-    return min(max(layout.smem_bytes if layout is not None else 0, plan.smem_bytes), target.smem_per_block)
-
-
 # ---- the analysis --------------------------------------------------------------------------
 
 
@@ -230,6 +223,7 @@ class _Analysis:
         query = tuple((0, self.bufs[buffer].shape[d]) if cache and d == CACHE_SEQ_DIM else iv
                       for d, iv in enumerate(box))
         return uncovered(flat(box), [flat(self.writes[buffer][i][1]) for i in idx.query(query)])
+
 
 
 def _event_edges(a: _Analysis, ev_check: Check, nan_check: Check):
@@ -655,9 +649,14 @@ def _tables(a: _Analysis, check: Check) -> None:
                      f"/{plan.max_waits}, signals {max((len(t.signals) for t in tg.tasks), default=0)}/{plan.max_signals}")
 
 
+def _layout_bytes(tg: TaskGraph, target: Target) -> int:
+    layout = plan_of(tg, target)
+    return layout.smem_bytes if layout is not None else 0
+
+
 def _residency(a: _Analysis, check: Check) -> None:
     plan, target, W = a.sched.plan, a.target, a.sched.num_workers
-    smem = launched_smem(a.tg, plan, target)
+    smem = launched_smem(_layout_bytes(a.tg, target), plan, target)
     per_sm, limiter = blocks_per_sm(target, plan, smem)
     room = per_sm * target.sms
     if W > room:
@@ -697,7 +696,7 @@ def _smem(a: _Analysis, check: Check) -> None:
     check.summary = f"peak {worst} B of {plan.smem_bytes} B (task + next task's weight stages)"
     if layout is not None:
         check.summary += (f"; kernel layout {layout.smem_bytes} B in {len(layout.regions)} regions, launched with "
-                          f"{launched_smem(tg, plan, target)} B")
+                          f"{launched_smem(_layout_bytes(tg, target), plan, target)} B")
 
 
 def _memory(a: _Analysis, check: Check) -> None:

@@ -236,8 +236,9 @@ class HipKernel:
     hip: Any
 
     @property
-    def num_regs(self) -> int:  # clang reports VGPRs at build time; HIP's attribute query is not bound
-        return -1
+    def num_regs(self) -> int | None:
+        """Unknown here: clang reports VGPRs in its build log; HIP's attribute query is not bound."""
+        return None
 
     def max_blocks_per_sm(self, threads: int) -> int:
         return self.hip.max_blocks_per_cu(self.function, threads, self.smem_bytes)
