@@ -54,6 +54,7 @@ class Capabilities:
     bulk_prefetch: bool  # a copy-engine L2 prefetch
     trace_timer: bool  # a device-wide timer for the per-task trace
     async_copy: bool  # global -> shared copies without registers (cp.async)
+    bulk_copy: bool = False  # bulk asynchronous global -> shared copies completing on an mbarrier
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class LaunchLimits:
     def blocks_per_sm(self, target: Target, threads: int, regs: int, smem_bytes: int) -> tuple[int, str]:
         """Blocks of (threads, regs, smem) one SM holds at once, and what limits it."""
         raise NotImplementedError
+
+    def regs_for(self, threads: int) -> int:
+        """Registers per thread a kernel of ``threads`` per block (one block per SM) is compiled with."""
+        return self.regs_per_thread
 
 
 @dataclass(frozen=True)

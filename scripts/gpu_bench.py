@@ -82,6 +82,9 @@ VARIANTS = {
     "q8-b8-atomic-U6": ("qwen3-8b", 8, "atomic", "list", {"loads_in_flight": 6}),
     "q8-b8-atomic-U8": ("qwen3-8b", 8, "atomic", "list", {"loads_in_flight": 8}),
 }
+# the batch-1 kernels without the cross-task weight pipeline (weights through registers, as before it)
+VARIANTS.update({f"{v}-nopipe": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": False})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
 # relaxed counter polls and one acquire fence per wait (CodegenOptions.acquire_once, docs/sync.md)
 VARIANTS.update({f"{v}-acq1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "acquire_once": True})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "q8-b8-atomic")})

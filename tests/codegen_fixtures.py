@@ -38,14 +38,16 @@ def taskgraph(name: str, batch: int = 1, max_seq_len: int = 512, target: str | T
 
 
 def rr_schedule(tg, target: str | Target = "h200", sync: str = "atomic", workers: int | None = None,
-                threads: int = 256) -> Schedule:
+                threads: int | None = None) -> Schedule:
     target = get_target(target) if isinstance(target, str) else target
+    if threads is None:  # what the device plan launches (a producer warp beside 256 consumers at batch 1)
+        threads = tg.plan.launch_threads if tg.plan is not None and tg.target == target.name else 256
     W = min(workers or target.sms, target.sms)
     queues = [[] for _ in range(W)]
     for t in tg.tasks:
         queues[t.id % W].append(t.id)
     n = len(tg.tasks)
-    plan = KernelPlan(threads=threads, smem_bytes=0, regs_per_thread=255, max_queue_len=max(len(q) for q in queues),
+    plan = KernelPlan(threads=threads, smem_bytes=0, regs_per_thread=min(255, 65536 // threads // 8 * 8), max_queue_len=max(len(q) for q in queues),
                       max_waits=max(len(t.waits) for t in tg.tasks), max_signals=max(len(t.signals) for t in tg.tasks))
     return Schedule(target.name, tg.batch, sync, W, tuple(tuple(q) for q in queues), tuple([0.0] * n),
                     tuple([0.0] * n), tuple(e.triggers for e in tg.events), plan, "round_robin", 0.0, 0.0).check(n)

@@ -29,7 +29,12 @@ def llama_tg():
 def test_rendered_text_has_the_protocol(llama_tg, sync):
     src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg, "h200", sync), "h200")
     assert f"NAN_MODE = {'true' if sync == 'nan' else 'false'}" in src
-    assert "__launch_bounds__(256, 1)" in src and 'extern "C" __global__' in src
+    # batch 1 on sm_90a: 256 consumer threads and the weight pipeline's producer warp, whose copies
+    # complete on mbarriers; the consumers' barriers leave the producer out
+    assert "__launch_bounds__(288, 1)" in src and 'extern "C" __global__' in src
+    assert cfg.threads == 288 and cfg.consumer_threads == 256 and "#define MKC_BAR_THREADS 256" in src
+    assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in src
+    assert "mbarrier.try_wait.parity.shared::cta.b64" in src and "bar.sync 1, %0" in src
     assert "ld.acquire.gpu.global.u32" in src and "red.release.gpu.global.add.u32" in src
     assert "ld.relaxed.gpu.global.u32" in src and "st.relaxed.gpu.global.u32" in src
     assert "fence.acq_rel.gpu" in src and "__nanosleep" in src

@@ -27,7 +27,7 @@ from mkc.schedule.ir import Schedule
 from mkc.backend import for_target
 from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
-from mkc.taskgraph.plan import DevicePlan, PlanKnobs, device_plan
+from mkc.taskgraph.plan import PIPE_COLS, PIPE_ROWS, DevicePlan, PlanKnobs, device_plan
 from mkc.codegen import tables as T
 from mkc.codegen.source import inline
 
@@ -62,11 +62,14 @@ class CodegenOptions:
     # atomic waits poll their counters relaxed and each polling thread issues one acquire fence after
     # its last poll (docs/sync.md "Acquire once"), instead of an ld.acquire per poll
     acquire_once: bool = False
+    # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (batch 1
+    # on NVIDIA sm_90+), False: off (weights through registers, as before), True: required
+    pipe: bool | None = None
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
         return PlanKnobs(mma=self.mma, ring_stages=self.ring_stages, rows_per_warp=self.rows_per_warp,
-                         loads_in_flight=self.loads_in_flight, attn_chunk=self.attn_chunk)
+                         loads_in_flight=self.loads_in_flight, attn_chunk=self.attn_chunk, pipe=self.pipe)
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ class KernelConfig:
     target: str
     arch: str
     sync: str
-    threads: int
+    threads: int  # launched per block
+    consumer_threads: int  # of which run the tasks (the rest: the weight pipeline's producer warp)
     smem_bytes: int  # dynamic shared memory to launch with
     smem_needed: int  # what the layout uses (<= smem_bytes)
     num_workers: int
@@ -123,7 +127,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     V, L, NL, NTILES = d["V"], d["L"], d["n_layers"], d["n_lm_tiles"]
     NREP = NH // NKV
     ATT_SPLIT = d.get("attn_split", 1)  # attention tasks per (batch row, kv head): splits of the sequence
-    NT = sched.plan.threads
+    plan = plan_for(tg, target, o)
+    NT = plan.threads  # consumer threads; a producer warp (plan.producer_warps) comes on top
     dialect = dialect_for(target)
     WARP = dialect.warp_size
     problems = []
@@ -136,12 +141,16 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         problems.append(f"{NT} threads per block is not a multiple of {WARP} in [{4 * WARP}, 1024]")
     elif NT % (HD // 2):
         problems.append(f"{NT} threads per block is not a multiple of head_dim/2 = {HD // 2}")
+    # the consumers must be the schedule's; options may add or drop the producer warp (the runtime
+    # checks the residency of what it launches)
+    if sched.plan.threads not in (NT, NT + WARP):
+        problems.append(f"the schedule's kernel plan has {sched.plan.threads} threads per block, the device plan "
+                        f"{NT} consumers (+ {WARP} with the weight pipeline's producer): schedule the task graph again")
     if sched.num_workers > target.sms:
         problems.append(f"{sched.num_workers} workers but {target.name} has {target.sms} SMs: not all resident")
     if problems:
         raise IRCheckError("cannot generate the kernel: " + "; ".join(problems))
 
-    plan = plan_for(tg, target, o)
     if o.trace and not for_target(target).capabilities(target).trace_timer:
         raise ScheduleError(f"the per-task trace needs a device timer; mkc has none for {target.name} ({target.arch})")
     mma, ring = plan.mma, plan.ring
@@ -149,6 +158,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     ATT_CH = plan.attn_chunk
     off = plan.offsets()
     mma_consts = dict(KCB=plan.kcb, XST=plan.kcb + 32, RING=ring) if mma else {}
+    pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=PIPE_ROWS, PIPE_COLS=PIPE_COLS)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
@@ -160,9 +170,11 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
         ATT_SPLIT=ATT_SPLIT, POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), **mma_consts,
+        **pipe_consts,
     )
     return KernelConfig(
-        model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,
+        model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,
+        consumer_threads=NT, smem_bytes=smem,
         smem_needed=needed, num_workers=sched.num_workers, kernel_name=dialect.kernel_name,
         qk_norm=bool(d.get("qk_norm", 0)), qkv_bias=bool(d.get("qkv_bias", 0)), consts=tuple(consts.items()), B=B,
         mma_gemv=mma, trace=bool(o.trace), ring=ring,
@@ -183,12 +195,14 @@ def _environment() -> jinja2.Environment:
 # Constants only one GEMV path defines (kernel_config: the MMA path's K-chunk, staging stride and
 # ring). The other path's code still compiles (it is a discarded `if constexpr` branch), so the
 # names exist in every build.
-_PATH_CONSTS = ("KCB", "XST", "RING", "OFF_RING")
+_PATH_CONSTS = ("KCB", "XST", "RING", "OFF_RING", "OFF_PIPE", "OFF_MBAR")
 
 
 def _template_vars(cfg: KernelConfig, target: Target) -> dict:
     have = {k for k, _ in cfg.consts}
-    return dict(cfg=cfg, d=dialect_for(target), consts=cfg.consts, enums=T.enums(),
+    # a producer warp beside the consumers: their barriers count only them (the dialect keys on it)
+    macros = (("MKC_BAR_THREADS", cfg.consumer_threads),) if cfg.threads != cfg.consumer_threads else ()
+    return dict(cfg=cfg, d=dialect_for(target), consts=cfg.consts, enums=T.enums(), macros=macros,
                 fallbacks=tuple((k, 0) for k in _PATH_CONSTS if k not in have))
 
 

@@ -178,9 +178,9 @@ def kernel_plan(tg: TaskGraph, target: Target, queues: Sequence[Sequence[int]]) 
     limits = for_target(target).launch_limits(target)
     plan = plan_of(tg, target)
     return KernelPlan(
-        threads=plan.threads if plan is not None else limits.threads,
+        threads=plan.launch_threads if plan is not None else limits.threads,
         smem_bytes=min(smem, target.smem_per_block),
-        regs_per_thread=limits.regs_per_thread,
+        regs_per_thread=limits.regs_for(plan.launch_threads if plan is not None else limits.threads),
         max_queue_len=max((len(q) for q in queues), default=0),
         max_waits=max((len(t.waits) for t in tg.tasks), default=0),
         max_signals=max((len(t.signals) for t in tg.tasks), default=0),

@@ -25,6 +25,11 @@ from dataclasses import dataclass
 from mkc.errors import ScheduleError
 
 GEMV_MMA, GEMV_FMA = "mma", "fma"
+# A pipeline page: PIPE_ROWS weight rows (one per consumer warp) of PIPE_COLS bf16 columns, 16 KiB
+PIPE_ROWS, PIPE_COLS = 8, 1024
+PIPE_PAGE = PIPE_ROWS * PIPE_COLS * 2
+PIPE_MAX_SLOTS = 12
+PIPE_REGIONS = ("OFF_PIPE", "OFF_MBAR")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class PlanKnobs:
     rows_per_warp: int = 2  # G: weight rows a warp streams at once (FMA path)
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0: by batch size
     attn_chunk: int = 256  # positions per attention tile
+    pipe: bool | None = None  # the cross-task weight pipeline; None: where planned (batch 1, bulk copies)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,18 @@ class DevicePlan:
     stage_bytes: int
     regions: tuple[tuple[str, int, int], ...]  # (name, offset, bytes) of the shared-memory layout
     smem_bytes: int  # what the layout needs per block
+    # The cross-task weight pipeline (FMA path): a producer warp beside the ``threads`` consumers
+    # copies every GEMV task's weight rows, in queue order and across tasks and steps, into
+    # ``pipe_slots`` pages of ``PIPE_ROWS`` rows x ``PIPE_COLS`` columns (bulk asynchronous copies
+    # completing on one mbarrier per page); it waits only for free pages, never for events.
+    # 0: no pipeline (weights stream through registers).
+    pipe_slots: int = 0
+    producer_warps: int = 0  # warps beside the consumers (the pipeline's producer)
+
+    @property
+    def launch_threads(self) -> int:
+        """Threads a block is launched with: the consumers and the producer warp."""
+        return self.threads + self.producer_warps * self.warp
 
     @property
     def mma(self) -> bool:
@@ -72,8 +90,11 @@ class DevicePlan:
     def check(self, smem_per_block: int) -> list[str]:
         """Problems of the layout itself: regions of one group overlap, or it does not fit."""
         out = []
+        # the pipeline's pages and mbarriers are written by the producer while any task runs: they
+        # belong to both layouts
+        pipe = [r for r in self.regions if r[0] in PIPE_REGIONS]
         groups = {"gemv": [r for r in self.regions if not r[0].startswith(("OFF_A", "OFF_FLAG"))],
-                  "attention": [r for r in self.regions if r[0].startswith("OFF_A")]}
+                  "attention": [r for r in self.regions if r[0].startswith("OFF_A")] + pipe}
         for group, regs in groups.items():
             regs = sorted(regs, key=lambda r: r[1])
             for (na, oa, sa), (nb, ob, _) in zip(regs, regs[1:]):
@@ -148,6 +169,19 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         xs_bytes, part_n = 2 * B * (kcb + 32), NW * 16 * B
     else:
         xs_bytes, part_n = f * B * KC, NW * G * B
+    # The weight pipeline: batch 1 on the FMA path where the target has bulk copies and the block
+    # has one consumer warp per page row. The whole input is staged (one K-chunk), so a page is
+    # never waited for in the middle of a staging pass.
+    can_pipe = caps.bulk_copy and not mma and B == 1 and NW == PIPE_ROWS
+    if o.pipe and not can_pipe:
+        raise ScheduleError(f"the weight pipeline needs batch 1 on the FMA path with bulk asynchronous copies and "
+                            f"{PIPE_ROWS} consumer warps; {target.name} at batch {B} has "
+                            f"{'bulk copies' if caps.bulk_copy else 'no bulk copies'}, {NW} warps, "
+                            f"{'tensor-core' if mma else 'FMA'} GEMVs")
+    pipe_slots = 0
+    if can_pipe and o.pipe is not False:
+        KC = _align(k_max, 256)
+        xs_bytes = f * B * KC
     regions: list[tuple[str, int, int]] = []
     at = 0
     gemv = [("OFF_XS", xs_bytes), ("OFF_OUT", f * out_cap), ("OFF_PART", f * part_n), ("OFF_RS", f * B),
@@ -164,9 +198,24 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         regions.append((name, at, f * n))
         at = _align(at + f * n)
     flag = max(gemv_end, at)
+    if can_pipe and o.pipe is not False:
+        # pages and their mbarriers (full, empty) first, disjoint from both task layouts, in what
+        # the block's shared memory leaves (at most PIPE_MAX_SLOTS pages)
+        free = target.smem_per_block - flag - 16
+        pipe_slots = min(PIPE_MAX_SLOTS, free // (PIPE_PAGE + 16))
+        if pipe_slots >= 2:
+            base = _align(pipe_slots * PIPE_PAGE + 2 * 8 * pipe_slots)
+            regions = [("OFF_PIPE", 0, pipe_slots * PIPE_PAGE), ("OFF_MBAR", pipe_slots * PIPE_PAGE, 16 * pipe_slots)] + \
+                [(n, o_ + base, b_) for n, o_, b_ in regions]
+            flag += base
+        elif o.pipe:
+            raise ScheduleError(f"the weight pipeline needs 2 pages of {PIPE_PAGE} B; batch {B} leaves {free} B")
+        else:
+            pipe_slots = 0
     regions.append(("OFF_FLAG", flag, 16))
     return DevicePlan(
         threads=NT, warp=WARP, gemv=GEMV_MMA if mma else GEMV_FMA, ring=ring, kc=KC, kcb=kcb, rows_per_warp=G,
         loads_in_flight=U, batch_rows=min(B, 8), out_cap=out_cap, attn_split=split, attn_chunk=o.attn_chunk,
         stages=stage.stages, stage_bytes=stage.stage_bytes, regions=tuple(regions), smem_bytes=flag + 16,
+        pipe_slots=pipe_slots, producer_warps=1 if pipe_slots else 0,
     )

@@ -31,6 +31,12 @@ class NvidiaLimits(LaunchLimits):
         limiter = min(limits, key=lambda k: limits[k])
         return limits[limiter], limiter
 
+    def regs_for(self, threads: int) -> int:
+        """What ``__launch_bounds__(threads, 1)`` leaves: the register file over the block's warps,
+        in units of 8, at most 255 (256 threads: 255; 288: 224)."""
+        warps = -(-threads // 32)
+        return min(self.regs_per_thread, 65536 // (warps * 32) // 8 * 8)
+
 
 class NvidiaBackend(Backend):
     vendor = "nvidia"
@@ -39,7 +45,7 @@ class NvidiaBackend(Backend):
     def capabilities(self, target: Target) -> Capabilities:
         sm = sm_version(target.arch)
         return Capabilities(warp_size=32, mma_bf16=sm >= 80, bulk_prefetch=sm >= 90, trace_timer=True,
-                            async_copy=sm >= 80)
+                            async_copy=sm >= 80, bulk_copy=sm >= 90)
 
     def launch_limits(self, target: Target) -> LaunchLimits:
         return NvidiaLimits(threads=256, regs_per_thread=255)

@@ -14,6 +14,9 @@ struct Ctx {
   // TRACE: this task's [wait_start, start, end] in this step (nullptr: not traced). Present in every
   // build so the stamps are `if constexpr` code; untraced, nothing reads or writes it.
   unsigned long long* trace_rec;
+  // PIPE_SLOTS: weight pages this thread has consumed (the producer: issued) since the launch began;
+  // page n is slot n % PIPE_SLOTS in its (n / PIPE_SLOTS)-th use
+  mutable unsigned pipe_n;
 };
 
 struct Task {

@@ -10,11 +10,32 @@
 
 namespace mk {
 
+// The GEMV kinds of a task record: run_task and the weight pipeline's producer build the same ones.
+__device__ __forceinline__ QkvKind qkv_kind(const Ctx& c, const Task& t) {
+  const int l = t.layer;
+  return QkvKind{wptr(c, l, R_WQ), wptr(c, l, R_WK), wptr(c, l, R_WV), l, t.a0, t.a1, t.a2, t.a3, 2 * (t.a3 - t.a2), t.a0};
+}
+__device__ __forceinline__ ResidKind<NH * HD> oproj_kind(const Ctx& c, const Task& t) {
+  const int l = t.layer;
+  return ResidKind<NH * HD>{wptr(c, l, R_WO), x_in(c, l), lptr<float>(c, l, R_XA, c.par), t.a0, t.a1, t.a0};
+}
+__device__ __forceinline__ GateUpKind gateup_kind(const Ctx& c, const Task& t) {
+  const int l = t.layer;
+  return GateUpKind{wptr(c, l, R_WG), wptr(c, l, R_WU), lptr<float>(c, l, R_H, c.par), t.a0, t.a1, t.a0, 0};
+}
+__device__ __forceinline__ ResidKind<I> down_kind(const Ctx& c, const Task& t) {
+  const int l = t.layer;
+  return ResidKind<I>{wptr(c, l, R_WD), lptr<const float>(c, l, R_XA, c.par), lptr<float>(c, l, R_XM, c.par), t.a0, t.a1, t.a0};
+}
+__device__ __forceinline__ LmHeadKind lmhead_kind(const Ctx& c, const Task& t) {
+  return LmHeadKind{gptr<const unsigned short>(c, S_LM_HEAD, 0), gptr<float>(c, S_LOGITS, 0), t.a0, t.a1, t.a0};
+}
+
 __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
   float* best_v = smem_f(OFF_BEST);
   int* best_i = smem_i(OFF_BEST + 4 * B);
   if (mk_tid() < B) { best_v[mk_tid()] = -INFINITY; best_i[mk_tid()] = 0x7fffffff; }
-  LmHeadKind kd{gptr<const unsigned short>(c, S_LM_HEAD, 0), gptr<float>(c, S_LOGITS, 0), t.a0, t.a1, t.a0};
+  LmHeadKind kd = lmhead_kind(c, t);
   if (!gemv_task<H, true>(c, t, s_abort, kd, x_in(c, NL), gptr<const unsigned short>(c, S_FINAL_NORM, 0))) return false;
   if (mk_tid() < B) {
     const int b = mk_tid();
@@ -30,11 +51,11 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
   const int l = t.layer;
   switch (t.kind) {
     case K_QKV: {
-      QkvKind kd{wptr(c, l, R_WQ), wptr(c, l, R_WK), wptr(c, l, R_WV), l, t.a0, t.a1, t.a2, t.a3, 2 * (t.a3 - t.a2), t.a0};
+      QkvKind kd = qkv_kind(c, t);
       return gemv_task<H, true>(c, t, s_abort, kd, x_in(c, l), wptr(c, l, R_IN_NORM));
     }
     case K_OPROJ: {
-      ResidKind<NH * HD> kd{wptr(c, l, R_WO), x_in(c, l), lptr<float>(c, l, R_XA, c.par), t.a0, t.a1, t.a0};
+      ResidKind<NH * HD> kd = oproj_kind(c, t);
       if constexpr (ATT_SPLIT > 1)
         return gemv_task<NH * HD, false, ResidKind<NH * HD>, true>(c, t, s_abort, kd, lptr<const float>(c, l, R_AO, c.par),
                                                                   nullptr, lptr<const float>(c, l, R_ALSE, c.par));
@@ -42,11 +63,11 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
         return gemv_task<NH * HD, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_ATTN, c.par), nullptr);
     }
     case K_GATEUP: {
-      GateUpKind kd{wptr(c, l, R_WG), wptr(c, l, R_WU), lptr<float>(c, l, R_H, c.par), t.a0, t.a1, t.a0, 0};
+      GateUpKind kd = gateup_kind(c, t);
       return gemv_task<H, true>(c, t, s_abort, kd, lptr<const float>(c, l, R_XA, c.par), wptr(c, l, R_POST_NORM));
     }
     case K_DOWN: {
-      ResidKind<I> kd{wptr(c, l, R_WD), lptr<const float>(c, l, R_XA, c.par), lptr<float>(c, l, R_XM, c.par), t.a0, t.a1, t.a0};
+      ResidKind<I> kd = down_kind(c, t);
       return gemv_task<I, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_H, c.par), nullptr);
     }
     case K_LMHEAD: return task_lmhead(c, t, s_abort);
@@ -61,5 +82,33 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
   }
   return true;
 }
+
+#if MKC_HAS_BULK_COPY
+// The weight pipeline's producer warp (pipe.cuh): every GEMV task of the worker's queue, step after
+// step, in the order the consumers run them. It returns when the block aborts.
+__device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len, int step0, int nsteps, int* s_abort) {
+  Ctx c = c0;
+  volatile int* abort_flag = s_abort;
+  const unsigned long long policy = mk_policy_stream();
+  for (int s = step0; s < step0 + nsteps; ++s) {
+    c.step = s;
+    c.pos = c0.pos + (s - step0);
+    c.par = NAN_MODE ? (s & 1) : 0;
+    for (int i = 0; i < len; ++i) {
+      const Task t = load_task(recs + (first + i) * T_SIZE);
+      bool ok = true;
+      switch (t.kind) {
+        case K_QKV: { QkvKind kd = qkv_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
+        case K_OPROJ: { ResidKind<NH * HD> kd = oproj_kind(c, t); ok = pipe_issue<NH * HD>(c, kd, policy, abort_flag); break; }
+        case K_GATEUP: { GateUpKind kd = gateup_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
+        case K_DOWN: { ResidKind<I> kd = down_kind(c, t); ok = pipe_issue<I>(c, kd, policy, abort_flag); break; }
+        case K_LMHEAD: { LmHeadKind kd = lmhead_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
+        default: break;
+      }
+      if (!ok) return;
+    }
+  }
+}
+#endif
 
 }  // namespace mk

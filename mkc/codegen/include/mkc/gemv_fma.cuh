@@ -5,6 +5,7 @@
 #include "mkc/common.cuh"
 #include "mkc/sync.cuh"
 #include "mkc/gemv_common.cuh"
+#include "mkc/pipe.cuh"
 
 namespace mk {
 
@@ -202,5 +203,35 @@ __device__ __forceinline__ bool gemv_task_fma(const Ctx& c, const Task& t, int* 
   }
   return true;
 }
+
+#if MKC_HAS_BULK_COPY
+// A GEMV task whose weights come through the weight pipeline (pipe.cuh, batch 1): the whole input
+// staged once after the wait, then each row block's pages as the producer fills them.
+template <int K, bool NORM, class Kind, bool COMB>
+__device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
+                                               const unsigned short* nw, const float* lse) {
+  static_assert(B == 1 && K <= KC, "the weight pipeline stages the whole input of one batch row");
+  float* xs = smem_f(OFF_XS);
+  float* out = smem_f(OFF_OUT);
+  float* rs = smem_f(OFF_RS);
+  float* ssp = smem_f(OFF_SSP);
+  if (!wait_task(c, t, s_abort)) return false;
+  if constexpr (NORM) {
+    for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
+    mk_barrier();
+  }
+  attn_weights<COMB>(lse);
+  stage_x<K, K, NORM, COMB>(x, 0, K, nw, xs, ssp, true);
+  mk_barrier();
+  const int nblk = kd.blocks();
+  for (int blk = 0; blk < nblk; ++blk) {
+    const int nr = kd.begin(blk);
+    pipe_rows<K>(c, nr, xs, out);
+    mk_barrier();
+    gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
+  }
+  return true;
+}
+#endif
 
 }  // namespace mk

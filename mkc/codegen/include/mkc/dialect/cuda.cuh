@@ -29,7 +29,15 @@ __device__ __forceinline__ float mk_bits_f32(unsigned u) { return __uint_as_floa
 __device__ __forceinline__ float mk_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 __device__ __forceinline__ int mk_shfl_xor_i(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 __device__ __forceinline__ float mk_shfl(float v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+#ifdef MKC_BAR_THREADS
+// a producer warp runs beside the block's MKC_BAR_THREADS consumer threads: their barrier is a
+// named one that counts only them (barrier 0, __syncthreads, is the whole block's)
+__device__ __forceinline__ void mk_barrier() { asm volatile("bar.sync 1, %0;" :: "n"(MKC_BAR_THREADS) : "memory"); }
+#else
 __device__ __forceinline__ void mk_barrier() { __syncthreads(); }
+#endif
+__device__ __forceinline__ void mk_barrier_all() { __syncthreads(); }
+__device__ __forceinline__ void mk_syncwarp() { __syncwarp(); }
 __device__ __forceinline__ int mk_tid() { return (int)threadIdx.x; }
 __device__ __forceinline__ int mk_worker() { return (int)blockIdx.x; }
 __device__ __forceinline__ void mk_sleep(unsigned ns) { __nanosleep(ns); }
@@ -101,6 +109,50 @@ __device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, in
   for (unsigned off = 128u * (unsigned)tid; off < bytes; off += 128u * (unsigned)nthreads)
     asm volatile("prefetch.global.L2 [%0];" :: "l"(c + off));
 }
+#endif
+
+#if MKC_SM >= 90
+// ---- the weight pipeline (mkc/pipe.cuh): mbarriers and bulk asynchronous copies (PTX ISA 8.0, sm_90) ----
+#define MKC_HAS_BULK_COPY 1
+__device__ __forceinline__ unsigned mk_smem_addr(const void* p) {
+  unsigned a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+__device__ __forceinline__ void mk_mbar_init(void* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(mk_smem_addr(bar)), "r"(count) : "memory");
+}
+// the initialised mbarriers visible to the async proxy (the bulk copies complete on them)
+__device__ __forceinline__ void mk_mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+// one arrival that also expects `bytes` of transactions (the copies of this phase)
+__device__ __forceinline__ void mk_mbar_arrive_tx(void* bar, unsigned bytes) {
+  asm volatile("{ .reg .b64 s; mbarrier.arrive.expect_tx.shared::cta.b64 s, [%0], %1; }"
+               :: "r"(mk_smem_addr(bar)), "r"(bytes) : "memory");
+}
+// one arrival (release: this thread's reads of the page are done before the producer reuses it)
+__device__ __forceinline__ void mk_mbar_arrive(void* bar) {
+  asm volatile("{ .reg .b64 s; mbarrier.arrive.shared::cta.b64 s, [%0]; }" :: "r"(mk_smem_addr(bar)) : "memory");
+}
+// has the phase of parity `parity` completed? (acquire: the page's bytes are visible after true)
+__device__ __forceinline__ bool mk_mbar_test(void* bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(ok) : "r"(mk_smem_addr(bar)), "r"(parity) : "memory");
+  return ok != 0u;
+}
+// an L2 policy for data read once: weight streams should not push activations out of L2
+__device__ __forceinline__ unsigned long long mk_policy_stream() {
+  unsigned long long p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+// [src, src + bytes) -> shared dst, completing `bytes` of transactions on the mbarrier (16-byte aligned, multiple of 16)
+__device__ __forceinline__ void mk_bulk_copy(void* dst, const void* src, unsigned bytes, void* bar, unsigned long long policy) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+               :: "r"(mk_smem_addr(dst)), "l"(src), "r"(bytes), "r"(mk_smem_addr(bar)), "l"(policy) : "memory");
+}
+#else
+#define MKC_HAS_BULK_COPY 0
 #endif
 
 // Tensor-core GEMV helpers (sm_80+): gemv_mma.cuh is compiled only where MKC_HAS_MMA_BF16 is 1.

@@ -36,6 +36,9 @@ __device__ __forceinline__ void mk_barrier() {
   __builtin_amdgcn_s_barrier();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
+// the whole block (a HIP kernel has no producer warp: the same barrier)
+__device__ __forceinline__ void mk_barrier_all() { mk_barrier(); }
+#define MKC_HAS_BULK_COPY 0
 __device__ __forceinline__ int mk_tid() { return (int)__builtin_amdgcn_workitem_id_x(); }
 __device__ __forceinline__ int mk_worker() { return (int)__builtin_amdgcn_workgroup_id_x(); }
 // s_sleep N waits about 64*N clocks (~32*N ns at 2.1 GHz); N must be an immediate

@@ -1,0 +1,96 @@
+// The cross-task weight pipeline (DevicePlan.pipe_slots; batch 1, FMA path, bulk copies).
+//
+// A producer warp beside the NT consumer threads walks the worker's queue, step after step, and
+// copies the weight rows of every GEMV task into PIPE_SLOTS pages of shared memory: a page holds
+// PIPE_ROWS rows (one per consumer warp) of PIPE_COLS columns, each row one bulk asynchronous copy
+// completing on the page's `full` mbarrier. Weights never depend on anything, so the producer
+// waits only for a free page (its `empty` mbarrier, one arrival per consumer warp), never for an
+// event: while a task waits for its inputs, and while it runs its epilogue and signals, the next
+// pages keep streaming. Consumers take the pages in the same order: a GEMV task's rows in groups
+// of PIPE_ROWS, each group's K-slices of PIPE_COLS in order (so a warp sums one row's slices in
+// registers). Both sides count pages in Ctx::pipe_n; page n is slot n % PIPE_NS, in its
+// (n / PIPE_NS)-th use, whose phase parity is that use's parity.
+#pragma once
+#include "mkc/common.cuh"
+
+namespace mk {
+
+#if MKC_HAS_BULK_COPY
+// slots of the ring (1 where a build has no pipeline: its code is compiled, never run)
+constexpr int PIPE_NS = PIPE_SLOTS > 0 ? PIPE_SLOTS : 1;
+__device__ __forceinline__ unsigned char* pipe_page(int slot) { return mk_smem + OFF_PIPE + slot * PIPE_ROWS * PIPE_COLS * 2; }
+__device__ __forceinline__ void* pipe_full(int slot) { return mk_smem + OFF_MBAR + 8 * slot; }
+__device__ __forceinline__ void* pipe_empty(int slot) { return mk_smem + OFF_MBAR + 8 * (PIPE_NS + slot); }
+
+// one thread, before the block's first barrier
+__device__ void pipe_init() {
+  for (int s = 0; s < PIPE_NS; ++s) {
+    mk_mbar_init(pipe_full(s), 1u);        // the producer's arrival (with the page's bytes)
+    mk_mbar_init(pipe_empty(s), (unsigned)NW);  // one arrival per consumer warp
+  }
+  mk_mbar_init_fence();
+}
+
+// The producer's side of one GEMV task: kd's rows (Kind: blocks/begin/row as kinds.cuh), K columns
+// each. False when the block aborted (the consumers will not free pages any more).
+template <int K, class Kind>
+__device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, volatile int* s_abort) {
+  constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
+  const int lane = lane_id();
+  const int nblk = kd.blocks();
+  for (int blk = 0; blk < nblk; ++blk) {
+    const int nr = kd.begin(blk);
+    for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
+      const int rows = min(PIPE_ROWS, nr - r0);
+      for (int sl = 0; sl < NSL; ++sl) {
+        const unsigned n = c.pipe_n++;
+        const int slot = (int)(n % PIPE_NS);
+        const unsigned use = n / PIPE_NS;
+        if (use > 0) {
+          // the consumers' release of this slot's previous use
+          while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u))
+            if (*s_abort) return false;
+        }
+        const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
+        if (lane == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(rows * kw * 2));
+        mk_syncwarp();
+        if (lane < rows)
+          mk_bulk_copy(pipe_page(slot) + lane * PIPE_COLS * 2, kd.row(r0 + lane) + sl * PIPE_COLS, (unsigned)(kw * 2),
+                       pipe_full(slot), policy);
+      }
+    }
+  }
+  return true;
+}
+
+// The consumers' side: out[j] = <row j, xs> for the nr rows of the current block (B = 1), in
+// the producer's page order; warp w takes row w of every page.
+template <int K>
+__device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs, float* out) {
+  constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
+  const int lane = lane_id(), w = warp_id();
+  for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
+    float acc = 0.f;
+    const bool mine = r0 + w < nr;
+    for (int sl = 0; sl < NSL; ++sl) {
+      const unsigned n = c.pipe_n++;
+      const int slot = (int)(n % PIPE_NS);
+      while (!mk_mbar_test(pipe_full(slot), (n / PIPE_NS) & 1u)) {
+      }
+      if (mine) {
+        const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
+        const uint4* wp = reinterpret_cast<const uint4*>(pipe_page(slot) + w * PIPE_COLS * 2);
+        const float4* xp = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS);
+#pragma unroll 4
+        for (int s = lane; s < kw / 8; s += WARP) acc = dot8(wp[s], xp[2 * s], xp[2 * s + 1], acc);
+      }
+      mk_syncwarp();
+      if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
+    }
+    acc = warp_sum(acc);
+    if (lane == 0 && mine) out[r0 + w] = acc;
+  }
+}
+#endif
+
+}  // namespace mk
