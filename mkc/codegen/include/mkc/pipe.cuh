@@ -22,6 +22,21 @@ __device__ __forceinline__ unsigned char* pipe_page(int slot) { return mk_smem +
 __device__ __forceinline__ void* pipe_full(int slot) { return mk_smem + OFF_MBAR + 8 * slot; }
 __device__ __forceinline__ void* pipe_empty(int slot) { return mk_smem + OFF_MBAR + 8 * (PIPE_NS + slot); }
 
+// A page that never fills or frees is a bug in mkc (both sides walk the same tasks), never a slow
+// producer elsewhere: after PIPE_TIMEOUT_NS the block raises the abort flag and traps, so the
+// launch fails with an error instead of hanging the GPU.
+constexpr unsigned long long PIPE_TIMEOUT_NS = 2000000000ull;
+__device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned parity) {
+  if (mk_mbar_test(bar, parity)) return;
+  const unsigned long long t0 = mk_globaltimer();
+  while (!mk_mbar_test(bar, parity)) {
+    if (mk_globaltimer() - t0 > PIPE_TIMEOUT_NS) {
+      mk_st_relaxed(c.ws + WS_ABORT, 1u);
+      mk_trap();
+    }
+  }
+}
+
 // one thread, before the block's first barrier
 __device__ void pipe_init() {
   for (int s = 0; s < PIPE_NS; ++s) {
@@ -48,8 +63,12 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
         const unsigned use = n / PIPE_NS;
         if (use > 0) {
           // the consumers' release of this slot's previous use
-          while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u))
+          // (the consumers stop freeing pages only when the block aborts)
+          const unsigned long long t0 = mk_globaltimer();
+          while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u)) {
             if (*s_abort) return false;
+            if (mk_globaltimer() - t0 > 4 * PIPE_TIMEOUT_NS) { mk_st_relaxed(c.ws + WS_ABORT, 1u); mk_trap(); }
+          }
         }
         const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
         if (lane == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(rows * kw * 2));
@@ -75,8 +94,7 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
     for (int sl = 0; sl < NSL; ++sl) {
       const unsigned n = c.pipe_n++;
       const int slot = (int)(n % PIPE_NS);
-      while (!mk_mbar_test(pipe_full(slot), (n / PIPE_NS) & 1u)) {
-      }
+      pipe_wait(c, pipe_full(slot), (n / PIPE_NS) & 1u);
       if (mine) {
         const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
         const uint4* wp = reinterpret_cast<const uint4*>(pipe_page(slot) + w * PIPE_COLS * 2);

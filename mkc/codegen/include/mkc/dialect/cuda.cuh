@@ -38,6 +38,7 @@ __device__ __forceinline__ void mk_barrier() { __syncthreads(); }
 #endif
 __device__ __forceinline__ void mk_barrier_all() { __syncthreads(); }
 __device__ __forceinline__ void mk_syncwarp() { __syncwarp(); }
+__device__ __forceinline__ void mk_trap() { __trap(); }
 __device__ __forceinline__ int mk_tid() { return (int)threadIdx.x; }
 __device__ __forceinline__ int mk_worker() { return (int)blockIdx.x; }
 __device__ __forceinline__ void mk_sleep(unsigned ns) { __nanosleep(ns); }
