@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 from mkc.backend import cache_dir, for_target
+from mkc.generation import generation_config_of, pick_batch  # noqa: F401 - pick_batch: part of the API
 from mkc.pipeline import Options, StageLog, build_target, compile_model
 from mkc.target import get_target
 
@@ -97,32 +98,6 @@ def batch_dir(build_dir: str | Path, batch_size: int) -> Path:
 def compiled_batches(build_dir: str | Path) -> list[int]:
     root = Path(build_dir)
     return sorted(int(p.name[1:]) for p in root.glob("b*") if p.name[1:].isdigit() and (p / "schedule.json").exists())
-
-
-def pick_batch(have: list[int], rows: int) -> int:
-    """The smallest compiled batch that holds ``rows`` rows (the rest of the batch is padding)."""
-    from mkc.errors import MkcError
-
-    if rows < 1:
-        raise MkcError("no rows given: pass at least one prompt")
-    fits = [b for b in sorted(have) if b >= rows]
-    if not fits:
-        raise MkcError(f"{rows} rows do not fit: the largest compiled batch is {max(have)} (batches "
-                       f"{', '.join(map(str, sorted(have)))}); pass at most {max(have)} rows, or compile with "
-                       f"--batch {','.join(map(str, sorted(set(have) | {rows})))}")
-    return fits[0]
-
-
-def generation_config_of(model_dir) -> object | None:
-    """The folder's generation_config.json as a transformers GenerationConfig (stop tokens, pad token)."""
-    if model_dir is None or not (Path(model_dir) / "generation_config.json").is_file():
-        return None
-    from transformers import GenerationConfig
-
-    try:
-        return GenerationConfig.from_pretrained(str(model_dir), local_files_only=True)
-    except Exception:  # noqa: BLE001 - a broken generation_config.json only loses the defaults it holds
-        return None
 
 
 def build_model_dir(build_dir: str | Path) -> Path | None:

@@ -12,6 +12,7 @@ through a batched torch prefill that writes the KV cache (``mkc.prefill``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 from mkc.errors import MkcError
@@ -111,6 +112,34 @@ def resolve_args(prompt_len: int, *, generation_config=None, model_config=None, 
     eos = eos_list(gc.eos_token_id)
     pad = gc.pad_token_id if gc.pad_token_id is not None else (eos[0] if eos else None)
     return GenerationArgs(n, sampling, eos, None if pad is None else int(pad))
+
+
+# ---- a model folder's defaults, batch buckets -------------------------------------------------------
+def pick_batch(have: list[int], rows: int) -> int:
+    """The smallest compiled batch that holds ``rows`` rows (the rest of the batch is padding)."""
+    if rows < 1:
+        raise MkcError("no rows given: pass at least one prompt")
+    fits = [b for b in sorted(have) if b >= rows]
+    if not fits:
+        raise MkcError(f"{rows} rows do not fit: the largest compiled batch is {max(have)} (batches "
+                       f"{', '.join(map(str, sorted(have)))}); pass at most {max(have)} rows, or compile with "
+                       f"--batch {','.join(map(str, sorted(set(have) | {rows})))}")
+    return fits[0]
+
+
+def generation_config_of(model_dir) -> object | None:
+    """A model folder's generation defaults as a transformers GenerationConfig: its
+    generation_config.json, else what its config.json says (eos/bos/pad ids); None without a folder."""
+    if model_dir is None or not (Path(model_dir) / "config.json").is_file():
+        return None
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        if (Path(model_dir) / "generation_config.json").is_file():
+            return GenerationConfig.from_pretrained(str(model_dir), local_files_only=True)
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(model_dir), local_files_only=True))
+    except Exception:  # noqa: BLE001 - a broken file only loses the defaults it holds (generate still runs)
+        return None
 
 
 # ---- rows ----------------------------------------------------------------------------------------
