@@ -124,7 +124,10 @@ class Buckets:
             from mkc.errors import MkcError
 
             raise MkcError(f"{self.root} holds no compiled batch sizes (no b*/schedule.json); run `mkc compile` first")
-        self.weights, self.device = weights, device
+        backend = for_target(build_target(self.root / f"b{self.batches[0]}"))
+        backend.check_runtime(device)
+        # on the device once: every batch's kernel then adopts the same tensors (no copy per batch)
+        self.weights, self.device = _on_device(weights, backend, device), device
         self.generation_config = generation_config_of(build_model_dir(self.root))
         self.loaded: dict[int, object] = {}
 

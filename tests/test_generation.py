@@ -163,6 +163,9 @@ def test_buckets_load_each_batch_once_and_pad(tmp_path, monkeypatch):
         return FakeMk(B=b)
 
     monkeypatch.setattr(api, "load", fake_load)
+    monkeypatch.setattr(api, "build_target", lambda bdir: "h200")  # no GPU here: a backend that runs anywhere
+    monkeypatch.setattr(api, "for_target", lambda t: types.SimpleNamespace(check_runtime=lambda device=None: None,
+                                                                         torch_device=lambda device=None: None))
     model = api.Buckets(tmp_path, weights={})
     assert model.batches == [1, 2, 4]
     out = model.generate([[1, 2], [3, 4], [5, 6]], max_new_tokens=2)

@@ -149,3 +149,43 @@ def test_run_refuses_what_it_cannot_do_in_one_line(registry_build, argv, needles
     assert "Traceback" not in r.stderr
     for n in needles:
         assert n in r.stderr, r.stderr
+
+
+@pytest.fixture(scope="module")
+def text_build(tmp_path_factory):
+    """A save_pretrained folder (tiny Llama, the vocabulary of the test tokenizer) with its tokenizer."""
+    import torch
+    import transformers
+
+    d = save_tokenizer(tmp_path_factory.mktemp("dl") / "llama-text")
+    tok = transformers.AutoTokenizer.from_pretrained(d, local_files_only=True)
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                   eos_token_id=tok.eos_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(d)
+    out = tmp_path_factory.mktemp("tb") / "build"
+    r = mkc("compile", str(d), "--max-seq-len", "32", "--stop-after", "verify", "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    return d, out
+
+
+def test_text_prompts_of_a_folder_with_a_tokenizer_get_as_far_as_the_gpu(text_build):
+    """Encoding, the chat template and the folder's stop token all pass on the CPU; only the GPU is missing."""
+    from mkc.generation import generation_config_of, resolve_args
+
+    d, out = text_build
+    assert resolve_args(3, model_config=generation_config_of(d)).eos == (0,)  # the folder's EOS
+    r = mkc("run", str(out), "--prompt", "hello café", "--chat", "--max-new-tokens", "8")
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        has_gpu = False
+    if has_gpu:
+        assert r.returncode == 0, r.stderr
+    else:
+        assert r.returncode == 2 and "NVIDIA GPU" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = mkc("run", str(out), "--prompt", "x", "--temperature", "0.5", "--greedy")
+    assert r.returncode == 2 and "--do-sample" in r.stderr
