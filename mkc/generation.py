@@ -301,7 +301,11 @@ def generate(mk, input_ids, attention_mask=None, max_new_tokens=None, do_sample=
     if unknown:
         raise MkcError(f"generate() does not take {', '.join(sorted(unknown))}; it takes input_ids and "
                        f"{', '.join(GENERATE_ARGS)}")
-    ids = torch.as_tensor(input_ids)
+    try:
+        ids = torch.as_tensor(input_ids)
+    except (ValueError, TypeError):
+        raise MkcError("input_ids must be a [batch, length] tensor; rows of different lengths go LEFT-padded with "
+                       "an attention_mask (tokenizer(..., padding=True) with padding_side='left')") from None
     ids2 = ids[None] if ids.dim() == 1 else ids
     rows = strip_left_padding(ids2, attention_mask)
     args = resolve_args(ids2.shape[1], generation_config=generation_config,

@@ -127,6 +127,8 @@ def test_generate_uses_the_models_stop_token_and_refuses_unknown_arguments():
 
     mk = FakeMk(B=1, generation_config=GenerationConfig(eos_token_id=4))
     assert mk.generate([[1, 2]], max_new_tokens=5).tolist() == [[1, 2, 3, 4]]
+    with pytest.raises(MkcError, match="LEFT-padded"):
+        mk.generate([[1, 2], [3]], max_new_tokens=2)
     with pytest.raises(MkcError, match="num_beams"):
         mk.generate([[1, 2]], max_new_tokens=5, num_beams=4)
 
