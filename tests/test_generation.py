@@ -313,3 +313,44 @@ def test_torch_prefill_cache_matches_the_reference_executor(name, one_torch_thre
             assert got.dtype == torch.bfloat16 and got.shape == ref.shape
             rel = float((got.float() - ref).norm() / ref.norm())
             assert rel < 2e-2, f"{name} layer {layer}: relative error {rel:.3e}"
+
+
+def test_the_return_convention_is_transformers_own(one_torch_thread):
+    """A perfect kernel (HF's own greedy, one row at a time) behind mkc's generate gives what HF's
+    batched, left-padded generate returns: shape, prompt, stop tokens, pad after a stopped row."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                   bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(torch.randn_like(p) * (0.3 if p.dim() > 1 else 1.0))
+
+    def greedy(row, n, eos=None):
+        ids = torch.tensor([row])
+        with torch.no_grad():
+            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                              eos_token_id=eos, pad_token_id=63)
+        return out[0, len(row):].tolist()
+
+    class HfKernel(FakeMk):
+        def decode(self, rows, max_new_tokens, *, start_pos=0, eos_token_id=None, sampling=None, on_step=None):
+            return [greedy(r, max_new_tokens, eos_token_id) for r in rows]
+
+    rows = [[5, 9, 11, 3], [7, 2], [13, 1, 4]]
+    free = greedy(rows[1], 8)
+    eos = next(t for k, t in enumerate(free) if k >= 1 and t not in free[:k])  # row 1 stops early on it
+    P = max(map(len, rows))
+    ids = torch.tensor([[63] * (P - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (P - len(r)) + [1] * len(r) for r in rows])
+    with torch.no_grad():
+        ref = hf.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, eos_token_id=eos,
+                          pad_token_id=63)
+    got = HfKernel(B=4).generate(ids, attention_mask=mask, max_new_tokens=8, eos_token_id=eos, pad_token_id=63)
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    assert got.tolist() == ref.tolist()
+    assert eos in got[1, P:].tolist() and got[1, -1] == 63  # the case is real: row 1 stopped and is padded
