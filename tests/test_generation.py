@@ -73,6 +73,7 @@ def test_precedence_arguments_then_generation_config_then_the_model_then_default
     a = resolve_args(3, model_config=model, generation_config=GenerationConfig(max_new_tokens=2),
                      max_new_tokens=5, eos_token_id=3, pad_token_id=1)
     assert a.max_new_tokens == 5 and a.eos == (3,) and a.pad == 1
+    assert resolve_args(3, model_config=model, eos_token_id=[]).eos == ()  # `--eos-token-id none`
     assert resolve_args(4, max_length=10).max_new_tokens == 6
     assert resolve_args(4, max_length=10, max_new_tokens=3).max_new_tokens == 3  # max_new_tokens wins
 
