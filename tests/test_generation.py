@@ -280,19 +280,13 @@ class _CpuDriver:
         return array.reshape(-1)[offset: offset + int(np.prod(shape))].view(tuple(shape))
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])  # plain, q/k/v bias, q/k norm
-def test_torch_prefill_cache_matches_the_reference_executor(name, one_torch_thread):
-    """The batched forward's keys and values (bf16 matmuls, SDPA) against the fp32 reference run
-    position by position: within bf16 rounding of the reference."""
+def _prefill_case(name, B, m):
     import torch
 
     from codegen_fixtures import shape_graph
-    from mkc.capture.reference import new_cache, run_step
-    from mkc.prefill import forward_kv
     from mkc.taskgraph import lower
     from mkc.target import get_target
 
-    B, m = 2, 12
     graph = shape_graph(name, B, 32)
     tg = lower(graph, get_target("h200"))
     g = torch.Generator().manual_seed(0)
@@ -304,7 +298,22 @@ def test_torch_prefill_cache_matches_the_reference_executor(name, one_torch_thre
             weights[b.name] = (base + scale * torch.randn(b.shape, generator=g)).bfloat16()
     mk = types.SimpleNamespace(tg=tg, weights=weights, driver=_CpuDriver(),
                                plan={b.name: types.SimpleNamespace(shape=tuple(b.shape)) for b in tg.buffers})
-    ids = torch.randint(0, tg.dim("V"), (B, m), generator=g)
+    ids = torch.randint(0, tg.dim("V"), (B, m + 1), generator=g)
+    return graph, tg, weights, mk, ids
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])  # plain, q/k/v bias, q/k norm
+def test_torch_prefill_cache_matches_the_reference_executor(name, one_torch_thread):
+    """The batched forward's keys and values (bf16 matmuls, SDPA) against the fp32 reference run
+    position by position: within bf16 rounding of the reference."""
+    import torch
+
+    from mkc.capture.reference import new_cache, run_step
+    from mkc.prefill import forward_kv
+
+    B, m = 2, 12
+    graph, tg, weights, mk, ids = _prefill_case(name, B, m)
+    ids = ids[:, :m]
     kv = forward_kv(mk, ids)
     cache = new_cache(graph)
     for t in range(m):
@@ -355,3 +364,27 @@ def test_the_return_convention_is_transformers_own(one_torch_thread):
     assert got.shape == ref.shape and got.dtype == ref.dtype
     assert got.tolist() == ref.tolist()
     assert eos in got[1, P:].tolist() and got[1, -1] == 63  # the case is real: row 1 stopped and is padded
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_the_kernels_next_step_reads_the_torch_prefilled_cache(name, one_torch_thread):
+    """The task graph's simulator (each task as the kernel runs it, reading the cache through its
+    declared regions) at position m on the torch-prefilled cache gives the reference's logits."""
+    import torch
+
+    from mkc.capture.reference import new_cache, run_step
+    from mkc.prefill import forward_kv
+    from mkc.taskgraph import simulate
+
+    B, m = 2, 10
+    graph, tg, weights, mk, ids = _prefill_case(name, B, m)
+    caches = {b.name: torch.zeros(b.shape) for b in tg.buffers if b.role == "cache"}
+    for layer, (k, v) in enumerate(forward_kv(mk, ids[:, :m])):
+        caches[f"k_cache.{layer}"][:, :, :m] = k.float()
+        caches[f"v_cache.{layer}"][:, :, :m] = v.float()
+    got = simulate.run_step(tg, weights, caches, ids[:, m], m)["logits"]
+    ref_cache = new_cache(graph)
+    for t in range(m + 1):
+        ref = run_step(graph, weights, ref_cache, ids[:, t], t)["logits"]
+    rel = float((got - ref).norm() / ref.norm())
+    assert rel < 2e-2, f"{name}: logits after the torch prefill, relative error {rel:.3e}"
