@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_ok(), reason="needs a
 
 NEAR_TIE = 0.05  # of the step's logit standard deviation
 P, N = 40, 24
+# batches 1 and 8 only: the kernels scripts/prebuild.py --tests builds ahead for the GPU tests
 CASES = [("tiny-llama", 1, "atomic"), ("tiny-qwen3", 8, "nan"), ("tiny-qwen2", 8, "atomic"),
-         ("tiny-llama", 4, "nan"), ("llama-3.2-1b", 1, "atomic"), ("qwen3-0.6b", 2, "nan")]
+         ("tiny-llama", 8, "nan"), ("llama-3.2-1b", 1, "atomic"), ("qwen3-0.6b", 1, "nan")]
 
 
 def _greedy_with_margins(mk, prompt, n):
@@ -106,7 +107,7 @@ def test_greedy_after_torch_prefill_equals_greedy_after_kernel_prefill(name, bat
                 of=batch * N))
 
 
-@pytest.mark.parametrize("name,batch,sync", [("tiny-llama", 4, "atomic"), ("tiny-qwen3", 8, "nan")])
+@pytest.mark.parametrize("name,batch,sync", [("tiny-llama", 8, "atomic"), ("tiny-qwen3", 8, "nan")])
 def test_left_padded_rows_give_what_each_row_gives_alone(name, batch, sync):
     import torch
 
