@@ -43,7 +43,7 @@ except ImportError:  # pragma: no cover - exercised only until sampling lands
 
 MAX_EOS = 4  # stop tokens the kernel compares against
 GENERATE_ARGS = ("attention_mask", "max_new_tokens", "max_length", "do_sample", "temperature", "top_k", "top_p",
-                 "min_p", "eos_token_id", "pad_token_id", "generation_config", "seed", "prefill")
+                 "min_p", "eos_token_id", "pad_token_id", "generation_config", "seed", "prefill", "streamer")
 
 
 def greedy(sampling) -> bool:
@@ -287,13 +287,15 @@ def generate_rows(mk, rows, max_new_tokens, *, eos_token_id=None, sampling=None,
 
 def generate(mk, input_ids, attention_mask=None, max_new_tokens=None, do_sample=None, temperature=None,
              top_k=None, top_p=None, min_p=None, eos_token_id=None, pad_token_id=None, generation_config=None,
-             seed=None, *, max_length=None, prefill: str = "auto", **unknown):
+             seed=None, *, max_length=None, prefill: str = "auto", streamer=None, **unknown):
     """``transformers``-style generate: ``input_ids`` [B, P] (LEFT-padded where ``attention_mask``
     says so) -> [B, P + N] int64 on the CPU, prompt then new ids, rows that stopped early padded
     with ``pad_token_id`` (default: the first EOS). Unset arguments take transformers' defaults
     (greedy; with ``do_sample``: temperature 1.0, top_k 50, top_p 1.0) after ``generation_config``
     and the model's ``generation_config.json`` (``mk.generation_config`` where loaded from a folder).
-    ``seed`` seeds the kernel's sampler. ``generate(ids, N)``, the old form, is greedy with N new tokens."""
+    ``seed`` seeds the kernel's sampler. ``streamer``: a transformers streamer (``TextStreamer``,
+    ``TextIteratorStreamer``; one row), fed the prompt, then the new ids as the kernel publishes
+    them, then ``end()``. ``generate(ids, N)``, the old form, is greedy with N new tokens."""
     import torch
 
     if isinstance(attention_mask, int) and not isinstance(attention_mask, bool):  # generate(ids, N)
@@ -313,8 +315,24 @@ def generate(mk, input_ids, attention_mask=None, max_new_tokens=None, do_sample=
                         max_new_tokens=max_new_tokens, max_length=max_length, do_sample=do_sample,
                         temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                         eos_token_id=eos_token_id, pad_token_id=pad_token_id)
+    on_step = None
+    if streamer is not None:
+        if len(rows) != 1:
+            raise MkcError(f"a streamer takes one row (as in transformers), got {len(rows)}; stream rows one by one, "
+                           f"or pass on_step to mkc.generation.generate_rows")
+        streamer.put(torch.tensor([rows[0]]))
+        sent = [0]
+
+        def on_step(new_so_far):
+            for t in list(new_so_far[0])[sent[0]:]:
+                streamer.put(torch.tensor([int(t)]))
+            sent[0] = len(new_so_far[0])
+
     new = generate_rows(mk, rows, args.max_new_tokens, eos_token_id=list(args.eos) or None, sampling=args.sampling,
-                        prefill=prefill)
+                        on_step=on_step, prefill=prefill)
+    if streamer is not None:
+        on_step(new)
+        streamer.end()
     return pad_output(ids2, new, args.pad)
 
 

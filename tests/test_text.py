@@ -189,3 +189,24 @@ def test_text_prompts_of_a_folder_with_a_tokenizer_get_as_far_as_the_gpu(text_bu
         assert r.returncode == 2 and "NVIDIA GPU" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = mkc("run", str(out), "--prompt", "x", "--temperature", "0.5", "--greedy")
     assert r.returncode == 2 and "--do-sample" in r.stderr
+
+
+def test_a_transformers_text_streamer_gets_the_new_text(tok, capsys):
+    """mk.generate(..., streamer=TextStreamer(tok)) prints as transformers' generate would."""
+    from transformers import TextStreamer
+
+    from test_generation import FakeMk
+
+    class Replay(FakeMk):  # a kernel whose new tokens are a given text's ids, published one by one
+        def decode(self, rows, max_new_tokens, *, on_step=None, **kw):
+            new = tok(" café 日本 🙂")["input_ids"]
+            for k in range(1, len(new) + 1):
+                on_step([new[:k]])
+            return [new]
+
+    prompt = tok("hello")["input_ids"]
+    out = Replay(B=1, V=len(tok)).generate([prompt], max_new_tokens=32, streamer=TextStreamer(tok, skip_prompt=True))
+    assert capsys.readouterr().out == " café 日本 🙂\n"
+    assert tok.decode(out[0, len(prompt):]) == " café 日本 🙂"
+    with pytest.raises(MkcError, match="one row"):
+        Replay(B=2).generate([[1], [2]], max_new_tokens=2, streamer=TextStreamer(tok))
