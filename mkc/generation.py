@@ -102,8 +102,9 @@ def resolve_args(prompt_len: int, *, generation_config=None, model_config=None, 
         t = float(gc.temperature)
         if t <= 0:
             raise MkcError(f"do_sample=True needs temperature > 0, got {t} (for greedy decoding pass do_sample=False)")
-        sampling = Sampling(temperature=t, top_k=int(gc.top_k or 0), top_p=float(gc.top_p if gc.top_p is not None else 1.0),
-                            min_p=float(gc.min_p or 0.0), seed=int(seed or 0))
+        top_p = float(gc.top_p if gc.top_p is not None else 1.0)
+        sampling = Sampling(temperature=t, top_k=int(gc.top_k or 0), top_p=top_p, min_p=float(gc.min_p or 0.0),
+                            seed=int(seed or 0))
     else:
         sampling = Sampling()
     errs = sampling.check()
