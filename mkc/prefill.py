@@ -87,15 +87,17 @@ def forward_kv(mk, ids):
         xn = _rmsnorm(x, W[names.layer_weight(layer, "input_norm")], eps).bfloat16()
         q = lin(xn, layer, "q").float().reshape(R, m, nh, hd).transpose(1, 2)
         k = lin(xn, layer, "k").float().reshape(R, m, nkv, hd).transpose(1, 2)
-        v = lin(xn, layer, "v").reshape(R, m, nkv, hd).transpose(1, 2)
+        v = lin(xn, layer, "v").bfloat16().reshape(R, m, nkv, hd).transpose(1, 2)
         if d["qk_norm"]:
             q = _rmsnorm(q, W[names.layer_weight(layer, "q_norm")], eps)
             k = _rmsnorm(k, W[names.layer_weight(layer, "k_norm")], eps)
         q, k = _rope(q, cos, sin).bfloat16(), _rope(k, cos, sin).bfloat16()
-        kv.append((k, v.bfloat16()))
+        kv.append((k, v))
         if layer == n_layers - 1:
             break  # nothing after the last layer's cache feeds the cache
-        a = F.scaled_dot_product_attention(q, k, v.bfloat16(), is_causal=True, scale=scale, enable_gqa=nh != nkv)
+        # GQA by repeating the kv heads (as HF's sdpa path does): every SDPA backend, flash included, takes it
+        kr, vr = (k, v) if nh == nkv else (k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1))
+        a = F.scaled_dot_product_attention(q, kr, vr, is_causal=True, scale=scale)
         x = x + (a.transpose(1, 2).reshape(R * m, nh * hd) @ W[names.layer_weight(layer, "o")].T).float()
         xn = _rmsnorm(x, W[names.layer_weight(layer, "post_norm")], eps).bfloat16()
         h = F.silu(xn @ W[names.layer_weight(layer, "gate")].T) * (xn @ W[names.layer_weight(layer, "up")].T)
