@@ -271,11 +271,36 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="draw a build's schedule (Gantt PNG + Perfetto trace)",
                        description="Write schedule.png and schedule.trace.json next to each schedule.json.")
     i.add_argument("dir", help="build directory")
-    r = sub.add_parser("run", help="run a compiled model on the GPU (greedy decode)",
-                       description="Load a build directory's kernel on the GPU and decode greedily.")
+    r = sub.add_parser("run", help="run a compiled model on the GPU: text or token ids in, text or ids out",
+                       description="Load a build directory's kernel on the GPU and generate. Text prompts use the "
+                       "model folder's tokenizer and the text is printed as it is generated; registry models and "
+                       "folders without a tokenizer take --prompt-ids. Each prompt is one batch row; the smallest "
+                       "compiled batch that holds the rows is used (the rest is padding).")
     r.add_argument("dir", help="build directory from `mkc compile`")
-    r.add_argument("--prompt-ids", default="1", help="comma-separated prompt token ids (default: 1)")
-    r.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate (default: 32)")
+    r.add_argument("--prompt", action="append", default=None, metavar="TEXT",
+                   help="a text prompt (repeatable: one batch row each); needs a tokenizer in the model folder")
+    r.add_argument("--prompts-file", default=None, metavar="FILE", help="text prompts, one per line (one row each)")
+    r.add_argument("--chat", action="store_true", help="wrap each text prompt in the tokenizer's chat template")
+    r.add_argument("--prompt-ids", action="append", default=None, metavar="IDS",
+                   help="comma-separated prompt token ids (repeatable: one row each; default: 1)")
+    r.add_argument("--max-new-tokens", type=int, default=32, help="new tokens per row at most (default: 32)")
+    r.add_argument("--eos-token-id", default=None, metavar="IDS",
+                   help="stop token id(s), comma separated, or 'none' (default: the model folder's "
+                        "generation_config.json / config.json; a registry model has none)")
+    r.add_argument("--do-sample", dest="do_sample", action="store_true", default=None,
+                   help="sample (transformers' defaults: temperature 1.0, top-k 50, top-p 1.0) instead of greedy")
+    r.add_argument("--greedy", dest="do_sample", action="store_false",
+                   help="decode greedily even where the folder's generation_config.json asks for sampling")
+    r.add_argument("--temperature", type=float, default=None, help="sampling temperature (with --do-sample)")
+    r.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest tokens (with --do-sample; 0: all)")
+    r.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass (with --do-sample)")
+    r.add_argument("--min-p", type=float, default=None, help="drop tokens below min-p x the top probability (with --do-sample)")
+    r.add_argument("--seed", type=int, default=None, help="sampler seed: the same seed reproduces a run (default: 0)")
+    r.add_argument("--prefill", choices=("auto", "torch", "kernel"), default="auto",
+                   help="how the prompt fills the KV cache: a batched torch forward, token by token in the kernel, or "
+                        "auto (torch from 16 prompt tokens on; default)")
+    r.add_argument("--batch", type=int, default=None,
+                   help="the compiled batch to run on (default: the smallest that holds the rows)")
     r.add_argument("--weights", default=None, metavar="DIR",
                    help="local HF folder whose checkpoint to load (default: the build's model folder, as recorded "
                         "in its manifest; a registry model's seeded random weights)")

@@ -313,20 +313,12 @@ class Megakernel:
         self._launch(ids.shape[1], 0, ids.shape[1])
         return self.logits().clone()
 
-    def generate(self, input_ids, max_new_tokens: int):
-        """Greedy decoding of ``max_new_tokens`` after the prompt [B, P], prompt included, in ONE
-        launch (argmax and the next token's embedding run in the kernel). Returns [B, P + N] int64 (CPU)."""
-        import torch
+    def generate(self, input_ids, *args, **kwargs):
+        """transformers-style generate (``mkc.generation.generate``): prompt [B, P] -> prompt + new ids,
+        [B, P + N] int64 (CPU). ``generate(ids, N)`` stays greedy with N new tokens in one launch."""
+        from mkc.generation import generate
 
-        ids = self._ids(input_ids)
-        P, N = ids.shape[1], int(max_new_tokens)
-        if N <= 0:
-            return ids.long().cpu()
-        self.reset()
-        self._set_forced(ids)
-        self._launch(P + N - 1, 0, P)
-        new = self.driver.tensor(self.tokens, (P - 1) * self.B, (N, self.B)).T.long().cpu()
-        return torch.cat([ids.long().cpu(), new], dim=1)
+        return generate(self, input_ids, *args, **kwargs)
 
     def trace(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The last launch's per-task stamps (``CodegenOptions(trace=True)``): ``(wait_start, start, end)``,
