@@ -275,6 +275,26 @@ def m_grow_task_smem(b: Base, rng: random.Random):
     return _with_task(b.tg, t.id, smem=t.smem + d), b.sched, f"task {t.id} ({t.kind}) needs {d} B more shared memory"
 
 
+def m_pipe_layout(b: Base, rng: random.Random):
+    """The weight pipeline's pages moved or grown onto the task layouts (or shrunk off them: safe)."""
+    plan = b.tg.plan
+    if plan is None or not plan.pipe_slots:
+        return None
+    regs = dict((n, (o, k)) for n, o, k in plan.regions)
+    off, n = regs["OFF_PIPE"]
+    choice = rng.random()
+    if choice < 0.4:  # one more page than the space before the task layouts
+        new, how = (off, n + rng.choice([16, 4096, 16384])), "grown past its space"
+    elif choice < 0.8:  # onto the first bytes of the attention or the GEMV layout
+        tgt = regs[rng.choice(["OFF_AQ", "OFF_XS", "OFF_OUT"])]
+        new, how = (tgt[0] - n // 2, n), "moved half onto a task region"
+    else:  # one page fewer: still disjoint
+        new, how = (off, n - 16384), "one page fewer"
+    regions = tuple((nm, *new) if nm == "OFF_PIPE" else (nm, o, k) for nm, o, k in plan.regions)
+    tg = dataclasses.replace(b.tg, plan=dataclasses.replace(plan, regions=regions))
+    return tg, b.sched, f"the weight pipeline's pages {how} ([{off}, {off + n}) -> [{new[0]}, {new[0] + new[1]}))"
+
+
 def m_skip_rearm(b: Base, rng: random.Random):
     if b.sched.sync != "nan":
         return None
@@ -446,6 +466,7 @@ MUTATORS: dict[str, Callable] = {
     "overlap_write": m_overlap_write,
     "resize_smem": m_resize_smem,
     "grow_task_smem": m_grow_task_smem,
+    "pipe_layout": m_pipe_layout,
     "skip_rearm": m_skip_rearm,
     "workers": m_workers,
     "small_table": m_small_table,

@@ -376,6 +376,28 @@ class Simulator:
 # ---- the documented resource model, on its own ---------------------------------------------
 
 
+def layout_problems(tg: TaskGraph, target: Target) -> list[str]:
+    """The kernel's shared-memory layout painted byte by byte: a block runs one task at a time, so
+    the GEMV and the attention regions may share bytes with each other but not within their own
+    layout, and the weight pipeline's pages and mbarriers (filled while any task runs) with nothing."""
+    layout = tg.plan
+    if layout is None:
+        return []
+    size = max([o + n for _, o, n in layout.regions] + [layout.smem_bytes])
+    if size > target.smem_per_block:
+        return [f"the shared-memory layout reaches byte {size} > {target.smem_per_block} per block"]
+    owner = {"pipe": bytearray(size), "gemv": bytearray(size), "attention": bytearray(size)}
+    out = []
+    for name, off, n in layout.regions:
+        group = "pipe" if name in ("OFF_PIPE", "OFF_MBAR") else "attention" if name.startswith("OFF_A") else "gemv"
+        clash = [g for g, paint in owner.items() if (g == group or "pipe" in (g, group)) and any(paint[off:off + n])]
+        if clash:
+            out.append(f"shared-memory region {name} [{off}, {off + n}) overlaps the {', '.join(clash)} layout")
+        owner[group][off:off + n] = b"\x01" * n
+    return out
+
+
+
 def resource_problems(tg: TaskGraph, sched: Schedule, target: Target) -> list[str]:
     """What the kernel's tables and the SM cannot hold (DESIGN.md checks 2, 4 and 6)."""
     plan, out = sched.plan, []
@@ -401,6 +423,7 @@ def resource_problems(tg: TaskGraph, sched: Schedule, target: Target) -> list[st
                        f"{plan.max_waits}/{plan.max_signals}")
     if plan.smem_bytes > target.smem_per_block:
         out.append(f"{plan.smem_bytes} B shared memory per block > {target.smem_per_block}")
+    out += layout_problems(tg, target)
     fit = _resident_blocks(target, plan.threads, plan.regs_per_thread, plan.smem_bytes)
     if sched.num_workers > fit * target.sms:
         out.append(f"{sched.num_workers} workers > {fit} resident per SM x {target.sms}")
