@@ -46,7 +46,7 @@ class CodegenOptions:
     rows_per_warp: int = 2  # G: weight rows a warp streams at once
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0 = by batch size
     attn_chunk: int = 256  # positions per attention tile
-    av_batch: int = 8  # attention: 16-byte V loads in flight per thread in the weighted sum over positions
+    av_batch: int = 4  # attention: 16-byte V loads in flight per thread in the weighted sum over positions
     spin_hot: int = 64  # polls before the spin starts to sleep
     spin_max_ns: int = 256  # longest sleep between polls
     mma: bool | None = None  # tensor-core GEMV; None = where the batch is >= 2 and the target has a bf16 MMA

@@ -73,8 +73,8 @@ class DevicePlan:
     def check(self, smem_per_block: int) -> list[str]:
         """Problems of the layout itself: regions of one group overlap, or it does not fit."""
         out = []
-        groups = {"gemv": [r for r in self.regions if not r[0].startswith(("OFF_A", "OFF_FLAG"))],
-                  "attention": [r for r in self.regions if r[0].startswith("OFF_A")]}
+        groups = {"gemv": [r for r in self.regions if r[0] not in ATTN_REGIONS and r[0] != "OFF_FLAG"],
+                  "attention": [r for r in self.regions if r[0] in ATTN_REGIONS]}
         for group, regs in groups.items():
             regs = sorted(regs, key=lambda r: r[1])
             for (na, oa, sa), (nb, ob, _) in zip(regs, regs[1:]):
@@ -97,6 +97,9 @@ class DevicePlan:
 def _align(n: int, a: int = 16) -> int:
     return -(-n // a) * a
 
+
+# the attention layout's regions (OFF_AW, the split weights o-proj combines with, is a GEMV region)
+ATTN_REGIONS = ("OFF_AQ", "OFF_AK", "OFF_AP", "OFF_AM", "OFF_AKV")
 
 # 16-byte loads per thread for each of K and V that an attention split issues before its wait
 ATTN_PRELOAD_LOADS = 2
