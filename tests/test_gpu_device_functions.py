@@ -41,6 +41,7 @@ CONFIGS = {
     "mma-b3": ("llama-3.2-1b", 3, "h200", "atomic", {}),  # batch columns past B in the MMA tile
     "qkn-b1": ("qwen3-0.6b", 1, "h200", "atomic", {}),  # q/k norm in attention, head_dim 128
     "qkn-tiny-nan": ("tiny-qwen3", 1, "h200", "nan", {}),  # q/k norm, head_dim 32 (rotary pairs across lanes)
+    "qkn-late": ("qwen3-0.6b", 1, "h200", "atomic", {"attn_early": False}),  # attention loads after its wait
 }
 
 
@@ -170,6 +171,7 @@ WRAPPERS = {
     "attn-b2-nan": ("b2-nan", ("mkc/attention.cuh",), ATTN),
     "attn-qkn": ("qkn-b1", ("mkc/attention.cuh",), ATTN),
     "attn-qkn-tiny": ("qkn-tiny-nan", ("mkc/attention.cuh",), ATTN),
+    "attn-qkn-late": ("qkn-late", ("mkc/attention.cuh",), ATTN),
 }
 
 
@@ -388,7 +390,7 @@ def test_gemv_mma_chunk_matches_torch(name):
 
 @on_gpu
 @pytest.mark.parametrize("pos", [0, 5, 63, 64, 65, 300, 511])
-@pytest.mark.parametrize("name", ["attn-split", "attn-b4", "attn-b2-nan", "attn-qkn", "attn-qkn-tiny"])
+@pytest.mark.parametrize("name", ["attn-split", "attn-b4", "attn-b2-nan", "attn-qkn", "attn-qkn-tiny", "attn-qkn-late"])
 def test_attention_split_matches_torch_softmax(name, pos):
     """Every split of one (batch row, kv head) against torch, at positions around the rows a split
     loads before its wait (ATT_PRE) and past them; with q/k norm also the norm, RoPE and the new key

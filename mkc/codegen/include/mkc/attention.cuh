@@ -75,9 +75,13 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   const unsigned short* kc = lptr<const unsigned short>(c, l, R_KC, 0) + head_off;  // [L][HD] bf16
   const unsigned short* vc = lptr<const unsigned short>(c, l, R_VC, 0) + head_off;
 
-  // ---- before the wait: nothing here depends on this step ----
-  if (!attn_step_order(c, t, s_abort)) return false;
-  const int npre = max(0, min(ATT_PRE, min(hi, c.pos) - lo));
+  // ---- before the wait: nothing here depends on this step (ATT_EARLY 0: after it, as a baseline) ----
+  if constexpr (ATT_EARLY == 0) {
+    if (!wait_task(c, t, s_abort)) return false;
+  } else if (!attn_step_order(c, t, s_abort)) {
+    return false;
+  }
+  const int npre = ATT_EARLY ? max(0, min(ATT_PRE, min(hi, c.pos) - lo)) : 0;
   uint4 pk[ATT_PRE_LD], pv[ATT_PRE_LD];
 #pragma unroll
   for (int k = 0; k < ATT_PRE_LD; ++k) {
@@ -89,7 +93,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
     }
   }
   // the rest of the split's rows before pos into L2 (one bulk request each where the target has it)
-  if (hi > lo + npre) {
+  if (ATT_EARLY && hi > lo + npre) {
     const int rest = min(hi, c.pos) - (lo + npre);
     if (rest > 0) {
       mk_prefetch_l2(kc + (size_t)(lo + npre) * HD, (unsigned)rest * HD * 2u, tid, NT);
@@ -119,7 +123,9 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   if (tid < NREP) { m_s[tid] = -INFINITY; l_s[tid] = 0.f; }
 
   // ---- the wait: q (and in the last split this step's key and value) ----
-  if (!wait_task(c, t, s_abort)) return false;
+  if constexpr (ATT_EARLY != 0) {
+    if (!wait_task(c, t, s_abort)) return false;
+  }
 
 #pragma unroll
   for (int k = 0; k < ATT_PRE_LD; ++k) {
