@@ -85,6 +85,12 @@ VARIANTS = {
 # the batch-1 kernels without the cross-task weight pipeline (weights through registers, as before it)
 VARIANTS.update({f"{v}-nopipe": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": False})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
+# attention: its first K/V rows and immutables loaded after the wait (the baseline of the early
+# loads, CodegenOptions.attn_early), and 8 16-byte V loads in flight instead of 4
+VARIANTS.update({f"{v}-attnlate": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_early": False})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "q8-b8-atomic")})
+VARIANTS.update({f"{v}-av8": (*VARIANTS[v][:4], {**VARIANTS[v][4], "av_batch": 8})
+                 for v in ("b1-atomic", "q8-b1-atomic", "b8-atomic")})
 # relaxed counter polls and one acquire fence per wait (CodegenOptions.acquire_once, docs/sync.md)
 VARIANTS.update({f"{v}-acq1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "acquire_once": True})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "q8-b8-atomic")})

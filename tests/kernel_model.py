@@ -31,6 +31,10 @@ class ModelError(AssertionError):
     pass
 
 
+# kinds that load the cache rows before pos before waiting on their events (attention.cuh)
+EARLY_KINDS = ("attn",)
+
+
 def region_words(desc, pos: int, hd: int) -> np.ndarray:
     """The word offsets a region descriptor addresses (as the kernel's region_word computes them)."""
     slot, flags, base, run, n1, s1, n2, s2 = (int(x) for x in desc)
@@ -120,6 +124,30 @@ class KernelModel:
                         return False
         return True
 
+    # ---- loads a task issues before its waits (attention: the cache rows before pos) ----
+    def _early_gate(self, rec, step: int, step0: int) -> bool:
+        """The first task of a worker's step waits for the loop counter before its early loads (only
+        the kinds that load early look at the flag)."""
+        if self.tg.tasks[int(rec[F["T_ID"]])].kind not in EARLY_KINDS:
+            return True
+        if (rec[F["T_FLAGS"]] & T.TF_STEP_FIRST) and step > step0:
+            return self.counters[self.tab.n_events] >= self.tab.n_argmax * step
+        return True
+
+    def _early(self, rec, step: int, pos: int) -> None:
+        tid = int(rec[F["T_ID"]])
+        task = self.tg.tasks[tid]
+        if task.kind not in EARLY_KINDS or pos == 0:
+            return
+        stamp = np.uint32(1000 + step)
+        for r in task.reads:
+            b = self.bufs[r.buffer]
+            if b.role == "cache":
+                got = self.mem[r.buffer][0, box_words(r.box, b.shape, b.dtype, pos - 1)]
+                if not ((got >= np.uint32(1000)) & (got < stamp)).all():
+                    raise ModelError(f"task {tid} ({task.kind}) read {r.buffer} at pos {pos - 1} before an earlier "
+                                     f"step wrote it (a load before its wait)")
+
     def _run(self, rec, step: int, step0: int, pos: int) -> None:
         tid = int(rec[F["T_ID"]])
         task = self.tg.tasks[tid]
@@ -180,6 +208,7 @@ class KernelModel:
         W = self.sched.num_workers
         qlen = [len(q) for q in self.sched.queues]
         state = [(step0, 0) for _ in range(W)]  # (step, queue index)
+        early = [False] * W  # the current task's early loads are done
         end = step0 + nsteps
         while True:
             live = [w for w in range(W) if state[w][0] < end]
@@ -195,10 +224,25 @@ class KernelModel:
                     break
                 rec = self._rec(w, i)
                 pos = pos0 + s - step0
+                if not early[w]:
+                    # as early as the device may: when the worker reaches the task (past its gate)
+                    if self._early_gate(rec, s, step0):
+                        self._early(rec, s, pos)
+                        early[w] = True
+                        progressed = True
+                        break
+                    continue
                 if self._ready(rec, s, step0, pos):
                     self._run(rec, s, step0, pos)
                     i += 1
                     state[w] = (s + 1, 0) if i == qlen[w] else (s, i)
+                    early[w] = False
+                    if state[w][0] < end:  # the next task's early loads right away, if its gate is open
+                        s2, i2 = state[w]
+                        rec2 = self._rec(w, i2)
+                        if self._early_gate(rec2, s2, step0):
+                            self._early(rec2, s2, pos0 + s2 - step0)
+                            early[w] = True
                     progressed = True
                     break
             if not progressed:

@@ -277,6 +277,38 @@ def test_control_flow_model_with_split_attention(sync):
         gap.launch(1, 5)
 
 
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
+def test_attention_first_on_its_worker_orders_its_early_loads(name, sync):
+    """Attention loads the cache rows before pos before its wait. A split alone on a worker has no
+    earlier task of the step to order those loads after the previous step's writers of pos - 1 (with
+    q/k norm: the last split; else qkv): its TF_STEP_FIRST wait on the loop counter does, and the
+    model catches the race without it."""
+    tg = taskgraph(name, 1, 256)
+    assert tg.dim("attn_split") > 1
+    base = rr_schedule(tg, "h200", sync, workers=40)
+    # a non-last split of layer 0 alone on its own worker (the last worker, which rr left short)
+    lone = next(t.id for t in tg.tasks if t.kind == "attn" and t.layer == 0 and t.args[2] == 0)
+    queues = [tuple(x for x in q if x != lone) for q in base.queues] + [(lone,)]
+    sched = dataclasses.replace(base, num_workers=len(queues), queues=tuple(queues)).check(len(tg.tasks))
+    F = {k: i for i, k in enumerate(T.RECORD)}
+    for seed in range(3):
+        m = KernelModel(tg, sched, seed=seed)
+        assert m.tab.record(len(queues) - 1, 0)[F["T_FLAGS"]] & T.TF_STEP_FIRST
+        m.launch(1, 0)
+        m.launch(12, 1)
+    caught = 0
+    for seed in range(12):
+        m = KernelModel(tg, sched, seed=seed)
+        m.tab.record(len(queues) - 1, 0)[F["T_FLAGS"]] &= ~T.TF_STEP_FIRST
+        try:
+            m.launch(12, 0)
+        except ModelError as e:
+            assert "a load before its wait" in str(e)
+            caught += 1
+    assert caught > 0
+
+
 def test_model_catches_a_missing_decode_loop_wait():
     """Without the embed's wait on the previous argmax, the one-launch loop races (the model sees it)."""
     tg = taskgraph("tiny-llama", 1, 64)

@@ -41,6 +41,9 @@ CONFIGS = {
     "mma-ring-b8": ("llama-3.2-1b", 8, "h200", "atomic", {}),
     "mma-reg-b8": ("llama-3.2-1b", 8, "h200", "atomic", {"ring_stages": 0}),
     "mma-b3": ("llama-3.2-1b", 3, "h200", "atomic", {}),  # batch columns past B in the MMA tile
+    "qkn-b1": ("qwen3-0.6b", 1, "h200", "atomic", {}),  # q/k norm in attention, head_dim 128
+    "qkn-tiny-nan": ("tiny-qwen3", 1, "h200", "nan", {}),  # q/k norm, head_dim 32 (rotary pairs across lanes)
+    "qkn-late": ("qwen3-0.6b", 1, "h200", "atomic", {"attn_early": False}),  # attention loads after its wait
 }
 
 
@@ -137,14 +140,21 @@ extern "C" __global__ void mk_test_gemv_mma(const unsigned short* w, const float
 """
 
 ATTN = """
-extern "C" __global__ void mk_test_attn(const unsigned long long* ptrs, int b, int g, int split, int pos, float scale) {
+// one attention task as run_task runs it, with no events to wait on (n_wait 0, not its worker's first)
+extern "C" __global__ void mk_test_attn(const unsigned long long* ptrs, int b, int g, int split, int pos, float scale,
+                                        float eps, float rope_scaling) {
   Ctx c{};
   c.ptrs = ptrs;
   c.pos = pos;
   c.attn_scale = scale;
+  c.eps = eps;
+  c.rope_scaling = rope_scaling;
   Task t{};
   t.a0 = b; t.a1 = g; t.a2 = split;
-  task_attn(c, t);
+  int* s_abort = smem_i(OFF_FLAG);
+  if (mk_tid() == 0) *s_abort = 0;
+  mk_barrier();
+  task_attn(c, t, s_abort);
 }
 """
 
@@ -160,6 +170,10 @@ WRAPPERS = {
     "gemv-mma-b3": ("mma-b3", ("mkc/gemv_mma.cuh",), GEMV_MMA),
     "attn-split": ("b1", ("mkc/attention.cuh",), ATTN),
     "attn-b4": ("fma-b4", ("mkc/attention.cuh",), ATTN),
+    "attn-b2-nan": ("b2-nan", ("mkc/attention.cuh",), ATTN),
+    "attn-qkn": ("qkn-b1", ("mkc/attention.cuh",), ATTN),
+    "attn-qkn-tiny": ("qkn-tiny-nan", ("mkc/attention.cuh",), ATTN),
+    "attn-qkn-late": ("qkn-late", ("mkc/attention.cuh",), ATTN),
 }
 
 
@@ -377,34 +391,67 @@ def test_gemv_mma_chunk_matches_torch(name):
 
 
 @on_gpu
-@pytest.mark.parametrize("name", ["attn-split", "attn-b4"])
-def test_attention_split_matches_torch_softmax(name):
+@pytest.mark.parametrize("pos", [0, 5, 63, 64, 65, 300, 511])
+@pytest.mark.parametrize("name", ["attn-split", "attn-b4", "attn-b2-nan", "attn-qkn", "attn-qkn-tiny", "attn-qkn-late"])
+def test_attention_split_matches_torch_softmax(name, pos):
+    """Every split of one (batch row, kv head) against torch, at positions around the rows a split
+    loads before its wait (ATT_PRE) and past them; with q/k norm also the norm, RoPE and the new key
+    the last split appends to the cache."""
     import torch
 
     tg, _, cfg, _ = setup(WRAPPERS[name][0])
     B, NH, NKV, HD, L = cfg.B, cfg.const("NH"), cfg.const("NKV"), cfg.const("HD"), cfg.const("L")
     S_, NREP = cfg.const("ATT_SPLIT"), NH // NKV
-    g = torch.Generator().manual_seed(3)
+    qkn = cfg.qk_norm
+    g = torch.Generator().manual_seed(3 + pos)
     q = torch.randn(B, NH, HD, generator=g)
     kc = _bf16(torch.randn(B, NKV, L, HD, generator=g))
     vc = _bf16(torch.randn(B, NKV, L, HD, generator=g))
-    ao = torch.zeros(B, max(S_, 1), NH, HD)  # R_ATTN [B][NH][HD] when ATT_SPLIT == 1
-    alse = torch.zeros(B, max(S_, 1), NH)
-    dev = {k: v.cuda() for k, v in dict(q=q, kc=kc.view(torch.int16), vc=vc.view(torch.int16), ao=ao, alse=alse).items()}
+    kr = torch.randn(B, NKV * HD, generator=g)  # q/k norm: this step's raw keys
+    qnorm = _bf16(1 + 0.1 * torch.randn(HD, generator=g))
+    knorm = _bf16(1 + 0.1 * torch.randn(HD, generator=g))
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, HD, 2, dtype=torch.float32) / HD))
+    ao = torch.full((B, max(S_, 1), NH, HD), 7.0)  # R_ATTN [B][NH][HD] when ATT_SPLIT == 1; 7: not written
+    alse = torch.full((B, max(S_, 1), NH), 7.0)
+    host = dict(q=q, kc=kc.view(torch.int16), vc=vc.view(torch.int16), ao=ao, alse=alse, kr=kr,
+                qnorm=qnorm.view(torch.int16), knorm=knorm.view(torch.int16), inv_freq=inv_freq)
+    dev = {k: v.cuda() for k, v in host.items()}
     ptrs = np.zeros((T.n_slots(tg.dim("n_layers")), 2), dtype=np.uint64)
-    for role, key in (("q", "q"), ("kc", "kc"), ("vc", "vc"), ("ao", "ao"), ("alse", "alse"), ("attn", "ao")):
+    for role, key in (("q", "q"), ("kc", "kc"), ("vc", "vc"), ("ao", "ao"), ("alse", "alse"), ("attn", "ao"),
+                      ("kr", "kr"), ("qnorm", "qnorm"), ("knorm", "knorm")):
         ptrs[T.layer_slot(0, role)] = dev[key].data_ptr()
+    ptrs[T.GLOBAL_SLOTS.index("inv_freq")] = dev["inv_freq"].data_ptr()
     ptrs_d = torch.from_numpy(ptrs.reshape(-1).view(np.int64)).cuda()
-    scale = HD ** -0.5
-    b, gkv, pos = B - 1, NKV - 1, 300
+    scale, eps = HD ** -0.5, 1e-6
+    b, gkv = B - 1, NKV - 1
     for split in range(S_):
-        _launch(name, "mk_test_attn", (ptrs_d.data_ptr(), _i32(b), _i32(gkv), _i32(split), _i32(pos), np.float32(scale)))
+        _launch(name, "mk_test_attn", (ptrs_d.data_ptr(), _i32(b), _i32(gkv), _i32(split), _i32(pos), np.float32(scale),
+                                       np.float32(eps), np.float32(1.0)))
+    keys = kc[b, gkv].double().clone()
+    qh = q[b].double()
+    if qkn:
+        def norm_rope(x, w):
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.double()
+            ang = pos * inv_freq.double()
+            cs, sn = torch.cos(ang), torch.sin(ang)
+            x1, x2 = x[..., : HD // 2], x[..., HD // 2:]
+            return torch.cat([x1 * cs - x2 * sn, x2 * cs + x1 * sn], -1)
+
+        qh = norm_rope(qh, qnorm)
+        knew = _bf16(norm_rope(kr[b, gkv * HD:(gkv + 1) * HD].double(), knorm).float())
+        got_k = dev["kc"].cpu().view(torch.bfloat16).view(B, NKV, L, HD)[b, gkv, pos].float()
+        torch.testing.assert_close(got_k, knew, rtol=1e-2, atol=1e-2)  # within a bf16 ulp (fp32 on the device)
+        keys[pos] = got_k.double()  # the scores use the key as the cache holds it
     T_ = pos + 1
     for split in range(S_):
         lo, hi = split * T_ // S_, (split + 1) * T_ // S_
         for h in range(NREP):
             head = gkv * NREP + h
-            s = (kc[b, gkv, lo:hi].double() @ q[b, head].double()) * scale
+            if hi == lo:  # an empty split writes zeros and -inf
+                assert (dev["ao"].cpu()[b, split, head] == 0).all()
+                assert dev["alse"].cpu()[b, split, head] == -float("inf")
+                continue
+            s = (keys[lo:hi] @ qh[head]) * scale
             p = torch.softmax(s, 0)
             o = p @ vc[b, gkv, lo:hi].double()
             if S_ == 1:

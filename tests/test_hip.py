@@ -246,6 +246,24 @@ def _block_start(lines: list[str], i: int) -> int:
     return i
 
 
+def _straight_line(lines: list[str], i: int) -> list[str]:
+    """The lines executed on the way to line i: its block, and through a label that only one branch
+    reaches and nothing falls into (clang's long jump past a block whose lanes are all off, branch
+    relaxation in a big kernel), the block of that branch too."""
+    out: list[str] = []
+    while True:
+        j = _block_start(lines, i)
+        out = lines[j:i] + out
+        if j == 0:
+            return out
+        label = lines[j - 1].split(":")[0]
+        srcs = [k for k, ln in enumerate(lines) if re.fullmatch(rf"s_(cbranch_\w+|branch) {re.escape(label)}", ln)]
+        falls_in = not re.match(r"s_(setpc_b64|branch) ", lines[j - 2]) if j >= 2 else False
+        if len(srcs) != 1 or srcs[0] >= j - 1 or falls_in:
+            return out
+        i = srcs[0] + 1
+
+
 @pytest.mark.parametrize("sync", SYNCS)
 @pytest.mark.parametrize("model", MODELS)
 def test_gfx942_sync_is_agent_scope(builds, model, sync):
@@ -261,7 +279,7 @@ def test_gfx942_sync_is_agent_scope(builds, model, sync):
     adds = [i for i, ln in enumerate(isa) if ln.startswith("global_atomic_add")]
     assert adds
     for i in adds:
-        before = isa[_block_start(isa, i): i]
+        before = _straight_line(isa, i)
         k = max((j for j, ln in enumerate(before) if ln.startswith("buffer_wbl2 sc1")), default=None)
         assert k is not None and before[k + 1].startswith("s_waitcnt vmcnt(0)"), isa[i - 12: i + 1]
         assert not any(re.match(r"(global|flat)_(store|atomic)", ln) for ln in before[k:]), before[k:]

@@ -407,3 +407,28 @@ def test_lowering_qwen3_8b_is_fast():
     tg = lower(g, get_target("h200"))
     assert time.perf_counter() - t0 < 30
     assert len(tg.tasks) > 30000
+
+
+@pytest.mark.parametrize("model", ["llama-3.2-1b", "qwen3-8b", "tiny-qwen3"])
+@pytest.mark.parametrize("target", ["h200", "mi300x"])
+def test_attention_layout_is_small_and_holds_the_preloaded_rows(model, target):
+    """Attention's shared memory: q, the new key, scores, softmax state and one region for the K/V
+    rows loaded before the wait (later the partial outputs); at batch 1 it stays under 40 KB, and
+    the GEMV layout's OFF_AW is not one of its regions (plan.check groups them apart)."""
+    from codegen_fixtures import taskgraph
+    from mkc.backend import for_target
+    from mkc.taskgraph.plan import ATTN_REGIONS, attn_partials, attn_preload
+
+    t = get_target(target)
+    tg = taskgraph(model, 1, 1024, t)
+    plan = tg.plan
+    assert plan.check(t.smem_per_block) == []
+    regs = {n: (o, s) for n, o, s in plan.regions}
+    assert set(ATTN_REGIONS) <= set(regs) and "OFF_AW" not in ATTN_REGIONS
+    assert max(o + s for n, (o, s) in regs.items() if n in ATTN_REGIONS) < 40 * 1024
+    hd, nrep = tg.dim("hd"), tg.dim("nh") // tg.dim("nkv")
+    warp = for_target(t).capabilities(t).warp_size
+    pre = attn_preload(hd, plan.threads, plan.attn_chunk)
+    assert regs["OFF_AKV"][1] == max(2 * 2 * pre * hd, 4 * attn_partials(hd, plan.threads, warp) * nrep * hd)
+    # a split loads at most two 16-byte words per thread of each of K and V before its wait
+    assert pre * hd // 8 <= 2 * plan.threads

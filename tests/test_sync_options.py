@@ -135,6 +135,8 @@ def _without_option(src: str) -> str:
                "// Bounded spin until *p >= want (acquire). False on timeout (reported) or when another worker "
                "aborted.\n", s, flags=re.S)
     s = s.replace("poll_counter(p)", "mk_ld_acquire(p)")
+    # attention's wait on the loop counter before its early loads (attention.cuh attn_step_order)
+    s = re.sub(r"    if constexpr \(ACQUIRE_ONCE != 0\) mk_acquire_fence\(\);  // relaxed polls[^\n]*\n", "", s)
     return re.sub(r"    else if constexpr \(ACQUIRE_ONCE != 0\) \{\n.*?\n    \}\n", "", s, flags=re.S)
 
 

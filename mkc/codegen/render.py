@@ -27,7 +27,7 @@ from mkc.schedule.ir import Schedule
 from mkc.backend import for_target
 from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
-from mkc.taskgraph.plan import PIPE_COLS, PIPE_ROWS, DevicePlan, PlanKnobs, device_plan
+from mkc.taskgraph.plan import PIPE_COLS, PIPE_ROWS, DevicePlan, PlanKnobs, attn_preload, device_plan
 from mkc.codegen import tables as T
 from mkc.codegen.source import inline
 
@@ -46,7 +46,10 @@ class CodegenOptions:
     rows_per_warp: int = 2  # G: weight rows a warp streams at once
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0 = by batch size
     attn_chunk: int = 256  # positions per attention tile
-    av_batch: int = 8  # attention: V words (4 bytes) in flight per thread in the weighted sum over positions
+    av_batch: int = 4  # attention: 16-byte V loads in flight per thread in the weighted sum over positions
+    # attention loads its first K/V rows, pointers and q/k-norm immutables before waiting on q
+    # (docs/sync.md "Attention's loads before its wait"); False: after it, the baseline to measure against
+    attn_early: bool = True
     spin_hot: int = 64  # polls before the spin starts to sleep
     spin_max_ns: int = 256  # longest sleep between polls
     mma: bool | None = None  # tensor-core GEMV; None = where the batch is >= 2 and the target has a bf16 MMA
@@ -169,7 +172,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), **mma_consts,
         **pipe_consts,
     )
     return KernelConfig(

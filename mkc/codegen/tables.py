@@ -54,7 +54,10 @@ N_ARGS = 4  # T_A0..T_A3
 WAIT = ("WT_EVENT", "WT_THRESHOLD", "WT_REG_OFF", "WT_N_REG")
 REGION = ("RG_SLOT", "RG_FLAGS", "RG_BASE", "RG_RUN", "RG_N1", "RG_S1", "RG_N2", "RG_S2")
 RF_PARITY, RF_CACHE = 1, 2
-TF_WAIT_LOOP, TF_SIGNAL_LOOP = 1, 2
+# TF_STEP_FIRST: the first task of its worker's queue; nothing on the worker has waited yet in the
+# step, so a task that reads earlier steps' data before its waits (attention) waits for the loop
+# counter first (docs/sync.md "Attention's loads before its wait")
+TF_WAIT_LOOP, TF_SIGNAL_LOOP, TF_STEP_FIRST = 1, 2, 4
 # sync workspace (uint32): error slot first, then one counter per event, then the loop counter
 WORKSPACE = ("WS_ABORT", "WS_CLAIM", "WS_WORKER", "WS_TASK", "WS_EVENT", "WS_SEEN", "WS_STEP", "WS_WANT", "WS_KIND")
 WS_COUNTERS = 16
@@ -107,7 +110,7 @@ def enums() -> list[list[str]]:
         seq(WAIT) + [f"WT_SIZE = {len(WAIT)}"],
         seq(REGION) + [f"RG_SIZE = {len(REGION)}"],
         [f"RF_PARITY = {RF_PARITY}", f"RF_CACHE = {RF_CACHE}", f"TF_WAIT_LOOP = {TF_WAIT_LOOP}",
-         f"TF_SIGNAL_LOOP = {TF_SIGNAL_LOOP}"],
+         f"TF_SIGNAL_LOOP = {TF_SIGNAL_LOOP}", f"TF_STEP_FIRST = {TF_STEP_FIRST}"],
         seq(WORKSPACE) + [f"WS_COUNTERS = {WS_COUNTERS}"],
         seq(FPARAMS),
     ]
@@ -211,7 +214,7 @@ def build_tables(tg: TaskGraph, sched: Schedule) -> Tables:
     n_argmax = sum(1 for t in tg.tasks if t.kind in STEP_END_KINDS)
     for q in sched.queues:
         queue.append((len(records), len(q)))
-        for tid in q:
+        for slot, tid in enumerate(q):
             t = tg.tasks[tid]
             w0 = len(waits)
             for e in t.waits:
@@ -226,7 +229,8 @@ def build_tables(tg: TaskGraph, sched: Schedule) -> Tables:
                         b = bufs[r.buffer]
                         regions.append(region_desc(r, b.shape, b.dtype, b.role, True))
             role = KIND[t.kind].loop_role
-            flags = (TF_WAIT_LOOP if role == STEP_START else 0) | (TF_SIGNAL_LOOP if role == STEP_END else 0)
+            flags = ((TF_WAIT_LOOP if role == STEP_START else 0) | (TF_SIGNAL_LOOP if role == STEP_END else 0)
+                     | (TF_STEP_FIRST if slot == 0 else 0))
             if len(t.args) > N_ARGS:
                 raise IRCheckError(f"task {t.id} ({t.kind}) has {len(t.args)} arguments; a record holds {N_ARGS}")
             args = list(t.args) + [0] * (N_ARGS - len(t.args))

@@ -11,7 +11,8 @@ Shared memory has two layouts over the same bytes (a block runs one task at a ti
 - GEMV kinds: the staged input (fp32 ``[B][KC]``, or bf16 ``[B][KCB + 32]`` on the tensor-core
   path), the output block, split-K partials, 1/rms, warp partial sums, the argmax pair, the
   attention-split weights, and on the tensor-core path the cp.async weight ring;
-- attention: q, the new key, probabilities, max/sum/rescale, and partial outputs;
+- attention: q, the new key, probabilities, max/sum/rescale, and the K/V rows loaded before the
+  wait (later the partial outputs, in the same bytes);
 
 then a flag word after both. ``regions`` lists ``(name, offset, bytes)`` of each; ``smem_bytes``
 is what the layout needs. The cost model's streaming model (``stages`` x ``stage_bytes`` of a
@@ -93,8 +94,8 @@ class DevicePlan:
         # the pipeline's pages and mbarriers are written by the producer while any task runs: they
         # belong to both layouts
         pipe = [r for r in self.regions if r[0] in PIPE_REGIONS]
-        groups = {"gemv": [r for r in self.regions if not r[0].startswith(("OFF_A", "OFF_FLAG"))],
-                  "attention": [r for r in self.regions if r[0].startswith("OFF_A")] + pipe}
+        groups = {"gemv": [r for r in self.regions if r[0] not in ATTN_REGIONS and r[0] != "OFF_FLAG"],
+                  "attention": [r for r in self.regions if r[0] in ATTN_REGIONS] + pipe}
         for group, regs in groups.items():
             regs = sorted(regs, key=lambda r: r[1])
             for (na, oa, sa), (nb, ob, _) in zip(regs, regs[1:]):
@@ -116,6 +117,27 @@ class DevicePlan:
 
 def _align(n: int, a: int = 16) -> int:
     return -(-n // a) * a
+
+
+# the attention layout's regions (OFF_AW, the split weights o-proj combines with, is a GEMV region)
+ATTN_REGIONS = ("OFF_AQ", "OFF_AK", "OFF_AP", "OFF_AM", "OFF_AKV")
+
+# 16-byte loads per thread for each of K and V that an attention split issues before its wait
+ATTN_PRELOAD_LOADS = 2
+
+
+def attn_preload(hd: int, threads: int, chunk: int) -> int:
+    """Positions of K and V an attention split loads before waiting on q: its first ones (all before
+    pos), ATTN_PRELOAD_LOADS 16-byte loads per thread for each, at most one tile of ``chunk``. At
+    batch 1 that keeps the attention layout near 21 KB (llama-3.2-1b: 64 positions; qwen3-8b: 32)."""
+    return max(1, min(chunk, ATTN_PRELOAD_LOADS * threads * 8 // hd))
+
+
+def attn_partials(hd: int, threads: int, warp: int) -> int:
+    """Partial outputs of the weighted sum over V: a thread holds 8 columns of one position group,
+    a warp adds its groups with shuffles, so one partial per warp (per group where a row needs more
+    than a warp)."""
+    return threads // max(hd // 8, warp)
 
 
 def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePlan:
@@ -193,10 +215,15 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         at = _align(at + nbytes)
     gemv_end = at
     at = 0
-    for name, n in (("OFF_AQ", NREP * HD), ("OFF_AK", HD), ("OFF_AP", NREP * o.attn_chunk), ("OFF_AM", 3 * NREP),
-                    ("OFF_ARED", (NT // (HD // 2)) * NREP * HD if HD >= 2 else 0)):
-        regions.append((name, at, f * n))
-        at = _align(at + f * n)
+    # OFF_AKV holds the K and V rows (bf16) a split loads before its wait, then, once the last tile
+    # is done with them, the warps' partial outputs of the weighted sum over V: one region, two uses
+    # separated by block barriers (attention.cuh)
+    pre = attn_preload(HD, NT, o.attn_chunk)
+    kv_bytes = max(2 * 2 * pre * HD, f * attn_partials(HD, NT, WARP) * NREP * HD)
+    for name, nbytes in (("OFF_AQ", f * NREP * HD), ("OFF_AK", f * HD), ("OFF_AP", f * NREP * o.attn_chunk),
+                         ("OFF_AM", f * 3 * NREP), ("OFF_AKV", kv_bytes)):
+        regions.append((name, at, nbytes))
+        at = _align(at + nbytes)
     flag = max(gemv_end, at)
     if can_pipe and o.pipe is not False:
         # pages and their mbarriers (full, empty) first, disjoint from both task layouts, in what

@@ -376,6 +376,10 @@ class Simulator:
 # ---- the documented resource model, on its own ---------------------------------------------
 
 
+# attention.cuh's shared-memory regions (OFF_AW, though named alike, is o-proj's: the GEMV layout)
+_ATTENTION_SMEM = ("OFF_AQ", "OFF_AK", "OFF_AP", "OFF_AM", "OFF_AKV", "OFF_ARED")
+
+
 def layout_problems(tg: TaskGraph, target: Target) -> list[str]:
     """The kernel's shared-memory layout painted byte by byte: a block runs one task at a time, so
     the GEMV and the attention regions may share bytes with each other but not within their own
@@ -389,7 +393,7 @@ def layout_problems(tg: TaskGraph, target: Target) -> list[str]:
     owner = {"pipe": bytearray(size), "gemv": bytearray(size), "attention": bytearray(size)}
     out = []
     for name, off, n in layout.regions:
-        group = "pipe" if name in ("OFF_PIPE", "OFF_MBAR") else "attention" if name.startswith("OFF_A") else "gemv"
+        group = "pipe" if name in ("OFF_PIPE", "OFF_MBAR") else "attention" if name in _ATTENTION_SMEM else "gemv"
         clash = [g for g, paint in owner.items() if (g == group or "pipe" in (g, group)) and any(paint[off:off + n])]
         if clash:
             out.append(f"shared-memory region {name} [{off}, {off + n}) overlaps the {', '.join(clash)} layout")

@@ -16,6 +16,12 @@ argument). Within a step a wait orders its task after:
   writer does not re-arm still hold that writer's data of step s-2, so they order nothing either;
   cache words are filled with the sentinel by the host and written once, so they always order.
 
+Attention tasks also load cache rows before ``pos`` before they wait (docs/sync.md "Attention's loads
+before its wait"). No task writes those rows in a step (caches are written at ``pos`` only, which
+the race check sees), and they come after every task of earlier steps by the checks below: a
+worker's earlier task of the step descends from the step's embed tasks, and the first task of a
+queue (``TF_STEP_FIRST`` in the tables) waits for the loop counter itself.
+
 Happens-before is the transitive closure of those edges and queue order. It is computed as
 ancestor/descendant bitsets (Python ints) over the order in which the deadlock check's
 simulation of step 0 completes the tasks, so the race check asks one bitset question per pair of

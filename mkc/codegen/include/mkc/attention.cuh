@@ -1,92 +1,225 @@
 // Attention of one (batch row, kv head, split of the sequence) over the KV cache.
 #pragma once
 #include "mkc/common.cuh"
+#include "mkc/sync.cuh"
 
 namespace mk {
 
-// attention of the NREP query heads of kv head g, batch row b, over positions [0, pos]:
-// online softmax over tiles of ATT_CH positions, fp32 throughout.
-__device__ void task_attn(const Ctx& c, const Task& t) {
+// A head row of the cache is ATT_D8 16-byte words of 8 bf16. The weighted sum over V gives each
+// thread one word (8 columns) of one position group; ATT_VG groups take positions in turn.
+constexpr int ATT_D8 = HD / 8;
+constexpr int ATT_VG = NT / ATT_D8;
+// threads whose sums one partial output holds: a warp's groups are added with shuffles
+// (taskgraph/plan.py attn_partials sizes OFF_AKV for ATT_NPART of them)
+constexpr int ATT_GRP = ATT_D8 < WARP ? WARP : ATT_D8;
+constexpr int ATT_NPART = NT / ATT_GRP;
+// 16-byte loads per thread of the K (and of the V) rows loaded before the wait (ATT_PRE positions)
+constexpr int ATT_PRE_LD = (ATT_PRE * ATT_D8 + NT - 1) / NT;
+// preloaded K rows are stored with word e of row r at e ^ (r & ATT_KSW): the scores read one row per
+// thread, so the 8 threads of a 16-byte shared-load phase hit 8 distinct bank groups
+constexpr int ATT_KSW = (ATT_D8 & (ATT_D8 - 1)) == 0 ? (ATT_D8 < 8 ? ATT_D8 : 8) - 1 : 0;
+// q/k norm: a lane holds the head elements lane + WARP * k, k < ATT_NV, and the cos/sin of the
+// rotary indices (lane + WARP * k) % (HD / 2), k < ATT_NR
+constexpr int ATT_NV = (HD + WARP - 1) / WARP;
+constexpr int ATT_NR = ATT_NV / 2 > 0 ? ATT_NV / 2 : 1;
+
+static_assert(NT % ATT_D8 == 0 && NT % (HD / 2) == 0, "a block is whole position groups and rotary pairs");
+static_assert(ATT_GRP % ATT_D8 == 0, "a warp holds whole position groups, or a group whole warps");
+static_assert(ATT_PRE <= ATT_CH, "the preloaded positions lie in the first tile");
+static_assert(!QK_NORM || (HD / 2) % WARP == 0 || (HD <= WARP && (HD & (HD - 1)) == 0),
+              "q/k norm: a rotary pair is in one lane, or in lanes HD/2 apart");
+
+// The first task of a worker's step (TF_STEP_FIRST) has nothing before it on this worker that waited
+// in this step: before it reads what earlier steps wrote without waiting, it waits for the previous
+// step's argmax (the decode-loop counter), which every task of that step is an ancestor of. In the
+// first step of a launch the launch boundary orders them. False (in every thread) to stop.
+__device__ bool attn_step_order(const Ctx& c, const Task& t, int* s_abort) {
+  if (!(t.flags & TF_STEP_FIRST) || c.step <= c.step0) return true;
+  if (mk_tid() == 0) {
+    const int ev = mk_ld_table(c.tab + HDR_N_EVENTS);
+    const unsigned want = (unsigned)mk_ld_table(c.tab + HDR_N_ARGMAX) * (unsigned)c.step;
+    if (!spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev, want)) *s_abort = 1;
+    if constexpr (ACQUIRE_ONCE != 0) mk_acquire_fence();  // relaxed polls (sync.cuh poll_counter)
+  }
+  mk_barrier();
+  return !*s_abort;
+}
+
+// attention of the NREP query heads of kv head g, batch row b, over positions [lo, hi) of [0, pos]:
+// online softmax over tiles of ATT_CH positions, fp32 throughout. Waits on its events itself.
+//
+// Before the wait it loads what does not depend on this step: the K and V rows of its first
+// ATT_PRE positions (all before pos), pointers, and with q/k norm the norm weights and the cos/sin
+// of pos. Positions before pos were written in earlier steps (or launches): the worker's previous
+// task of this step waited, and every task descends from the step's embed tasks, which waited for
+// the previous step's argmax, of which every task of that step (the cache's writers too) is an
+// ancestor (docs/sync.md; the verifier checks both). The first task of a worker's step waits for
+// that counter itself (attn_step_order). In nan mode the wait still polls the cache words at pos
+// (this step's key and value); the rows before pos are never polled, they hold no sentinel.
+__device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   const int l = t.layer, b = t.a0, g = t.a1, split = t.a2;
   // this split's positions [lo, hi) of [0, pos]; only the last one reaches pos
   const int T = c.pos + 1, lo = split * T / ATT_SPLIT, hi = (split + 1) * T / ATT_SPLIT;
   const bool last = split == ATT_SPLIT - 1;
   const int tid = mk_tid(), lane = lane_id(), warp = warp_id();
   float* q_s = smem_f(OFF_AQ);    // [NREP][HD]
+  float* k_s = smem_f(OFF_AK);    // q/k norm, last split: the new key [HD]
   float* p_s = smem_f(OFF_AP);    // [NREP][ATT_CH]
   float* m_s = smem_f(OFF_AM);    // [NREP] running max
   float* l_s = m_s + NREP;        // [NREP] running sum
   float* a_s = l_s + NREP;        // [NREP] rescale of this tile
-  float* red = smem_f(OFF_ARED);  // [NTG][NREP][HD]
+  uint4* kv_s = reinterpret_cast<uint4*>(smem_f(OFF_AKV));  // K [ATT_PRE][ATT_D8] (swizzled), V after it
+  float* red = smem_f(OFF_AKV);   // after the last tile: [ATT_NPART][NREP][HD]
   const float* q = lptr<const float>(c, l, R_Q, c.par) + (size_t)b * NH * HD + g * NREP * HD;
-  for (int i = tid; i < NREP * HD; i += NT) q_s[i] = mk_ld_act(q + i);
-  if (tid < NREP) { m_s[tid] = -INFINITY; l_s[tid] = 0.f; }
   const size_t head_off = (size_t)(b * NKV + g) * L * HD;
-  unsigned short* knew = reinterpret_cast<unsigned short*>(smem_f(OFF_AK));  // q/k norm: the key at pos, bf16
-  if constexpr (QK_NORM) {
-    // q and this step's key arrive raw: RMSNorm over each head (q_norm / k_norm), RoPE at pos, and
-    // the key into the cache at pos; its bf16 copy in shared memory stands in for the cache row at pos
-    static_assert(NREP * ATT_CH >= HD, "the raw key is staged in the score buffer");
-    float* k_s = p_s;  // [HD], before the scores need p_s
-    const float* kr = lptr<const float>(c, l, R_KR, c.par) + (size_t)b * NKV * HD + g * HD;
-    if (last)
-      for (int i = tid; i < HD; i += NT) k_s[i] = mk_ld_act(kr + i);
-    mk_barrier();
-    for (int h = warp; h <= (last ? NREP : NREP - 1); h += NW) {  // h == NREP: the key
-      float* v = h < NREP ? q_s + h * HD : k_s;
-      const unsigned short* nw = wptr(c, l, h < NREP ? R_QNORM : R_KNORM);
-      float ss = 0.f;
-      for (int i = lane; i < HD; i += WARP) ss = fmaf(v[i], v[i], ss);
-      ss = warp_sum(ss);
-      const float f = 1.0f / sqrtf(ss / (float)HD + c.eps);
-      for (int i = lane; i < HD; i += WARP) v[i] = (v[i] * f) * mk_bf16_to_f32(nw[i]);
-    }
-    mk_barrier();
-    const float* inv = gptr<const float>(c, S_INV_FREQ, 0);
-    for (int idx = tid; idx < (last ? NREP + 1 : NREP) * (HD / 2); idx += NT) {
-      const int h = idx / (HD / 2), i = idx % (HD / 2);
-      float* v = h < NREP ? q_s + h * HD : k_s;
-      float sn, cs;
-      sincosf((float)c.pos * inv[i], &sn, &cs);
-      cs *= c.rope_scaling;
-      sn *= c.rope_scaling;
-      const float x1 = v[i], x2 = v[i + HD / 2];
-      v[i] = x1 * cs - x2 * sn;
-      v[i + HD / 2] = x2 * cs + x1 * sn;
-    }
-    mk_barrier();
-    unsigned* kcw = lptr<unsigned>(c, l, R_KC, 0) + (head_off + (size_t)c.pos * HD) / 2;
-    for (int i = tid; i < (last ? HD / 2 : 0); i += NT) {
-      put_bf16x2(kcw + i, k_s[2 * i], k_s[2 * i + 1]);
-      reinterpret_cast<unsigned*>(knew)[i] = (unsigned)mk_f32_to_bf16(k_s[2 * i]) | ((unsigned)mk_f32_to_bf16(k_s[2 * i + 1]) << 16);
+  const unsigned short* kc = lptr<const unsigned short>(c, l, R_KC, 0) + head_off;  // [L][HD] bf16
+  const unsigned short* vc = lptr<const unsigned short>(c, l, R_VC, 0) + head_off;
+
+  // ---- before the wait: nothing here depends on this step (ATT_EARLY 0: after it, as a baseline) ----
+  if constexpr (ATT_EARLY == 0) {
+    if (!wait_task(c, t, s_abort)) return false;
+  } else if (!attn_step_order(c, t, s_abort)) {
+    return false;
+  }
+  const int npre = ATT_EARLY ? max(0, min(ATT_PRE, min(hi, c.pos) - lo)) : 0;
+  uint4 pk[ATT_PRE_LD], pv[ATT_PRE_LD];
+#pragma unroll
+  for (int k = 0; k < ATT_PRE_LD; ++k) {
+    const int i = tid + k * NT;  // 16-byte word i of rows [lo, lo + npre)
+    pk[k] = pv[k] = make_uint4(0u, 0u, 0u, 0u);
+    if (i < npre * ATT_D8) {
+      pk[k] = mk_ld_cache16(kc + (size_t)lo * HD + 8 * i);
+      pv[k] = mk_ld_cache16(vc + (size_t)lo * HD + 8 * i);
     }
   }
-  mk_barrier();
-  const unsigned short* kc = lptr<const unsigned short>(c, l, R_KC, 0) + head_off;  // [L][HD] bf16
-  const unsigned* vc = lptr<const unsigned>(c, l, R_VC, 0) + head_off / 2;
-  constexpr int DP = HD / 2, NTG = NT / DP;
-  const int dp = tid % DP, tg = tid / DP;
-  float acc[NREP][2];
+  // the rest of the split's rows before pos into L2 (one bulk request each where the target has it)
+  if (ATT_EARLY && hi > lo + npre) {
+    const int rest = min(hi, c.pos) - (lo + npre);
+    if (rest > 0) {
+      mk_prefetch_l2(kc + (size_t)(lo + npre) * HD, (unsigned)rest * HD * 2u, tid, NT);
+      mk_prefetch_l2(vc + (size_t)(lo + npre) * HD, (unsigned)rest * HD * 2u, tid, NT);
+    }
+  }
+  // q/k norm: this lane's norm weights and cos/sin of its rotary indices at pos
+  [[maybe_unused]] float qn[ATT_NV], kn[ATT_NV], cs[ATT_NR], sn[ATT_NR];
+  if constexpr (QK_NORM) {
+    const unsigned short* qw = wptr(c, l, R_QNORM);
+    const unsigned short* kw = wptr(c, l, R_KNORM);
 #pragma unroll
-  for (int h = 0; h < NREP; ++h) acc[h][0] = acc[h][1] = 0.f;
+    for (int k = 0; k < ATT_NV; ++k) {
+      const int i = lane + k * WARP;
+      qn[k] = i < HD ? mk_bf16_to_f32(qw[i]) : 0.f;
+      kn[k] = i < HD && last ? mk_bf16_to_f32(kw[i]) : 0.f;
+    }
+    const float* inv = gptr<const float>(c, S_INV_FREQ, 0);
+#pragma unroll
+    for (int k = 0; k < ATT_NR; ++k) {
+      sincosf((float)c.pos * inv[(lane + k * WARP) % (HD / 2)], &sn[k], &cs[k]);
+      cs[k] *= c.rope_scaling;
+      sn[k] *= c.rope_scaling;
+    }
+  }
+  [[maybe_unused]] const float* kr = lptr<const float>(c, l, R_KR, c.par) + (size_t)b * NKV * HD + g * HD;
+  if (tid < NREP) { m_s[tid] = -INFINITY; l_s[tid] = 0.f; }
+
+  // ---- the wait: q (and in the last split this step's key and value) ----
+  if constexpr (ATT_EARLY != 0) {
+    if (!wait_task(c, t, s_abort)) return false;
+  }
+
+#pragma unroll
+  for (int k = 0; k < ATT_PRE_LD; ++k) {
+    const int i = tid + k * NT;
+    if (i < npre * ATT_D8) {
+      const int r = i / ATT_D8, e = i % ATT_D8;
+      kv_s[r * ATT_D8 + (e ^ (r & ATT_KSW))] = pk[k];
+      kv_s[ATT_PRE * ATT_D8 + i] = pv[k];
+    }
+  }
+  if constexpr (QK_NORM) {
+    // q and this step's key arrive raw: a warp per head (h == NREP: the key) loads it, takes its
+    // RMSNorm (q_norm / k_norm) and RoPE at pos in registers and leaves it in shared memory
+    static_assert(ATT_NV % 2 == 0 || HD <= WARP, "rotary halves in one lane need whole halves");
+    for (int h = warp; h <= (last ? NREP : NREP - 1); h += NW) {
+      const float* src = h < NREP ? q + h * HD : kr;
+      float v[ATT_NV], ss = 0.f;
+#pragma unroll
+      for (int k = 0; k < ATT_NV; ++k) {
+        const int i = lane + k * WARP;
+        v[k] = i < HD ? mk_ld_act(src + i) : 0.f;
+        ss = fmaf(v[k], v[k], ss);
+      }
+      ss = warp_sum(ss);
+      const float f = 1.0f / sqrtf(ss / (float)HD + c.eps);
+#pragma unroll
+      for (int k = 0; k < ATT_NV; ++k) v[k] = (v[k] * f) * (h < NREP ? qn[k] : kn[k]);
+      // rotate-half: element i < HD/2 pairs with i + HD/2, at rotary index i
+      if constexpr ((HD / 2) % WARP != 0) {
+        // HD <= WARP: lane i pairs with lane i ^ HD/2 (lanes >= HD hold nothing)
+        const float o = mk_shfl_xor(v[0], HD / 2);
+        if (lane < HD) v[0] = lane < HD / 2 ? v[0] * cs[0] - o * sn[0] : v[0] * cs[0] + o * sn[0];
+      } else {
+        // element lane + WARP k pairs with lane + WARP (k + ATT_NV / 2), in this lane
+#pragma unroll
+        for (int k = 0; k < ATT_NV / 2; ++k) {
+          const float x1 = v[k], x2 = v[k + ATT_NV / 2];
+          v[k] = x1 * cs[k] - x2 * sn[k];
+          v[k + ATT_NV / 2] = x2 * cs[k] + x1 * sn[k];
+        }
+      }
+      float* dst = h < NREP ? q_s + h * HD : k_s;
+#pragma unroll
+      for (int k = 0; k < ATT_NV; ++k) {
+        const int i = lane + k * WARP;
+        if (i < HD) dst[i] = v[k];
+      }
+    }
+  } else {
+    for (int i = tid; i < NREP * HD / 4; i += NT)
+      reinterpret_cast<float4*>(q_s)[i] = mk_ld_act4(q + 4 * i);
+  }
+  mk_barrier();
+  if constexpr (QK_NORM) {
+    // the new key into the cache at pos; this task reads it from k_s (rounded as the cache holds it)
+    unsigned* kcw = lptr<unsigned>(c, l, R_KC, 0) + (head_off + (size_t)c.pos * HD) / 2;
+    for (int i = tid; i < (last ? HD / 2 : 0); i += NT) put_bf16x2(kcw + i, k_s[2 * i], k_s[2 * i + 1]);
+  }
+
+  float acc[NREP][8];
+#pragma unroll
+  for (int h = 0; h < NREP; ++h)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[h][j] = 0.f;
+  const int d8 = tid % ATT_D8, vg = tid / ATT_D8;
+  const int pre_end = lo + npre;  // positions [lo, pre_end) are in shared memory
   for (int t0 = lo; t0 < hi; t0 += ATT_CH) {
     const int n = min(ATT_CH, hi - t0);
     // scores: one position per thread, 16-byte loads along head_dim, q broadcast from smem
     for (int tt = tid; tt < n; tt += NT) {
-      const unsigned short* kr = kc + (size_t)(t0 + tt) * HD;
+      const int p = t0 + tt;
       float sc[NREP];
 #pragma unroll
       for (int h = 0; h < NREP; ++h) sc[h] = 0.f;
-      uint4 kw[HD / 8];
-      if (QK_NORM && t0 + tt == c.pos) {  // the new key: written by this task, read from its copy
+      uint4 kw[ATT_D8];
+      if (p < pre_end) {
 #pragma unroll
-        for (int e = 0; e < HD / 8; ++e) kw[e] = reinterpret_cast<const uint4*>(knew)[e];
+        for (int e = 0; e < ATT_D8; ++e) kw[e] = kv_s[tt * ATT_D8 + (e ^ (tt & ATT_KSW))];
+      } else if (QK_NORM && p == c.pos) {  // the new key: written by this task, read from its copy
+#pragma unroll
+        for (int e = 0; e < ATT_D8; ++e) {
+          const float* ks = k_s + 8 * e;
+          kw[e] = make_uint4((unsigned)mk_f32_to_bf16(ks[0]) | ((unsigned)mk_f32_to_bf16(ks[1]) << 16),
+                             (unsigned)mk_f32_to_bf16(ks[2]) | ((unsigned)mk_f32_to_bf16(ks[3]) << 16),
+                             (unsigned)mk_f32_to_bf16(ks[4]) | ((unsigned)mk_f32_to_bf16(ks[5]) << 16),
+                             (unsigned)mk_f32_to_bf16(ks[6]) | ((unsigned)mk_f32_to_bf16(ks[7]) << 16));
+        }
       } else {
+        const unsigned short* krow = kc + (size_t)p * HD;
 #pragma unroll
-        for (int e = 0; e < HD / 8; ++e) kw[e] = mk_ld_cache16(kr + 8 * e);
+        for (int e = 0; e < ATT_D8; ++e) kw[e] = mk_ld_cache16(krow + 8 * e);
       }
 #pragma unroll
-      for (int e8 = 0; e8 < HD / 8; ++e8) {
+      for (int e8 = 0; e8 < ATT_D8; ++e8) {
         const int e = 8 * e8;
         const uint4 w = kw[e8];
 #pragma unroll
@@ -119,38 +252,52 @@ __device__ void task_attn(const Ctx& c, const Task& t) {
       }
     }
     mk_barrier();
-    if (tg < NTG) {
+    // the weighted sum over V: 16-byte words, AV_BATCH in flight per thread
 #pragma unroll
-      for (int h = 0; h < NREP; ++h) { acc[h][0] *= a_s[h]; acc[h][1] *= a_s[h]; }
-      for (int tt0 = tg; tt0 < n; tt0 += NTG * AV_BATCH) {
-        unsigned w[AV_BATCH];
+    for (int h = 0; h < NREP; ++h)
 #pragma unroll
-        for (int k = 0; k < AV_BATCH; ++k) {
-          const int tt = tt0 + k * NTG;
-          w[k] = tt < n ? mk_ld_cache_word(vc + (size_t)(t0 + tt) * DP + dp) : 0u;
-        }
+      for (int j = 0; j < 8; ++j) acc[h][j] *= a_s[h];
+    for (int tt0 = vg; tt0 < n; tt0 += ATT_VG * AV_BATCH) {
+      uint4 w[AV_BATCH];
 #pragma unroll
-        for (int k = 0; k < AV_BATCH; ++k) {
-          const int tt = tt0 + k * NTG;
-          if (tt < n) {
-            const float v0 = mk_lo_bf16(w[k]), v1 = mk_hi_bf16(w[k]);
+      for (int k = 0; k < AV_BATCH; ++k) {
+        const int tt = tt0 + k * ATT_VG, p = t0 + tt;
+        w[k] = tt >= n ? make_uint4(0u, 0u, 0u, 0u)
+             : p < pre_end ? kv_s[ATT_PRE * ATT_D8 + tt * ATT_D8 + d8]
+                           : mk_ld_cache16(vc + (size_t)p * HD + 8 * d8);
+      }
 #pragma unroll
-            for (int h = 0; h < NREP; ++h) {
-              const float p = p_s[h * ATT_CH + tt];
-              acc[h][0] = fmaf(p, v0, acc[h][0]);
-              acc[h][1] = fmaf(p, v1, acc[h][1]);
-            }
+      for (int k = 0; k < AV_BATCH; ++k) {
+        const int tt = tt0 + k * ATT_VG;
+        if (tt < n) {
+          const float v[8] = {mk_lo_bf16(w[k].x), mk_hi_bf16(w[k].x), mk_lo_bf16(w[k].y), mk_hi_bf16(w[k].y),
+                              mk_lo_bf16(w[k].z), mk_hi_bf16(w[k].z), mk_lo_bf16(w[k].w), mk_hi_bf16(w[k].w)};
+#pragma unroll
+          for (int h = 0; h < NREP; ++h) {
+            const float pr = p_s[h * ATT_CH + tt];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[h][j] = fmaf(pr, v[j], acc[h][j]);
           }
         }
       }
     }
     mk_barrier();
   }
-  if (tg < NTG) {
+  // the position groups of a warp added in a fixed order (shuffles), one partial per warp; the
+  // barrier after the last tile (or before the tiles) separates these stores from the K/V rows
+#pragma unroll
+  for (int m = ATT_D8; m < WARP; m <<= 1)
+#pragma unroll
+    for (int h = 0; h < NREP; ++h)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[h][j] += mk_shfl_xor(acc[h][j], m);
+  if (tid % ATT_GRP < ATT_D8) {
+    const int part = tid / ATT_GRP;
 #pragma unroll
     for (int h = 0; h < NREP; ++h) {
-      red[(tg * NREP + h) * HD + 2 * dp] = acc[h][0];
-      red[(tg * NREP + h) * HD + 2 * dp + 1] = acc[h][1];
+      float4* r4 = reinterpret_cast<float4*>(red + (part * NREP + h) * HD + 8 * d8);
+      r4[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+      r4[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
     }
   }
   mk_barrier();
@@ -159,7 +306,7 @@ __device__ void task_attn(const Ctx& c, const Task& t) {
     for (int i = tid; i < NREP * HD; i += NT) {
       const int h = i / HD;
       float s = 0.f;
-      for (int k = 0; k < NTG; ++k) s += red[k * NREP * HD + i];
+      for (int k = 0; k < ATT_NPART; ++k) s += red[k * NREP * HD + i];
       put_f32(o + i, s / l_s[h]);
     }
   } else {
@@ -168,12 +315,13 @@ __device__ void task_attn(const Ctx& c, const Task& t) {
     for (int i = tid; i < NREP * HD; i += NT) {
       const int h = i / HD;
       float s = 0.f;
-      for (int k = 0; k < NTG; ++k) s += red[k * NREP * HD + i];
+      for (int k = 0; k < ATT_NPART; ++k) s += red[k * NREP * HD + i];
       put_f32(o + i, l_s[h] > 0.f ? s / l_s[h] : 0.f);
     }
     float* lse = lptr<float>(c, l, R_ALSE, c.par) + ((size_t)b * ATT_SPLIT + split) * NH + g * NREP;
     if (tid < NREP) put_f32(lse + tid, l_s[tid] > 0.f ? m_s[tid] + logf(l_s[tid]) : -INFINITY);
   }
+  return true;
 }
 
 }  // namespace mk

@@ -1,5 +1,5 @@
 // run_task: a task record to the device code of its kind (the GEMV kinds wait inside gemv_task,
-// after their first weight loads; the others wait here).
+// after their first weight loads, attention inside task_attn; the others wait here).
 #pragma once
 #include "mkc/common.cuh"
 #include "mkc/sync.cuh"
@@ -45,7 +45,7 @@ __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
   return true;
 }
 
-// Runs task t, waiting on its events first (GEMV kinds issue their first weight loads before).
+// Runs task t, waiting on its events first (GEMV kinds and attention issue their first loads before).
 // Returns false when the kernel must stop.
 __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
   const int l = t.layer;
@@ -71,12 +71,13 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
       return gemv_task<I, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_H, c.par), nullptr);
     }
     case K_LMHEAD: return task_lmhead(c, t, s_abort);
+    // attention waits inside, after loading the cache rows and immutables this step does not change
+    case K_ATTN: return task_attn(c, t, s_abort);
     default: break;
   }
   if (!wait_task(c, t, s_abort)) return false;
   switch (t.kind) {
     case K_EMBED: task_embed(c, t); break;
-    case K_ATTN: task_attn(c, t); break;
     case K_ARGMAX: task_argmax(c, t); break;
     default: break;
   }

@@ -7,7 +7,7 @@ namespace mk {
 
 // The GEMV input x[b][k..k+3]. COMB (o-proj over split attention): x is the splits' outputs
 // [B][ATT_SPLIT][K], combined with the weights attn_weights left in shared memory (an empty split
-// has weight 0 and is not read).
+// has weight 0 and wrote zeros).
 template <int K, bool COMB>
 __device__ __forceinline__ float4 load_x4(const float* x, int b, int k) {
   if constexpr (!COMB) {
@@ -15,12 +15,15 @@ __device__ __forceinline__ float4 load_x4(const float* x, int b, int k) {
   } else {
     const float* aw = smem_f(OFF_AW) + b * ATT_SPLIT * NH + k / HD;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    // every split is read, so its loads go out together: an empty split wrote zeros (attention.cuh)
+    // and has weight 0, so it adds 0 (a guard on w would serialise the loads behind their weights)
+    float4 a[ATT_SPLIT];
+#pragma unroll
+    for (int s = 0; s < ATT_SPLIT; ++s) a[s] = mk_ld_act4(x + ((size_t)b * ATT_SPLIT + s) * K + k);
+#pragma unroll
     for (int s = 0; s < ATT_SPLIT; ++s) {
       const float w = aw[s * NH];
-      if (w != 0.f) {
-        const float4 a = mk_ld_act4(x + ((size_t)b * ATT_SPLIT + s) * K + k);
-        v.x = fmaf(w, a.x, v.x); v.y = fmaf(w, a.y, v.y); v.z = fmaf(w, a.z, v.z); v.w = fmaf(w, a.w, v.w);
-      }
+      v.x = fmaf(w, a[s].x, v.x); v.y = fmaf(w, a[s].y, v.y); v.z = fmaf(w, a[s].z, v.z); v.w = fmaf(w, a[s].w, v.w);
     }
     return v;
   }
