@@ -29,7 +29,10 @@ def test_default_model_compiles_cleanly(graphs, target, sync, tmp_path):
     assert res.cubin.stat().st_size > 0 and not res.cached
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) == 0, res.log
+    # Holding the next task's record in registers (CodegenOptions.task_ahead) costs the batch-1
+    # kernel up to 16 bytes: three loop-invariant values stored once before the step loop and
+    # reloaded a few times (SASS, 2026-12-01). More than that is a register blow-up.
+    assert spills and max(spills) <= 16, res.log
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
     assert regs and max(regs) * cfg.threads <= 65536, res.log  # one block of NT threads fits an SM
 

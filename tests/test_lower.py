@@ -425,7 +425,9 @@ def test_attention_layout_is_small_and_holds_the_preloaded_rows(model, target):
     assert plan.check(t.smem_per_block) == []
     regs = {n: (o, s) for n, o, s in plan.regions}
     assert set(ATTN_REGIONS) <= set(regs) and "OFF_AW" not in ATTN_REGIONS
-    assert max(o + s for n, (o, s) in regs.items() if n in ATTN_REGIONS) < 40 * 1024
+    # (at batch 1 on the H200 the layout starts after the weight pipeline's pages)
+    attn = [(o, s) for n, (o, s) in regs.items() if n in ATTN_REGIONS]
+    assert max(o + s for o, s in attn) - min(o for o, _ in attn) < 40 * 1024
     hd, nrep = tg.dim("hd"), tg.dim("nh") // tg.dim("nkv")
     warp = for_target(t).capabilities(t).warp_size
     pre = attn_preload(hd, plan.threads, plan.attn_chunk)

@@ -68,6 +68,9 @@ class CodegenOptions:
     # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (batch 1
     # on NVIDIA sm_90+), False: off (weights through registers, as before), True: required
     pipe: bool | None = None
+    # each task's record and its thread's wait/signal entries are read while the task before it runs
+    # (off: at the task's start, as before); the step loop then holds two records in registers
+    task_ahead: bool = True
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -172,7 +175,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
     )
     return KernelConfig(

@@ -64,6 +64,20 @@ __device__ __forceinline__ Task load_task(const int* r) {
   t.sig_off = mk_ld_table(r + T_SIG_OFF); t.n_sig = mk_ld_table(r + T_N_SIG);
   t.rearm_off = mk_ld_table(r + T_REARM_OFF); t.n_rearm = mk_ld_table(r + T_N_REARM);
   t.id = mk_ld_table(r + T_ID); t.flags = mk_ld_table(r + T_FLAGS);
+  t.sig_ev = -1; t.wait_ev = -1; t.wait_thr = 0;
+  return t;
+}
+// The record and this thread's wait and signal entries, issued together: the kernel reads the next
+// task this way while the current one runs, so the loads are done when the current one signals.
+__device__ __forceinline__ Task load_task_ahead(const Ctx& c, const int* r) {
+  Task t = load_task(r);
+  const int tid = mk_tid();
+  if (tid < t.n_sig) t.sig_ev = mk_ld_table(c.tab + mk_ld_table(c.tab + HDR_SIGS) + t.sig_off + tid);
+  if (!NAN_MODE && tid < t.n_wait) {
+    const int* wt = c.tab + mk_ld_table(c.tab + HDR_WAITS) + (t.wait_off + tid) * WT_SIZE;
+    t.wait_ev = mk_ld_table(wt + WT_EVENT);
+    t.wait_thr = mk_ld_table(wt + WT_THRESHOLD);
+  }
   return t;
 }
 
@@ -118,9 +132,13 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
       }
     } else {
       for (int w = tid; w < t.n_wait; w += NT) {
-        const int* wt = c.tab + mk_ld_table(c.tab + HDR_WAITS) + (t.wait_off + w) * WT_SIZE;
-        const int ev = mk_ld_table(wt + WT_EVENT);
-        const unsigned want = (unsigned)mk_ld_table(wt + WT_THRESHOLD) * (unsigned)(c.step + 1);
+        int ev = t.wait_ev, thr = t.wait_thr;
+        if (w != tid || ev < 0) {
+          const int* wt = c.tab + mk_ld_table(c.tab + HDR_WAITS) + (t.wait_off + w) * WT_SIZE;
+          ev = mk_ld_table(wt + WT_EVENT);
+          thr = mk_ld_table(wt + WT_THRESHOLD);
+        }
+        const unsigned want = (unsigned)thr * (unsigned)(c.step + 1);
         ok = spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev, want) && ok;
       }
     }
@@ -167,7 +185,7 @@ __device__ void signal_task(const Ctx& c, const Task& t) {
   const int tid = mk_tid();
   if constexpr (!NAN_MODE) {
     if (tid < t.n_sig) {
-      const int ev = mk_ld_table(c.tab + mk_ld_table(c.tab + HDR_SIGS) + t.sig_off + tid);
+      const int ev = t.sig_ev >= 0 ? t.sig_ev : mk_ld_table(c.tab + mk_ld_table(c.tab + HDR_SIGS) + t.sig_off + tid);
       mk_red_release_add(c.ws + WS_COUNTERS + ev, 1u);
     }
   }
