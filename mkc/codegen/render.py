@@ -35,6 +35,12 @@ TEMPLATE_DIR = Path(__file__).parent / "templates"
 KERNEL_TEMPLATE = "kernel.j2"
 
 
+def sample_smem(batch: int) -> int:
+    """The argmax task's shared-memory scratch from offset 0 (sampling.cuh SM_*): 256 u64 histogram
+    bins, per-warp (score, index) pairs, result words, then a token and a maximum per row."""
+    return 2592 + 8 * batch
+
+
 @dataclass(frozen=True)
 class CodegenOptions:
     """Knobs of the emitted code (defaults are what the tests and benchmarks use)."""
@@ -153,6 +159,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
                             f"{target.smem_per_block} {target.name} allows (batch {B}, K-chunk {KC})")
+    SAMPLE_SMEM = sample_smem(B)
+    if off.get("OFF_FLAG", 0) < SAMPLE_SMEM:
+        raise ScheduleError(f"the sampler's {SAMPLE_SMEM} B of shared-memory scratch (below the flag word) do not "
+                            f"fit this layout (flag at {off.get('OFF_FLAG', 0)})")
     smem = launched_smem(needed, sched.plan, target)
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
@@ -160,6 +170,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
         ATT_SPLIT=ATT_SPLIT, POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), **mma_consts,
+        **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,

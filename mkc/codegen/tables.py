@@ -66,7 +66,26 @@ KERNEL_ARGS: tuple[tuple[str, str], ...] = (
     ("tab", "ptr"), ("ptrs", "ptr"), ("fparams", "ptr"), ("ws", "ptr"),
     ("step0", "i32"), ("nsteps", "i32"), ("pos0", "i32"), ("nforced", "i32"), ("spin_limit", "i32"),
     ("trace", "ptr"), ("trace_steps", "i32"), ("trace_tasks", "i32"),
+    # decode control (null: every row forced while step - step0 < nforced, no stops, no early
+    # exit), host-mapped token stream (null: none), sampling (temperature 0: greedy)
+    ("ctl", "ptr"), ("stream", "ptr"), ("temperature", "f32"), ("top_k", "i32"), ("top_p", "f32"),
+    ("min_p", "f32"), ("seed_lo", "u32"), ("seed_hi", "u32"),
 )
+MAX_EOS = 4  # stop tokens the decode control block holds
+
+
+def ctl_layout(B: int, L: int) -> dict[str, int]:
+    """Word offsets of the decode control block (int32), which ``Megakernel.decode`` uploads and
+    the kernel's embed / argmax / step loop read: per-row prompt lengths and budgets, the stop
+    tokens (count, then up to ``MAX_EOS`` ids), then what argmax writes: each row's stopped flag
+    and, per step of the launch, whether every row had stopped after it."""
+    return dict(CTL_PLEN=0, CTL_MAXNEW=B, CTL_NEOS=2 * B, CTL_EOS=2 * B + 1, CTL_STOP=2 * B + 1 + MAX_EOS,
+                CTL_DONE=3 * B + 1 + MAX_EOS, CTL_WORDS=3 * B + 1 + MAX_EOS + L)
+
+
+def stream_words(B: int, L: int) -> int:
+    """The host-mapped token stream: word 0 counts the steps published, then tokens [L, B]."""
+    return 1 + L * B
 
 
 def slot_of(name: str) -> int | None:

@@ -5,12 +5,26 @@
 
 namespace mk {
 
+// sampling: temperature 0 is greedy; top_k 0, top_p 1, min_p 0 filter nothing (mkc/sampling.py)
+struct Sampler {
+  float temperature;
+  int top_k;
+  float top_p, min_p;
+  unsigned seed_lo, seed_hi;
+  __device__ bool on() const { return temperature > 0.0f; }
+  // a threshold over the row's logits is needed (the argmax task samples), else Gumbel-max in the LM head
+  __device__ bool filtered() const { return on() && ((top_k > 0 && top_k < V) || top_p < 1.0f || min_p > 0.0f); }
+};
+
 struct Ctx {
   const int* tab;
   const dev_ptr* ptrs;  // two entries per slot: the parity-0 and parity-1 copy
   unsigned* ws;
   int worker, step, step0, pos, par, nforced, spin_limit;
   float eps, rope_scaling, attn_scale;
+  int* ctl;     // decode control block (tables.ctl_layout), nullptr: uniform nforced, no stops
+  int* stream;  // host-mapped [steps published, tokens [L, B]], nullptr: none
+  Sampler smp;
   // TRACE: this task's [wait_start, start, end] in this step (nullptr: not traced). Present in every
   // build so the stamps are `if constexpr` code; untraced, nothing reads or writes it.
   unsigned long long* trace_rec;
