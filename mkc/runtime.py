@@ -40,6 +40,7 @@ from mkc.backend import BackendUnavailableError, Driver, for_target
 from mkc.codegen import tables as T
 from mkc.codegen.render import CodegenOptions, KernelConfig, generate
 from mkc.errors import KernelError, MkcError
+from mkc.sampling import GREEDY, Sampling
 from mkc.schedule.ir import Schedule
 from mkc.target import Target, get_target
 from mkc.taskgraph import names
@@ -201,6 +202,16 @@ class Megakernel:
         self.weights = {n: a for n, a in self.buffers.items() if self.plan[n].role == "weight"}
         self.ids, self.tokens = self.buffers["ids"], self.buffers["tokens"]  # [L, B]: forced / argmax per step
         self.ws = drv.empty((self.tables.ws_words,), "i32")
+        B, L = tg.dim("B"), tg.dim("L")
+        self.ctl_at = T.ctl_layout(B, L)  # the decode control block (tables.ctl_layout)
+        self.ctl = drv.empty((self.ctl_at["CTL_WORDS"],), "i32")
+        # drivers with page-locked host memory (NVIDIA): the token stream and the error slot's
+        # snapshot behind each launch live there; the others synchronise every launch
+        self._async = all(hasattr(drv, f) for f in ("pinned", "upload_nowait", "copy_async", "record_event",
+                                                      "capturing"))
+        self.stream_host = drv.pinned((T.stream_words(B, L),), "i32") if self._async else None
+        self._fault_host = drv.pinned((T.WS_COUNTERS,), "i32") if self._async else None
+        self._fault_event = None
         self.table = drv.empty(self.tables.ints.shape, "i32")
         drv.upload(self.table, self.tables.ints)
         self.fparams = drv.empty((len(T.FPARAMS),), "f32")
@@ -242,26 +253,57 @@ class Megakernel:
             self._rearm_cache_from(pos0)
 
     # ---- launching ---------------------------------------------------------------------------
-    def launch_args(self, nsteps: int, pos0: int, nforced: int) -> list[tuple[str, int]]:
+    def launch_args(self, nsteps: int, pos0: int, nforced: int, *, ctl: bool = False, stream: bool = False,
+                    sampling: Sampling = GREEDY) -> list[tuple[str, int]]:
         """The kernel's arguments in the order of ``tables.KERNEL_ARGS``."""
         drv = self.driver
         traced = self.trace_buf is not None
         values = dict(tab=drv.ptr(self.table), ptrs=drv.ptr(self.ptrs), fparams=drv.ptr(self.fparams),
                       ws=drv.ptr(self.ws), step0=self.step, nsteps=nsteps, pos0=pos0, nforced=nforced,
                       spin_limit=self.spin_limit, trace=drv.ptr(self.trace_buf) if traced else 0,
-                      trace_steps=self.trace_steps if traced else 0, trace_tasks=len(self.tg.tasks) if traced else 0)
+                      trace_steps=self.trace_steps if traced else 0, trace_tasks=len(self.tg.tasks) if traced else 0,
+                      ctl=drv.ptr(self.ctl) if ctl else 0,
+                      stream=int(self.stream_host.data_ptr()) if stream and self.stream_host is not None else 0,
+                      **sampling.kernel_args())
         return [(kind, values[name]) for name, kind in T.KERNEL_ARGS]
 
-    def _launch(self, nsteps: int, pos0: int, nforced: int) -> None:
+    def _launch(self, nsteps: int, pos0: int, nforced: int, *, wait: bool = True, **kw) -> None:
+        """One launch of ``nsteps`` steps. wait=False (drivers with pinned memory): return at once;
+        the error slot is copied behind the launch and checked at the next call or ``synchronize``."""
+        self._poll_fault()
         self._prepare(nsteps, pos0)
         if self.trace_buf is not None:
             self.driver.fill32(self.trace_buf, 0)
             self._traced_steps = min(nsteps, self.trace_steps)
-        self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads, self.launch_args(nsteps, pos0, nforced))
-        self.driver.synchronize()
-        self._check_fault()
+        self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads,
+                           self.launch_args(nsteps, pos0, nforced, **kw))
+        if wait or not self._async:
+            self.driver.synchronize()
+            self._check_fault()
+        elif not self.driver.capturing():
+            self.driver.copy_async(self._fault_host, self.driver.tensor(self.ws, 0, (T.WS_COUNTERS,)))
+            self._fault_event = self.driver.record_event()
+        self._advance(nsteps, pos0)
+
+    def _advance(self, nsteps: int, pos0: int) -> None:
         self.step += nsteps
         self._written = pos0 + nsteps if pos0 < self._written else max(self._written, pos0 + nsteps)
+
+    def synchronize(self) -> None:
+        """Wait for every launch so far; raise ``KernelError`` if one of them faulted."""
+        self.driver.synchronize()
+        self._fault_event = None
+        self._check_fault()
+
+    def _poll_fault(self) -> None:
+        """Raise the fault of an earlier asynchronous launch whose error-slot copy has arrived."""
+        ev = self._fault_event
+        if ev is not None and ev.query():
+            self._fault_event = None
+            f = decode_fault(self._fault_host.numpy(), self.tg)
+            if f is not None:
+                self._faulted = True
+                raise KernelError(f.message(self.sync))
 
     def fault(self) -> KernelFault | None:
         """What the error slot says (None when no wait timed out)."""
@@ -283,26 +325,129 @@ class Megakernel:
             ids = ids.reshape(self.B, -1) if ids.numel() % self.B == 0 and ids.numel() != self.B else ids[:, None]
         if ids.shape[0] != self.B:
             raise MkcError(f"input_ids has batch {ids.shape[0]}, the kernel was compiled for batch {self.B}")
+        if ids.device.type == "cpu":  # ids already on the GPU are not read back (the kernel clamps them)
+            bad = (ids < 0) | (ids >= self.V)
+            if bool(bad.any()):
+                b, k = (int(x) for x in bad.nonzero()[0])
+                raise MkcError(f"token id {int(ids[b, k])} of row {b} (position {k}) is outside the vocabulary "
+                               f"[0, {self.V})")
         return ids.to(torch.int32)
 
     def _set_forced(self, ids) -> None:  # ids [B, P] -> the first P rows of ids [L, B]
         self.driver.upload(self.ids, ids.T.contiguous())
 
     def logits(self):
-        """The last step's logits [B, V] (fp32): a view of the device buffer where the driver has one."""
+        """The last step's logits [B, V] (fp32): a view of the device buffer where the driver has one
+        (the next launch overwrites it: ``.clone()`` to keep it)."""
         b = self.plan["logits"]
         par = (self.step - 1) % 2 if b.copies == 2 else 0
         return self.driver.tensor(self.buffers["logits"], par * b.numel, b.shape)
 
-    def __call__(self, input_ids, cache_position):
-        """One decode step: token ids [B] (or [B, 1]) at position ``cache_position`` -> logits [B, V]."""
+    def __call__(self, input_ids, cache_position, *, sampling: Sampling | None = None):
+        """One decode step: token ids [B] (or [B, 1]) at position ``cache_position`` -> logits [B, V].
+
+        Cheap on NVIDIA: nothing waits for the GPU. Host ids are checked and copied without a
+        synchronisation, CUDA ids device to device; the logits are a view of the device buffer,
+        overwritten by the next launch (``.clone()`` to keep them); a fault is raised by a later
+        call or by ``synchronize()``. ``cache_position`` is best an int (a CUDA tensor is read back).
+        The step's token (argmax, or ``sampling``'s draw) is ``tokens_of_last_step()``."""
         ids = self._ids(input_ids)
         if ids.shape[1] != 1:
             raise MkcError(f"one decode step takes one token per row, got {ids.shape[1]}")
         pos = int(cache_position.reshape(-1)[0]) if hasattr(cache_position, "reshape") else int(cache_position)
-        self._set_forced(ids)
-        self._launch(1, pos, 1)
-        return self.logits().clone()
+        smp = self._sampling(sampling)
+        if self._async:
+            self.driver.upload_nowait(self.ids, ids.reshape(-1))
+        else:
+            self._set_forced(ids)
+        self._launch(1, pos, 1, wait=False, sampling=smp)
+        return self.logits()
+
+    def tokens_of_last_step(self):
+        """The last launch's last token per row [B] int32 (a device view where the driver has one)."""
+        return self.driver.tensor(self.buffers["next_ids"], 0, (self.B,))
+
+    def _sampling(self, sampling: Sampling | None) -> Sampling:
+        smp = GREEDY if sampling is None else sampling
+        if not isinstance(smp, Sampling):
+            raise MkcError(f"sampling must be an mkc.sampling.Sampling, got {type(smp).__name__}")
+        problems = smp.check()
+        if problems:
+            raise MkcError("sampling: " + "; ".join(problems))
+        return smp
+
+    def decode(self, rows, max_new_tokens, *, start_pos: int = 0, eos_token_id=None,
+               sampling: Sampling | None = None, on_step=None) -> list[list[int]]:
+        """Decode new tokens for up to B rows in ONE launch, each with its own prompt, budget and stop.
+
+        rows: per batch row (len(rows) <= B; missing rows are padding, stopped from the start), the
+        token ids not yet in the cache (>= 1 each). The cache already holds positions [0, start_pos)
+        of every row (start_pos=0: reset first). Row b is fed rows[b][k] at step k while k <
+        len(rows[b]), then its own previous token; it stops after max_new_tokens (int or per row) new
+        tokens or after an EOS (eos_token_id: int, list of up to 4, or None); the launch ends early
+        once every row has stopped. on_step(new_tokens_so_far) is called from the host while the
+        kernel runs (NVIDIA: from the host-mapped token stream) and at least once, at the end.
+        Returns the new tokens per row (EOS included, nothing after it). A row that stops early keeps
+        running (its outputs ignored) until the launch ends, so its cache past its stop holds them."""
+        from mkc.decode import plan_decode, row_outputs, steps_run
+
+        plan = plan_decode(rows, max_new_tokens, eos_token_id, batch=self.B, vocab=self.V, max_seq_len=self.L,
+                           start_pos=start_pos)
+        smp = self._sampling(sampling)
+        rows = [list(r) for r in rows]
+        if max(plan.max_new) == 0:
+            out = [[] for _ in rows]
+            if on_step is not None:
+                on_step(out)
+            return out
+        if start_pos == 0:
+            self.reset()
+        else:
+            self._poll_fault()
+            if self.sync == "nan":  # the cache may have been written by the host: re-arm what follows
+                self._rearm_cache_from(start_pos)
+            self._written = max(self._written, start_pos)
+        self._set_forced_rows(plan.ids(rows))
+        self.driver.upload(self.ctl, plan.ctl_head())
+        streaming = on_step is not None and self.stream_host is not None
+        if streaming:
+            self.stream_host[0] = 0
+        self._launch(plan.nsteps, start_pos, 0, wait=not streaming, ctl=True, stream=streaming, sampling=smp)
+        if streaming:
+            self._follow_stream(plan, on_step)
+            self.synchronize()
+        at = self.ctl_at["CTL_DONE"]
+        ran = steps_run(self.driver.tensor(self.ctl, at, (plan.nsteps,)).cpu().numpy(), plan.nsteps)
+        # the step counter and the cache positions follow the steps that ran, not those asked for
+        self.step -= plan.nsteps - ran
+        self._written = start_pos + ran
+        log = self.driver.tensor(self.tokens, 0, (ran, self.B)).cpu().numpy()
+        out = row_outputs(log, plan)
+        if on_step is not None:
+            on_step(out)
+        return out
+
+    def _set_forced_rows(self, ids: np.ndarray) -> None:  # [P, B], step-major as the kernel reads it
+        self.driver.upload(self.ids, ids)
+
+    def _follow_stream(self, plan, on_step) -> None:
+        """Call on_step with the tokens so far each time the kernel publishes steps, until it ends."""
+        import time
+
+        from mkc.decode import row_outputs
+
+        host = self.stream_host.numpy()
+        done_ev = self.driver.record_event()
+        seen = 0
+        while True:
+            finished = done_ev.query()
+            n = int(host[0])
+            if n > seen:
+                seen = n
+                on_step(row_outputs(host[1: 1 + n * self.B].reshape(n, self.B), plan))
+            if finished:
+                return
+            time.sleep(200e-6)
 
     def prefill(self, prompt_ids):
         """Start a sequence: reset, then run the prompt [B, P] token by token in one launch.

@@ -142,6 +142,39 @@ class CudaDriver:
 
         torch.cuda.current_stream(self.torch_device).synchronize()
 
+    # ---- asynchronous use (Megakernel: cheap steps, the token stream) ----
+    def pinned(self, shape: Sequence[int], dtype: str):
+        """Page-locked host memory the kernel can write (UVA: the host address is the device's)."""
+        import torch
+
+        return torch.zeros(tuple(shape), dtype=torch_dtype(dtype), pin_memory=True)
+
+    def upload_nowait(self, array, src, offset: int = 0) -> None:
+        """Like ``upload`` without waiting for the stream: a CPU source (pageable: the copy is staged
+        before this returns) or a CUDA tensor (device to device, capturable in a CUDA graph)."""
+        import torch
+
+        src = src if isinstance(src, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(src))
+        src = src.reshape(-1)
+        array.reshape(-1)[offset: offset + src.numel()].copy_(src, non_blocking=True)
+
+    def copy_async(self, dst, src) -> None:
+        """dst <- src on the current stream, without waiting (dst: pinned host memory)."""
+        dst.copy_(src, non_blocking=True)
+
+    def record_event(self):
+        """An event on the current stream: ``.query()`` is True once the work before it is done."""
+        import torch
+
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.torch_device))
+        return ev
+
+    def capturing(self) -> bool:
+        import torch
+
+        return bool(torch.cuda.is_current_stream_capturing())
+
 
 def check_cuda_runtime(device: Any = None) -> None:
     """Fail fast, with what is missing, where an NVIDIA build cannot run."""
