@@ -226,6 +226,7 @@ class Megakernel:
     def reset(self) -> None:
         """Empty KV cache, counters at zero, step 0 (nan mode: every polled word armed)."""
         self.driver.fill32(self.ws, 0)
+        self._fault_event = None  # an error-slot copy from before the reset is stale
         self.step = 0
         self._written = 0  # cache positions [0, _written) hold data
         self._faulted = False
