@@ -207,9 +207,10 @@ class Megakernel:
         self.ctl = drv.empty((self.ctl_at["CTL_WORDS"],), "i32")
         # drivers with page-locked host memory (NVIDIA): the token stream and the error slot's
         # snapshot behind each launch live there; the others synchronise every launch
-        self._async = all(hasattr(drv, f) for f in ("pinned", "upload_nowait", "copy_async", "record_event",
-                                                      "capturing"))
+        self._async = all(hasattr(drv, f) for f in ("pinned", "mapped_ptr", "upload_nowait", "copy_async",
+                                                      "record_event", "capturing"))
         self.stream_host = drv.pinned((T.stream_words(B, L),), "i32") if self._async else None
+        self._stream_dev = drv.mapped_ptr(self.stream_host) if self.stream_host is not None else 0
         self._fault_host = drv.pinned((T.WS_COUNTERS,), "i32") if self._async else None
         self._fault_event = None
         self.table = drv.empty(self.tables.ints.shape, "i32")
@@ -264,7 +265,7 @@ class Megakernel:
                       spin_limit=self.spin_limit, trace=drv.ptr(self.trace_buf) if traced else 0,
                       trace_steps=self.trace_steps if traced else 0, trace_tasks=len(self.tg.tasks) if traced else 0,
                       ctl=drv.ptr(self.ctl) if ctl else 0,
-                      stream=int(self.stream_host.data_ptr()) if stream and self.stream_host is not None else 0,
+                      stream=self._stream_dev if stream else 0,
                       **sampling.kernel_args())
         return [(kind, values[name]) for name, kind in T.KERNEL_ARGS]
 

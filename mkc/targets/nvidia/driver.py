@@ -157,6 +157,18 @@ class CudaDriver:
 
         return torch.zeros(tuple(shape), dtype=torch_dtype(dtype), pin_memory=True)
 
+    def mapped_ptr(self, host) -> int:
+        """The device address of page-locked host memory (under UVA the host address itself)."""
+        from cuda.bindings import driver
+
+        try:
+            err, dptr = driver.cuMemHostGetDevicePointer(int(host.data_ptr()), 0)
+        except Exception:  # noqa: BLE001 - an older binding: UVA's identity mapping
+            return int(host.data_ptr())
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise MkcError(f"page-locked host memory for the token stream is not mapped for the GPU: {err}")
+        return int(dptr)
+
     def upload_nowait(self, array, src, offset: int = 0) -> None:
         """Like ``upload`` without waiting for the stream: a CPU source (pageable: the copy is staged
         before this returns) or a CUDA tensor (device to device, capturable in a CUDA graph)."""
