@@ -292,10 +292,15 @@ class Megakernel:
         self._written = pos0 + nsteps if pos0 < self._written else max(self._written, pos0 + nsteps)
 
     def synchronize(self) -> None:
-        """Wait for every launch so far; raise ``KernelError`` if one of them faulted."""
+        """Wait for every launch so far; raise ``KernelError`` if one of them faulted. The step
+        counter follows the device clock (replays of a captured step advance it on the device)."""
         self.driver.synchronize()
         self._fault_event = None
         self._check_fault()
+        at = T.WORKSPACE.index("WS_CLK_STEP")
+        step, pos = (int(x) for x in self.driver.tensor(self.ws, at, (2,)).cpu().numpy())
+        if step > self.step:
+            self.step, self._written = step, max(self._written, pos)
 
     def _poll_fault(self) -> None:
         """Raise the fault of an earlier asynchronous launch whose error-slot copy has arrived."""
@@ -356,13 +361,29 @@ class Megakernel:
         ids = self._ids(input_ids)
         if ids.shape[1] != 1:
             raise MkcError(f"one decode step takes one token per row, got {ids.shape[1]}")
-        pos = int(cache_position.reshape(-1)[0]) if hasattr(cache_position, "reshape") else int(cache_position)
         smp = self._sampling(sampling)
+        if self._async and self.driver.capturing():
+            return self._captured_step(ids, smp)
+        pos = int(cache_position.reshape(-1)[0]) if hasattr(cache_position, "reshape") else int(cache_position)
         if self._async:
             self.driver.upload_nowait(self.ids, ids.reshape(-1))
         else:
             self._set_forced(ids)
         self._launch(1, pos, 1, wait=False, sampling=smp)
+        return self.logits()
+
+    def _captured_step(self, ids, smp: Sampling):
+        """The step inside a CUDA-graph capture: ids device to device, and the kernel takes its step
+        and position from the device clock (the ones after the last step run), so each replay is the
+        next step. The host's bookkeeping catches up at ``synchronize()``; keeping the positions
+        inside max_seq_len (and, in nan mode, not re-using positions) is the caller's part."""
+        if ids.device.type == "cpu":
+            raise MkcError("a step captured in a CUDA graph takes its ids as a CUDA tensor (host ids would be "
+                           "copied at capture time only)")
+        self.driver.upload_nowait(self.ids, ids.reshape(-1))
+        args = self.launch_args(1, -1, 1, sampling=smp)
+        args[[n for n, _ in T.KERNEL_ARGS].index("step0")] = ("i32", -1)
+        self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads, args)
         return self.logits()
 
     def tokens_of_last_step(self):

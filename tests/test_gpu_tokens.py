@@ -251,3 +251,30 @@ def test_step_ids_are_refused_on_the_host_and_faults_are_raised_at_the_next_sync
     out = mk(torch.tensor([3]), 0)
     assert out.is_cuda and out.data_ptr() == mk.logits().data_ptr()  # a view, no copy
     mk.synchronize()
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_a_step_captured_in_a_cuda_graph_replays_as_the_next_steps(sync):
+    """Capture mk(tok, pos) once; each replay is the next step (step and position from the device
+    clock), its logits bit-identical to ordinary steps; synchronize() brings the host's count along."""
+    import torch
+
+    hf = hf_models("tiny-llama")
+    mk = megakernel(hf, 2, sync)
+    g = torch.Generator(device="cuda").manual_seed(4)
+    ids = torch.randint(0, hf.vocab, (2, 12), device="cuda", generator=g).to(torch.int32)
+    ref = [mk(ids[:, t], t).clone() for t in range(12)]
+    mk.reset()
+    for t in range(2):  # ordinary steps first
+        mk(ids[:, t], t)
+    tok = ids[:, 2].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # nothing runs while capturing
+        out = mk(tok, 0)
+    assert mk.step == 2
+    for t in range(2, 12):
+        tok.copy_(ids[:, t])
+        graph.replay()
+        assert torch.equal(out, ref[t]), f"replay at step {t}"
+    mk.synchronize()
+    assert mk.step == 12

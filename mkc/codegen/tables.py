@@ -56,7 +56,8 @@ REGION = ("RG_SLOT", "RG_FLAGS", "RG_BASE", "RG_RUN", "RG_N1", "RG_S1", "RG_N2",
 RF_PARITY, RF_CACHE = 1, 2
 TF_WAIT_LOOP, TF_SIGNAL_LOOP = 1, 2
 # sync workspace (uint32): error slot first, then one counter per event, then the loop counter
-WORKSPACE = ("WS_ABORT", "WS_CLAIM", "WS_WORKER", "WS_TASK", "WS_EVENT", "WS_SEEN", "WS_STEP", "WS_WANT", "WS_KIND")
+WORKSPACE = ("WS_ABORT", "WS_CLAIM", "WS_WORKER", "WS_TASK", "WS_EVENT", "WS_SEEN", "WS_STEP", "WS_WANT", "WS_KIND",
+             "WS_CLK_STEP", "WS_CLK_POS")  # the device clock: the step and position after the last one run
 WS_COUNTERS = 16
 FPARAMS = ("FP_EPS", "FP_ROPE_SCALING", "FP_ATTN_SCALE")
 VERSION = 2  # 2: four task arguments (qkv head slices)
@@ -68,6 +69,7 @@ KERNEL_ARGS: tuple[tuple[str, str], ...] = (
     ("trace", "ptr"), ("trace_steps", "i32"), ("trace_tasks", "i32"),
     # decode control (null: every row forced while step - step0 < nforced, no stops, no early
     # exit), host-mapped token stream (null: none), sampling (temperature 0: greedy)
+    # step0 < 0: step and position from the device clock (a step captured in a CUDA graph)
     ("ctl", "ptr"), ("stream", "ptr"), ("temperature", "f32"), ("top_k", "i32"), ("top_p", "f32"),
     ("min_p", "f32"), ("seed_lo", "u32"), ("seed_hi", "u32"),
 )

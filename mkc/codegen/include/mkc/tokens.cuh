@@ -90,6 +90,10 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   }
   mk_barrier();
   if (tid == 0) {
+    // the device clock, read by the next launch when it is passed step0 < 0: every block read it at
+    // its start, before its first task, which happens before argmax(step0)
+    c.ws[WS_CLK_STEP] = (unsigned)(c.step + 1);
+    c.ws[WS_CLK_POS] = (unsigned)(c.pos + 1);
     if (c.ctl != nullptr && k < L) c.ctl[CTL_DONE + k] = *s_all;
     if (c.stream != nullptr) {
       mk_fence_system();  // the block's token stores (ordered before by the barrier) before the count
