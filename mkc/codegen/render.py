@@ -35,10 +35,16 @@ TEMPLATE_DIR = Path(__file__).parent / "templates"
 KERNEL_TEMPLATE = "kernel.j2"
 
 
-def sample_smem(batch: int) -> int:
-    """The argmax task's shared-memory scratch from offset 0 (sampling.cuh SM_*): 256 u64 histogram
-    bins, per-warp (score, index) pairs, result words, then a token and a maximum per row."""
-    return 2592 + 8 * batch
+def sample_smem(batch: int, hists: int) -> int:
+    """The argmax task's shared-memory scratch from offset 0 (sampling.cuh SM_*): ``hists`` copies of
+    256 u64 histogram bins, per-warp (score, index) pairs, result words, a token and a maximum per row."""
+    return hists * 256 * 8 + 512 + 32 + 8 * batch
+
+
+def sample_hists(batch: int, warps: int, room: int) -> int:
+    """Histogram copies for the sampler's radix select: one per warp (fewer serialised adds) where
+    the ``room`` below the flag word allows, at least one."""
+    return max(1, min(warps, (room - sample_smem(batch, 0)) // 2048))
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
                             f"{target.smem_per_block} {target.name} allows (batch {B}, K-chunk {KC})")
-    SAMPLE_SMEM = sample_smem(B)
+    SAMPLE_HISTS = sample_hists(B, NT // WARP, off.get("OFF_FLAG", 0))
+    SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS)
     if off.get("OFF_FLAG", 0) < SAMPLE_SMEM:
         raise ScheduleError(f"the sampler's {SAMPLE_SMEM} B of shared-memory scratch (below the flag word) do not "
                             f"fit this layout (flag at {off.get('OFF_FLAG', 0)})")
@@ -171,6 +178,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
         ATT_SPLIT=ATT_SPLIT, POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), **mma_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
+        SAMPLE_HISTS=SAMPLE_HISTS,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=NT, smem_bytes=smem,

@@ -39,12 +39,12 @@ __device__ __forceinline__ unsigned long long mass_of(float z, float zmax) {
   return (unsigned long long)(expf(z - zmax) * 4294967296.0f);
 }
 
-// shared-memory scratch of the argmax task from offset 0 (render.SAMPLE_SMEM, checked below the flag)
-constexpr int SM_HIST = 0;     // 256 u64 histogram bins
-constexpr int SM_PAIR = 2048;  // per-warp (score, index), up to 64 warps
-constexpr int SM_RES = 2560;   // u64: chosen digit, weight above it, total weight; int: all-stopped
-constexpr int SM_ROW = 2592;   // per row: token [B] then the largest raw logit [B]
-static_assert(SM_ROW + 8 * B <= SAMPLE_SMEM, "render.SAMPLE_SMEM must cover the sampler's scratch");
+// shared-memory scratch of the argmax task from offset 0 (render.sample_smem, checked below the flag)
+constexpr int SM_HIST = 0;                      // SAMPLE_HISTS copies of 256 u64 bins (copy 0: the merged sums)
+constexpr int SM_PAIR = SAMPLE_HISTS * 256 * 8;  // per-warp (score, index), up to 64 warps
+constexpr int SM_RES = SM_PAIR + 512;      // u64: chosen digit, weight above it, target; int: all-stopped
+constexpr int SM_ROW = SM_RES + 32;        // per row: token [B] then the largest raw logit [B]
+static_assert(SM_ROW + 8 * B <= SAMPLE_SMEM, "render.sample_smem must cover the sampler's scratch");
 static_assert(256 % WARP == 0 && NW <= 64, "the sampler's scan and reduction layout");
 
 __device__ __forceinline__ unsigned long long shfl_u64(unsigned long long v, int src) {
@@ -64,13 +64,33 @@ __device__ __forceinline__ unsigned radix_select(const float* lg, float temp, fl
   unsigned prefix = 0;
   unsigned long long above = 0, target = k;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < 256; i += NT) hist[i] = 0;
+    for (int i = tid; i < SAMPLE_HISTS * 256; i += NT) hist[i] = 0;
     mk_barrier();
+    // The top byte of a key is the sign and 7 exponent bits: a row's logits fall in a few bins, so
+    // the adds would serialise on them. Each warp has its own bins, and each thread adds runs of
+    // one bin from a register (integer sums: the result does not depend on the order).
+    unsigned long long* own_hist = hist + (warp_id() % SAMPLE_HISTS) * 256;
+    unsigned run_bin = 0;
+    unsigned long long run = 0;
     for (int v = tid; v < V; v += NT) {
       const float z = mk_ld_act(lg + v) / temp;
       const unsigned key = order_key(z);
       if (key < lo || (shift < 24 && (key >> (shift + 8)) != (prefix >> (shift + 8)))) continue;
-      mk_smem_add_u64(hist + ((key >> shift) & 255u), by_mass ? mass_of(z, zmax) : 1ull);
+      const unsigned bin = (key >> shift) & 255u;
+      const unsigned long long w = by_mass ? mass_of(z, zmax) : 1ull;
+      if (bin != run_bin) {
+        if (run != 0) mk_smem_add_u64(own_hist + run_bin, run);
+        run_bin = bin;
+        run = 0;
+      }
+      run += w;
+    }
+    if (run != 0) mk_smem_add_u64(own_hist + run_bin, run);
+    mk_barrier();
+    for (int i = tid; i < 256; i += NT) {
+      unsigned long long sum = hist[i];
+      for (int w = 1; w < SAMPLE_HISTS; ++w) sum += hist[w * 256 + i];
+      hist[i] = sum;
     }
     mk_barrier();
     if (warp_id() == 0) {
