@@ -2,9 +2,11 @@
 backend's driver (``mkc.backend``). Nothing here is vendor-specific.
 
     mk = Megakernel(tg, sched, weights)              # weights: HF state-dict names -> tensors
-    logits = mk(input_ids, cache_position)           # one decode step, one launch -> [B, V] fp32
+    logits = mk(input_ids, cache_position)           # one decode step, one launch -> [B, V] fp32 (a view)
     logits = mk.prefill(prompt_ids)                  # [B, P]: the prompt, one launch
     tokens = mk.generate(prompt_ids, max_new_tokens) # prompt + greedy decode, ONE launch
+    new = mk.decode(rows, max_new_tokens, eos_token_id=..., sampling=Sampling(...), on_step=...)
+                                                     # per-row prompts, stops, sampling, streaming: ONE launch
 
 Design notes:
 
@@ -23,6 +25,13 @@ Design notes:
 - In the one-launch loop a step's embed waits for the previous step's argmax through a
   dedicated counter (also in nan mode), which orders every task of a step after the whole
   previous step.
+- ``decode`` passes the kernel a control block (``tables.ctl_layout``: per-row prompt lengths,
+  budgets, stop ids; argmax writes the stop flags) and the launch ends early once every row has
+  stopped (``mkc.decode`` for the host's half); tokens stream through page-locked host memory.
+- A step (``__call__``) does not synchronise where the driver has page-locked memory (NVIDIA): the
+  error slot is copied behind the launch and checked by the next call or ``synchronize()``; inside
+  a CUDA-graph capture the kernel takes its step and position from the device clock (argmax
+  advances it), so a replay is the next step.
 - A bounded spin that times out makes the kernel exit; ``KernelError`` names the worker, task,
   event, value seen and step. The state is then undefined: the next call resets it (the KV cache
   is lost).

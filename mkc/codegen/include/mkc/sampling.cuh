@@ -9,7 +9,6 @@ namespace mk {
 // ---- counter-based random numbers ----
 // Philox4x32-10 (Salmon et al., SC'11), first output word, counter (vocab index, row, position, 0),
 // key (seed_lo, seed_hi): one seed gives the same draws in any launch split and on any schedule.
-// tests/sampling_ref.py is the numpy twin of every function in this section.
 __device__ __forceinline__ unsigned philox_x0(unsigned c0, unsigned c1, unsigned c2, unsigned c3, unsigned k0,
                                               unsigned k1) {
 #pragma unroll
@@ -63,6 +62,7 @@ __device__ __forceinline__ unsigned radix_select(const float* lg, float temp, fl
   const int tid = mk_tid(), lane = lane_id();
   unsigned prefix = 0;
   unsigned long long above = 0, target = k;
+#pragma unroll 1
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = tid; i < SAMPLE_HISTS * 256; i += NT) hist[i] = 0;
     mk_barrier();
@@ -138,8 +138,12 @@ __device__ int sample_filtered(const Ctx& c, int b, float rawmax) {
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
   const float temp = c.smp.temperature, zmax = rawmax / temp;
   unsigned thr = 0;
-  if (c.smp.top_k > 0 && c.smp.top_k < V) thr = radix_select(lg, temp, zmax, thr, false, (unsigned long long)c.smp.top_k, 1.0f);
-  if (c.smp.top_p < 1.0f) thr = radix_select(lg, temp, zmax, thr, true, 0ull, c.smp.top_p);
+  // one call site (the select is inlined: one copy of it keeps the kernel's branches short)
+#pragma unroll 1
+  for (int by_mass = 0; by_mass < 2; ++by_mass) {
+    if (by_mass ? c.smp.top_p < 1.0f : (c.smp.top_k > 0 && c.smp.top_k < V))
+      thr = radix_select(lg, temp, zmax, thr, by_mass != 0, (unsigned long long)c.smp.top_k, c.smp.top_p);
+  }
   if (c.smp.min_p > 0.0f) thr = max(thr, order_key(zmax + logf(c.smp.min_p)));
   float best = -INFINITY;
   int bi = 0x7fffffff;
