@@ -237,6 +237,7 @@ class Megakernel:
         """Empty KV cache, counters at zero, step 0 (nan mode: every polled word armed)."""
         self.driver.fill32(self.ws, 0)
         self._fault_event = None  # an error-slot copy from before the reset is stale
+        self._token_words = (0,) * len(T.TOKEN_WORDS)  # zeroed with the workspace
         self.step = 0
         self._written = 0  # cache positions [0, _written) hold data
         self._faulted = False
@@ -264,30 +265,46 @@ class Megakernel:
             self._rearm_cache_from(pos0)
 
     # ---- launching ---------------------------------------------------------------------------
-    def launch_args(self, nsteps: int, pos0: int, nforced: int, *, ctl: bool = False, stream: bool = False,
-                    sampling: Sampling = GREEDY) -> list[tuple[str, int]]:
+    def launch_args(self, nsteps: int, pos0: int, nforced: int) -> list[tuple[str, int]]:
         """The kernel's arguments in the order of ``tables.KERNEL_ARGS``."""
         drv = self.driver
         traced = self.trace_buf is not None
         values = dict(tab=drv.ptr(self.table), ptrs=drv.ptr(self.ptrs), fparams=drv.ptr(self.fparams),
                       ws=drv.ptr(self.ws), step0=self.step, nsteps=nsteps, pos0=pos0, nforced=nforced,
                       spin_limit=self.spin_limit, trace=drv.ptr(self.trace_buf) if traced else 0,
-                      trace_steps=self.trace_steps if traced else 0, trace_tasks=len(self.tg.tasks) if traced else 0,
-                      ctl=drv.ptr(self.ctl) if ctl else 0,
-                      stream=self._stream_dev if stream else 0,
-                      **sampling.kernel_args())
+                      trace_steps=self.trace_steps if traced else 0, trace_tasks=len(self.tg.tasks) if traced else 0)
         return [(kind, values[name]) for name, kind in T.KERNEL_ARGS]
 
+    def _token_words_for(self, *, ctl: bool = False, stream: bool = False, sampling: Sampling = GREEDY) -> tuple:
+        flags, smp = sampling.kernel_words(self.V)
+        flags |= (T.TOKF_CTL if ctl else 0) | (T.TOKF_STREAM if stream else 0)
+        c, s = self.driver.ptr(self.ctl), self._stream_dev
+        return (flags, *smp, c & 0xFFFFFFFF, c >> 32, s & 0xFFFFFFFF, s >> 32) if flags else (0,) * len(T.TOKEN_WORDS)
+
+    def _set_token_words(self, **kw) -> None:
+        """The workspace's token settings (tables.TOKEN_WORDS) for the next launch, uploaded only
+        when they change (reset zeroes them: greedy, no control block, no stream)."""
+        words = self._token_words_for(**kw)
+        if words != self._token_words:
+            at = T.WORKSPACE.index("WS_TOK_FLAGS")
+            host = np.array(words, dtype=np.uint64).astype(np.uint32).view(np.int32)
+            if self._async:
+                self.driver.upload_nowait(self.ws, host, at)
+            else:
+                self.driver.upload(self.ws, host, at)
+            self._token_words = words
+
     def _launch(self, nsteps: int, pos0: int, nforced: int, *, wait: bool = True, **kw) -> None:
-        """One launch of ``nsteps`` steps. wait=False (drivers with pinned memory): return at once;
-        the error slot is copied behind the launch and checked at the next call or ``synchronize``."""
+        """One launch of ``nsteps`` steps (kw: the token settings, ``_set_token_words``). wait=False
+        (drivers with pinned memory): return at once; the error slot is copied behind the launch and
+        checked at the next call or ``synchronize``."""
         self._poll_fault()
         self._prepare(nsteps, pos0)
+        self._set_token_words(**kw)
         if self.trace_buf is not None:
             self.driver.fill32(self.trace_buf, 0)
             self._traced_steps = min(nsteps, self.trace_steps)
-        self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads,
-                           self.launch_args(nsteps, pos0, nforced, **kw))
+        self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads, self.launch_args(nsteps, pos0, nforced))
         if wait or not self._async:
             self.driver.synchronize()
             self._check_fault()
@@ -389,8 +406,11 @@ class Megakernel:
         if ids.device.type == "cpu":
             raise MkcError("a step captured in a CUDA graph takes its ids as a CUDA tensor (host ids would be "
                            "copied at capture time only)")
+        if self._token_words_for(sampling=smp) != self._token_words:
+            raise MkcError("a captured step cannot change the sampling settings (a host upload is not captured): "
+                           "run one ordinary step with the same `sampling` before capturing")
         self.driver.upload_nowait(self.ids, ids.reshape(-1))
-        args = self.launch_args(1, -1, 1, sampling=smp)
+        args = self.launch_args(1, -1, 1)
         args[[n for n, _ in T.KERNEL_ARGS].index("step0")] = ("i32", -1)
         self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads, args)
         return self.logits()

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -43,11 +45,20 @@ class Sampling:
             out.append(f"seed must be an int in [0, 2**64), got {self.seed!r}")
         return out
 
-    def kernel_args(self) -> dict[str, float | int]:
-        """The kernel's sampling arguments (``tables.KERNEL_ARGS``). top-k >= 2**31 is no filter."""
-        k = self.top_k if self.top_k < 2**31 else 0
-        return dict(temperature=float(self.temperature), top_k=int(k), top_p=float(self.top_p),
-                    min_p=float(self.min_p), seed_lo=self.seed & 0xFFFFFFFF, seed_hi=self.seed >> 32)
+    def filtered(self, vocab: int) -> bool:
+        """A top-k, top-p or min-p threshold applies (as the kernel sees the fp32 settings)."""
+        return not self.greedy and (0 < self.top_k < vocab or np.float32(self.top_p) < np.float32(1.0)
+                                    or np.float32(self.min_p) > 0)
+
+    def kernel_words(self, vocab: int) -> tuple[int, list[int]]:
+        """The workspace's token flags (``tables.TOKF_GUMBEL`` / ``TOKF_FILTER``) and sampler words
+        (``WS_TEMP`` .. ``WS_SEED_HI``: fp32 as bits) for a build of this vocabulary."""
+        from mkc.codegen import tables as T
+
+        flags = 0 if self.greedy else (T.TOKF_FILTER if self.filtered(vocab) else T.TOKF_GUMBEL)
+        bits = [int(np.array(x, dtype=np.float32).view(np.uint32)) for x in (self.temperature, self.top_p, self.min_p)]
+        k = self.top_k if self.top_k < vocab else 0
+        return flags, [bits[0], int(k), bits[1], bits[2], self.seed & 0xFFFFFFFF, self.seed >> 32]
 
 
 GREEDY = Sampling()

@@ -95,18 +95,15 @@ def test_argument_layout_and_packing():
     assert arg_layout(KERNEL_ARGS) == [
         ("tab", 0, 8), ("ptrs", 8, 8), ("fparams", 16, 8), ("ws", 24, 8), ("step0", 32, 4), ("nsteps", 36, 4),
         ("pos0", 40, 4), ("nforced", 44, 4), ("spin_limit", 48, 4), ("trace", 56, 8), ("trace_steps", 64, 4),
-        ("trace_tasks", 68, 4), ("ctl", 72, 8), ("stream", 80, 8), ("temperature", 88, 4), ("top_k", 92, 4),
-        ("top_p", 96, 4), ("min_p", 100, 4), ("seed_lo", 104, 4), ("seed_hi", 108, 4)]
-    vals = (0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24, 0x4000, 8, 99, 0x5000, 0, 0.5, 40,
-            0.75, 0.125, 0xFFFF_FFFF, 7)
+        ("trace_tasks", 68, 4)]
+    vals = (0x1000, 0x2000, 0x3000, 0x7FFF_FFFF_FFF0, 5, 7, -1, 3, 1 << 24, 0x4000, 8, 99)
     buf = pack_args(vals, KERNEL_ARGS)
-    assert len(buf) == 112
+    assert len(buf) == 72
     assert struct.unpack("<4Q5i", buf[:52]) == vals[:9]
-    assert struct.unpack("<Q2i", buf[56:72]) == vals[9:12]
-    assert struct.unpack("<2Qfiff2I", buf[72:112]) == vals[12:]
+    assert struct.unpack("<Q2i", buf[56:72]) == vals[9:]
     with pytest.raises(MkcError, match="int32"):
-        pack_args((0, 0, 0, 0, 2**31) + (0,) * 15, KERNEL_ARGS)
-    with pytest.raises(MkcError, match="20 arguments"):
+        pack_args((0, 0, 0, 0, 2**31, 0, 0, 0, 0, 0, 0, 0), KERNEL_ARGS)
+    with pytest.raises(MkcError, match="12 arguments"):
         pack_args((0, 0), KERNEL_ARGS)
 
 
@@ -202,7 +199,7 @@ def test_megakernel_uploads_and_launches(tiny, sync):
     assert (a["tab"], a["ptrs"], a["fparams"], a["ws"]) == (mk.table.ptr, mk.ptrs.ptr, mk.fparams.ptr, mk.ws.ptr)
     assert (a["step0"], a["nsteps"], a["pos0"], a["nforced"], a["spin_limit"]) == (0, 1, 5, 1, 1234)
     assert (a["trace"], a["trace_steps"], a["trace_tasks"]) == (0, 0, 0)  # untraced: a null trace buffer
-    assert (a["grid"], a["block"], a["smem"], a["nbytes"]) == (12, mk.cfg.threads, mk.cfg.smem_bytes, 112)
+    assert (a["grid"], a["block"], a["smem"], a["nbytes"]) == (12, mk.cfg.threads, mk.cfg.smem_bytes, 72)
     assert tuple(logits.shape) == (2, tg.dim("V")) and str(logits.dtype) == "torch.float32"
     assert list(fake.read(addr("ids"), np.int32, 2)) == [3, 4] and mk.step == 1
 

@@ -98,9 +98,13 @@ def test_sampling_check_and_kernel_arguments():
     bad = Sampling(temperature=-1, top_k=-2, top_p=0.0, min_p=1.5, seed=-1).check()
     assert len(bad) == 5 and any("top_p" in b and "(0, 1]" in b for b in bad)
     assert Sampling(top_p=1.0).check() == [] and Sampling(top_p=1.01).check()
-    a = Sampling(temperature=0.7, top_k=50, top_p=0.9, seed=(5 << 32) | 9).kernel_args()
-    assert a == dict(temperature=0.7, top_k=50, top_p=0.9, min_p=0.0, seed_lo=9, seed_hi=5)
-    assert set(a) == {n for n, _ in T.KERNEL_ARGS[-6:]}
+    f32 = lambda x: int(np.array(x, dtype=np.float32).view(np.uint32))  # noqa: E731
+    flags, words = Sampling(temperature=0.7, top_k=50, top_p=0.9, seed=(5 << 32) | 9).kernel_words(1000)
+    assert flags == T.TOKF_FILTER and words == [f32(0.7), 50, f32(0.9), 0, 9, 5]
+    assert len(words) == T.TOKEN_WORDS.index("WS_CTL_LO") - 1
+    assert Sampling(temperature=0.7).kernel_words(1000)[0] == T.TOKF_GUMBEL
+    assert Sampling(temperature=0.7, top_k=1000).kernel_words(1000)[0] == T.TOKF_GUMBEL  # top-k of all: no filter
+    assert Sampling(top_k=5).kernel_words(1000)[0] == 0  # greedy
 
 
 # ---- decode's host bookkeeping -----------------------------------------------------------------------
@@ -165,10 +169,10 @@ def test_rendered_kernel_has_the_token_end():
 
     tg = taskgraph("tiny-llama", 2, 64)
     src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")
-    for needle in ("if (ctl != nullptr && stop_launch(c)) break;", "CTL_DONE + k - 2", "philox_x0",
-                   "mk_fence_system();", "st.relaxed.sys.global.b32", "int* ctl, int* stream, float temperature",
-                   "unsigned seed_lo, unsigned seed_hi", "sample_filtered(c, b, s_max[b])",
-                   "out[j * B + b] / c.smp.temperature + gumbel(c, b, rb + j)"):
+    for needle in ("if (stop_launch(c)) break;", "CTL_DONE + k - 2", "philox_x0", "mk_fence_system();",
+                   "st.relaxed.sys.global.b32", "if (step0 < 0) { step0 = (int)mk_ld_relaxed(ws + WS_CLK_STEP);",
+                   "sample_filtered(c, smp, b, s_max[b])", "if (flags & TOKF_GUMBEL)",
+                   "out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):
         assert needle in src, needle
     consts = dict(cfg.consts)
     assert {k: consts[k] for k in T.ctl_layout(2, 64)} == T.ctl_layout(2, 64) and consts["MAX_EOS"] == T.MAX_EOS
@@ -195,7 +199,9 @@ def _play_kernel(mk, fake, next_token):
     addr = {n: mk.buffers[n].ptr for n in ("ids", "tokens", "next_ids")}
 
     def kernel(fk, a):
-        ctl = fk.read(a["ctl"], np.int32, at["CTL_WORDS"]).copy() if a["ctl"] else None
+        tok = dict(zip(T.WORKSPACE, fk.read(a["ws"], np.uint32, T.WS_COUNTERS).tolist()))
+        ctl_at = tok["WS_CTL_LO"] | tok["WS_CTL_HI"] << 32
+        ctl = fk.read(ctl_at, np.int32, at["CTL_WORDS"]).copy() if tok["WS_TOK_FLAGS"] & T.TOKF_CTL else None
         nxt = [0] * B
         for k in range(a["nsteps"]):
             if ctl is not None and k >= 2 and ctl[at["CTL_DONE"] + k - 2]:
@@ -217,7 +223,7 @@ def _play_kernel(mk, fake, next_token):
                         st = 1
                     ctl[at["CTL_STOP"] + b] = st
                 ctl[at["CTL_DONE"] + k] = int(all(ctl[at["CTL_STOP"]: at["CTL_STOP"] + B]))
-                fk.htod(a["ctl"], ctl)
+                fk.htod(ctl_at, ctl)
     fake.on_launch = kernel
 
 
@@ -229,7 +235,9 @@ def test_decode_end_to_end_on_the_stand_in():
     # row 0: fed 10 11 12 then its own tokens: 13 14 15 16 17 (budget 5); row 1: 16..19, then 99 (EOS)
     assert out == [[13, 14, 15, 16, 17], [16, 17, 18, 19, 99]]
     a = fake.launches[-1]
-    assert a["nsteps"] == 8 and a["nforced"] == 0 and a["ctl"] == mk.ctl.ptr and a["stream"] == 0
+    assert a["nsteps"] == 8 and a["nforced"] == 0
+    tok = dict(zip(T.WORKSPACE, fake.read(mk.ws.ptr, np.uint32, T.WS_COUNTERS).tolist()))
+    assert tok["WS_TOK_FLAGS"] == T.TOKF_CTL and tok["WS_CTL_LO"] | tok["WS_CTL_HI"] << 32 == mk.ctl.ptr
     assert seen == [out]  # no host-mapped stream on this driver: once, at the end
     # all rows stopped after step 6 (row 0's 5th new token): step 7 is the wasted one; 8 steps ran
     assert mk.step == 8 and mk._written == 8

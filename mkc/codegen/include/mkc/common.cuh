@@ -5,26 +5,12 @@
 
 namespace mk {
 
-// sampling: temperature 0 is greedy; top_k 0, top_p 1, min_p 0 filter nothing (mkc/sampling.py)
-struct Sampler {
-  float temperature;
-  int top_k;
-  float top_p, min_p;
-  unsigned seed_lo, seed_hi;
-  __device__ bool on() const { return temperature > 0.0f; }
-  // a threshold over the row's logits is needed (the argmax task samples), else Gumbel-max in the LM head
-  __device__ bool filtered() const { return on() && ((top_k > 0 && top_k < V) || top_p < 1.0f || min_p > 0.0f); }
-};
-
 struct Ctx {
   const int* tab;
   const dev_ptr* ptrs;  // two entries per slot: the parity-0 and parity-1 copy
   unsigned* ws;
   int worker, step, step0, pos, par, nforced, spin_limit;
   float eps, rope_scaling, attn_scale;
-  int* ctl;     // decode control block (tables.ctl_layout), nullptr: uniform nforced, no stops
-  int* stream;  // host-mapped [steps published, tokens [L, B]], nullptr: none
-  Sampler smp;
   // TRACE: this task's [wait_start, start, end] in this step (nullptr: not traced). Present in every
   // build so the stamps are `if constexpr` code; untraced, nothing reads or writes it.
   unsigned long long* trace_rec;
@@ -33,6 +19,31 @@ struct Ctx {
 struct Task {
   int kind, layer, a0, a1, a2, a3, wait_off, n_wait, sig_off, n_sig, rearm_off, n_rearm, id, flags;
 };
+
+// ---- the token settings the host writes into the workspace (tables.WORKSPACE, WS_TOK_FLAGS on) ----
+__device__ __forceinline__ unsigned tok_word(const Ctx& c, int w) { return (unsigned)mk_ld_int(reinterpret_cast<const int*>(c.ws) + w); }
+__device__ __forceinline__ unsigned tok_flags(const Ctx& c) { return tok_word(c, WS_TOK_FLAGS); }
+// the decode control block (tables.ctl_layout), nullptr: every row forced while k < nforced, no stops
+__device__ __forceinline__ int* tok_ctl(const Ctx& c) {
+  if (!(tok_flags(c) & TOKF_CTL)) return nullptr;
+  return reinterpret_cast<int*>(((unsigned long long)tok_word(c, WS_CTL_HI) << 32) | tok_word(c, WS_CTL_LO));
+}
+// the host-mapped token stream [steps published, tokens [L, B]], nullptr: none
+__device__ __forceinline__ int* tok_stream(const Ctx& c) {
+  if (!(tok_flags(c) & TOKF_STREAM)) return nullptr;
+  return reinterpret_cast<int*>(((unsigned long long)tok_word(c, WS_STREAM_HI) << 32) | tok_word(c, WS_STREAM_LO));
+}
+// sampling (mkc/sampling.py); read only where TOKF_GUMBEL or TOKF_FILTER says the step samples
+struct Sampler {
+  float temperature;
+  int top_k;
+  float top_p, min_p;
+  unsigned seed_lo, seed_hi;
+};
+__device__ __forceinline__ Sampler tok_sampler(const Ctx& c) {
+  return Sampler{mk_bits_f32(tok_word(c, WS_TEMP)), (int)tok_word(c, WS_TOPK), mk_bits_f32(tok_word(c, WS_TOPP)),
+                 mk_bits_f32(tok_word(c, WS_MINP)), tok_word(c, WS_SEED_LO), tok_word(c, WS_SEED_HI)};
+}
 
 __device__ __forceinline__ float* smem_f(int off) { return reinterpret_cast<float*>(mk_smem + off); }
 __device__ __forceinline__ int* smem_i(int off) { return reinterpret_cast<int*>(mk_smem + off); }

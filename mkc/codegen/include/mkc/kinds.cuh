@@ -139,12 +139,13 @@ struct LmHeadKind {
     const int lane = lane_id();
     // temperature alone: Gumbel-max, argmax of logit / T + Gumbel noise samples softmax(logit / T)
     // exactly (tokens.cuh); with a filter the argmax task samples, and the tiles give the raw maximum
-    const bool gum = c.smp.on() && !c.smp.filtered();
+    const unsigned flags = tok_flags(c);
     for (int b = warp_id(); b < B; b += NW) {
       float v = -INFINITY;
       int i = 0x7fffffff;
-      if (gum) {
-        for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b] / c.smp.temperature + gumbel(c, b, rb + j), rb + j);
+      if (flags & TOKF_GUMBEL) {
+        const Sampler s = tok_sampler(c);
+        for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j), rb + j);
       } else {
         for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b], rb + j);
       }
@@ -155,7 +156,7 @@ struct LmHeadKind {
       // the argmax task reads the logits (plain stores, not polled) when it samples with a filter:
       // each partial's writer fences after the block's logits stores and before its relaxed store
       // of the partial, which argmax polls and then fences (message passing through the partial)
-      if (c.smp.filtered()) {
+      if (flags & TOKF_FILTER) {
         mk_barrier();
         if (mk_tid() < B) mk_fence();
       }

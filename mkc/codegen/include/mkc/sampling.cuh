@@ -22,8 +22,8 @@ __device__ __forceinline__ unsigned philox_x0(unsigned c0, unsigned c1, unsigned
 }
 // Gumbel(0, 1) noise of (row b, vocabulary index v) at this step's position: u in (0, 1) from the
 // top 23 bits (u = (x >> 9 + 0.5) / 2^23 is exact in fp32), g = -log(-log(u))
-__device__ __forceinline__ float gumbel(const Ctx& c, int b, int v) {
-  const unsigned x = philox_x0((unsigned)v, (unsigned)b, (unsigned)c.pos, 0u, c.smp.seed_lo, c.smp.seed_hi);
+__device__ __forceinline__ float gumbel(const Ctx& c, const Sampler& s, int b, int v) {
+  const unsigned x = philox_x0((unsigned)v, (unsigned)b, (unsigned)c.pos, 0u, s.seed_lo, s.seed_hi);
   const float u = ((float)(x >> 9) + 0.5f) * (1.0f / 8388608.0f);
   return -logf(-logf(u));
 }
@@ -134,22 +134,22 @@ __device__ __forceinline__ unsigned radix_select(const float* lg, float temp, fl
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.
 // Never outside the set. Block-wide; every thread returns the token.
-__device__ int sample_filtered(const Ctx& c, int b, float rawmax) {
+__device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b, float rawmax) {
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
-  const float temp = c.smp.temperature, zmax = rawmax / temp;
+  const float temp = s.temperature, zmax = rawmax / temp;
   unsigned thr = 0;
   // one call site (the select is inlined: one copy of it keeps the kernel's branches short)
 #pragma unroll 1
   for (int by_mass = 0; by_mass < 2; ++by_mass) {
-    if (by_mass ? c.smp.top_p < 1.0f : (c.smp.top_k > 0 && c.smp.top_k < V))
-      thr = radix_select(lg, temp, zmax, thr, by_mass != 0, (unsigned long long)c.smp.top_k, c.smp.top_p);
+    if (by_mass ? s.top_p < 1.0f : (s.top_k > 0 && s.top_k < V))
+      thr = radix_select(lg, temp, zmax, thr, by_mass != 0, (unsigned long long)s.top_k, s.top_p);
   }
-  if (c.smp.min_p > 0.0f) thr = max(thr, order_key(zmax + logf(c.smp.min_p)));
+  if (s.min_p > 0.0f) thr = max(thr, order_key(zmax + logf(s.min_p)));
   float best = -INFINITY;
   int bi = 0x7fffffff;
   for (int v = mk_tid(); v < V; v += NT) {
     const float z = mk_ld_act(lg + v) / temp;
-    if (order_key(z) >= thr) argmax_merge(best, bi, z + gumbel(c, b, v), v);
+    if (order_key(z) >= thr) argmax_merge(best, bi, z + gumbel(c, s, b, v), v);
   }
   warp_argmax(best, bi);
   float* pv = reinterpret_cast<float*>(mk_smem + SM_PAIR);

@@ -13,9 +13,10 @@ __device__ void task_embed(const Ctx& c, const Task& t) {
   const int* nxt = gptr<const int>(c, S_NEXT_IDS, 0);
   float* x0 = gptr<float>(c, S_X0, c.par);
   const int k = c.step - c.step0, n = t.a1 - t.a0;
+  const int* ctl = tok_ctl(c);
   for (int idx = mk_tid(); idx < B * n; idx += NT) {
     const int b = idx / n, col = t.a0 + idx % n;
-    const int forced = c.ctl != nullptr ? mk_ld_int(c.ctl + CTL_PLEN + b) : c.nforced;  // row b's prompt
+    const int forced = ctl != nullptr ? mk_ld_int(ctl + CTL_PLEN + b) : c.nforced;  // row b's prompt
     int tok = k < forced ? mk_ld_int(ids + k * B + b) : mk_ld_int(nxt + b);
     if (tok < 0 || tok >= V) tok = 0;  // a NaN-poisoned argmax must not read outside the table
     put_f32(x0 + (size_t)b * H + col, mk_bf16_to_f32(table[(size_t)tok * H + col]));
@@ -40,7 +41,9 @@ __device__ __forceinline__ bool is_eos(const int* ctl, int tok) {
 // steps. Step s - 1 is the one wasted step: its argmax's flag could only be read after a wait.
 __device__ __forceinline__ bool stop_launch(const Ctx& c) {
   const int k = c.step - c.step0;
-  return k >= 2 && mk_ld_int(c.ctl + CTL_DONE + k - 2) != 0;
+  if (k < 2) return false;
+  const int* ctl = tok_ctl(c);
+  return ctl != nullptr && mk_ld_int(ctl + CTL_DONE + k - 2) != 0;
 }
 
 // next_ids[b] = first argmax over the tiles' partials (ties: lowest vocabulary index); with
@@ -57,6 +60,9 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   int* s_all = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
   const int lane = lane_id(), tid = mk_tid();
   const int k = c.step - c.step0;
+  const unsigned flags = tok_flags(c);
+  int* ctl = tok_ctl(c);
+  int* stream = tok_stream(c);
   if (tid == 0) *s_all = 1;
   for (int b = warp_id(); b < B; b += NW) {
     float v = -INFINITY;
@@ -66,9 +72,10 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
     if (lane == 0) { s_tok[b] = i; s_max[b] = v; }
   }
   mk_barrier();
-  if (c.smp.filtered()) {
+  if (flags & TOKF_FILTER) {
+    const Sampler smp = tok_sampler(c);
     for (int b = 0; b < B; ++b) {
-      const int tok = sample_filtered(c, b, s_max[b]);
+      const int tok = sample_filtered(c, smp, b, s_max[b]);
       if (tid == 0) s_tok[b] = tok;
     }
     mk_barrier();
@@ -77,14 +84,14 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
     const int tok = s_tok[b];
     nxt[b] = tok;
     if (toks != nullptr && k < TOKENS_CAP) toks[k * B + b] = tok;
-    if (c.stream != nullptr && k < TOKENS_CAP) c.stream[1 + k * B + b] = tok;
-    if (c.ctl != nullptr) {
+    if (stream != nullptr && k < TOKENS_CAP) stream[1 + k * B + b] = tok;
+    if (ctl != nullptr) {
       // row b emits its j-th new token at step plen - 1 + j; it stops after max_new of them or an EOS
-      const int plen = mk_ld_int(c.ctl + CTL_PLEN + b), mx = mk_ld_int(c.ctl + CTL_MAXNEW + b);
-      int st = k == 0 ? (mx <= 0) : mk_ld_int(c.ctl + CTL_STOP + b);
+      const int plen = mk_ld_int(ctl + CTL_PLEN + b), mx = mk_ld_int(ctl + CTL_MAXNEW + b);
+      int st = k == 0 ? (mx <= 0) : mk_ld_int(ctl + CTL_STOP + b);
       const int j = k - (plen - 1);
-      if (!st && j >= 0 && (j + 1 >= mx || is_eos(c.ctl, tok))) st = 1;
-      c.ctl[CTL_STOP + b] = st;
+      if (!st && j >= 0 && (j + 1 >= mx || is_eos(ctl, tok))) st = 1;
+      ctl[CTL_STOP + b] = st;
       if (!st) *s_all = 0;
     }
   }
@@ -94,10 +101,10 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
     // its start, before its first task, which happens before argmax(step0)
     c.ws[WS_CLK_STEP] = (unsigned)(c.step + 1);
     c.ws[WS_CLK_POS] = (unsigned)(c.pos + 1);
-    if (c.ctl != nullptr && k < L) c.ctl[CTL_DONE + k] = *s_all;
-    if (c.stream != nullptr) {
+    if (ctl != nullptr && k < L) ctl[CTL_DONE + k] = *s_all;
+    if (stream != nullptr) {
       mk_fence_system();  // the block's token stores (ordered before by the barrier) before the count
-      mk_st_system(c.stream, k + 1);
+      mk_st_system(stream, k + 1);
     }
   }
 }

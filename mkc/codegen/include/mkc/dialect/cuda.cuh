@@ -71,6 +71,9 @@ __device__ __forceinline__ void mk_st_system(int* p, int v) {
   asm volatile("st.relaxed.sys.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return __umulhi(a, b); }
+// code off the hot path kept out of line, so its registers do not add to the GEMV loops' (the
+// filtered sampler inlined spills the batch-32 tensor-core build)
+#define MK_OUTLINE __noinline__
 // --- data movement ---
 // weights never change during a launch: not volatile, so the compiler may batch these loads
 __device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {
