@@ -116,8 +116,12 @@ def test_sampling_follows_the_torch_distribution(smp):
     for b in range(mk.B):
         p = ref.torch_distribution(logits[b], T_, **filt)
         expected += p
-        # the top-p boundary token may differ by expf's last place: a set 1e-3 wider is the bound
-        wider = dict(filt, top_p=min(1.0, filt["top_p"] + 1e-3)) if "top_p" in filt else filt
+        # a top-p / min-p boundary token may differ by expf/logf's last place: a slightly wider set is the bound
+        wider = dict(filt)
+        if "top_p" in filt:
+            wider["top_p"] = min(1.0, filt["top_p"] + 1e-3)
+        if "min_p" in filt:
+            wider["min_p"] = filt["min_p"] * (1 - 1e-3)
         loose = ref.torch_distribution(logits[b], T_, **wider)
         outside = np.flatnonzero((counts[b] > 0) & (loose == 0))
         assert outside.size == 0, f"row {b} drew {outside[:5].tolist()} outside the set"
