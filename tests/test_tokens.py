@@ -272,3 +272,22 @@ def test_step_refuses_ids_outside_the_vocabulary_before_launching():
     assert len(fake.launches) == n
     with pytest.raises(MkcError, match="top_p"):
         mk(np.array([1, 1]), 0, sampling=Sampling(temperature=1.0, top_p=0.0))
+
+
+def test_token_settings_are_written_only_when_they_change():
+    mk, fake = _fake_megakernel()
+    _play_kernel(mk, fake, lambda k, b, fed: fed + 1)
+    at = mk.ws.ptr + 4 * T.WORKSPACE.index("WS_TOK_FLAGS")
+    writes = []
+    htod = fake.htod
+    fake.htod = lambda dst, data: (writes.append(dst), htod(dst, data))[1]
+    mk(np.array([1, 2]), 0)
+    mk(np.array([1, 2]), 1)
+    assert at not in writes  # greedy steps: the zeros reset left
+    mk(np.array([1, 2]), 2, sampling=Sampling(temperature=0.5, seed=3))
+    mk(np.array([1, 2]), 3, sampling=Sampling(temperature=0.5, seed=3))
+    assert writes.count(at) == 1
+    words = dict(zip(T.WORKSPACE, fake.read(mk.ws.ptr, np.uint32, T.WS_COUNTERS).tolist()))
+    assert words["WS_TOK_FLAGS"] == T.TOKF_GUMBEL and words["WS_SEED_LO"] == 3 and words["WS_TOPK"] == 0
+    mk(np.array([1, 2]), 4)  # back to greedy: zeros again
+    assert writes.count(at) == 2 and not fake.read(at, np.uint32, len(T.TOKEN_WORDS)).any()
