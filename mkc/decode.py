@@ -68,10 +68,18 @@ def stop_ids(eos_token_id, vocab: int) -> tuple[int, ...]:
     return out
 
 
+def as_rows(rows) -> list[list[int]]:
+    """Rows of ids as lists of Python ints (a 2-D array or tensor is a list of rows)."""
+    if hasattr(rows, "tolist"):
+        rows = rows.tolist()
+    return [r.tolist() if hasattr(r, "tolist") else list(r) for r in rows]
+
+
 def plan_decode(rows, max_new_tokens, eos_token_id, *, batch: int, vocab: int, max_seq_len: int,
                 start_pos: int = 0) -> DecodePlan:
-    """Check ``decode``'s arguments against the build (batch, vocabulary, max_seq_len) and plan the launch."""
-    rows = [list(r) for r in rows]
+    """Check ``decode``'s arguments against the build (batch, vocabulary, max_seq_len) and plan the launch.
+    Rows may be lists, numpy arrays or (CPU) tensors of ids."""
+    rows = as_rows(rows)
     if not rows:
         raise MkcError("decode needs at least one row of token ids")
     if len(rows) > batch:

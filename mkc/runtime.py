@@ -441,12 +441,12 @@ class Megakernel:
         kernel runs (NVIDIA: from the host-mapped token stream) and at least once, at the end.
         Returns the new tokens per row (EOS included, nothing after it). A row that stops early keeps
         running (its outputs ignored) until the launch ends, so its cache past its stop holds them."""
-        from mkc.decode import plan_decode, row_outputs, steps_run
+        from mkc.decode import as_rows, plan_decode, row_outputs, steps_run
 
         plan = plan_decode(rows, max_new_tokens, eos_token_id, batch=self.B, vocab=self.V, max_seq_len=self.L,
                            start_pos=start_pos)
         smp = self._sampling(sampling)
-        rows = [list(r) for r in rows]
+        rows = as_rows(rows)
         if max(plan.max_new) == 0:
             out = [[] for _ in rows]
             if on_step is not None:

@@ -125,6 +125,10 @@ def test_plan_decode_pads_and_lays_out_the_control_block():
     assert head[at["CTL_MAXNEW"]: at["CTL_MAXNEW"] + 4].tolist() == [4, 2, 0, 0]
     assert head[at["CTL_NEOS"]] == 2 and head[at["CTL_EOS"]: at["CTL_EOS"] + 2].tolist() == [3, 9]
     assert _plan([[1]], 3, eos=7).eos == (7,)
+    import torch
+
+    assert _plan(torch.tensor([[5, 6, 7], [8, 9, 1]]), 2).plens == (3, 3, 0, 0)  # a 2-D tensor: its rows
+    assert _plan([np.array([5, 6]), torch.tensor([8])], np.int64(2)).plens == (2, 1, 0, 0)
 
 
 @pytest.mark.parametrize("args, match", [
