@@ -2,9 +2,11 @@
 backend's driver (``mkc.backend``). Nothing here is vendor-specific.
 
     mk = Megakernel(tg, sched, weights)              # weights: HF state-dict names -> tensors
-    logits = mk(input_ids, cache_position)           # one decode step, one launch -> [B, V] fp32
+    logits = mk(input_ids, cache_position)           # one decode step, one launch -> [B, V] fp32 (a view)
     logits = mk.prefill(prompt_ids)                  # [B, P]: the prompt, one launch
     tokens = mk.generate(prompt_ids, max_new_tokens) # prompt + greedy decode, ONE launch
+    new = mk.decode(rows, max_new_tokens, eos_token_id=..., sampling=Sampling(...), on_step=...)
+                                                     # per-row prompts, stops, sampling, streaming: ONE launch
 
 Design notes:
 
@@ -23,6 +25,13 @@ Design notes:
 - In the one-launch loop a step's embed waits for the previous step's argmax through a
   dedicated counter (also in nan mode), which orders every task of a step after the whole
   previous step.
+- ``decode`` passes the kernel a control block (``tables.ctl_layout``: per-row prompt lengths,
+  budgets, stop ids; argmax writes the stop flags) and the launch ends early once every row has
+  stopped (``mkc.decode`` for the host's half); tokens stream through page-locked host memory.
+- A step (``__call__``) does not synchronise where the driver has page-locked memory (NVIDIA): the
+  error slot is copied behind the launch and checked by the next call or ``synchronize()``; inside
+  a CUDA-graph capture the kernel takes its step and position from the device clock (argmax
+  advances it), so a replay is the next step.
 - A bounded spin that times out makes the kernel exit; ``KernelError`` names the worker, task,
   event, value seen and step. The state is then undefined: the next call resets it (the KV cache
   is lost).
@@ -40,6 +49,7 @@ from mkc.backend import BackendUnavailableError, Driver, for_target
 from mkc.codegen import tables as T
 from mkc.codegen.render import CodegenOptions, KernelConfig, generate
 from mkc.errors import KernelError, MkcError
+from mkc.sampling import GREEDY, Sampling
 from mkc.schedule.ir import Schedule
 from mkc.target import Target, get_target
 from mkc.taskgraph import names
@@ -201,6 +211,17 @@ class Megakernel:
         self.weights = {n: a for n, a in self.buffers.items() if self.plan[n].role == "weight"}
         self.ids, self.tokens = self.buffers["ids"], self.buffers["tokens"]  # [L, B]: forced / argmax per step
         self.ws = drv.empty((self.tables.ws_words,), "i32")
+        B, L = tg.dim("B"), tg.dim("L")
+        self.ctl_at = T.ctl_layout(B, L)  # the decode control block (tables.ctl_layout)
+        self.ctl = drv.empty((self.ctl_at["CTL_WORDS"],), "i32")
+        # drivers with page-locked host memory (NVIDIA): the token stream and the error slot's
+        # snapshot behind each launch live there; the others synchronise every launch
+        self._async = all(hasattr(drv, f) for f in ("pinned", "mapped_ptr", "upload_nowait", "copy_async",
+                                                      "record_event", "capturing"))
+        self.stream_host = drv.pinned((T.stream_words(B, L),), "i32") if self._async else None
+        self._stream_dev = drv.mapped_ptr(self.stream_host) if self.stream_host is not None else 0
+        self._fault_host = drv.pinned((T.WS_COUNTERS,), "i32") if self._async else None
+        self._fault_event = None
         self.table = drv.empty(self.tables.ints.shape, "i32")
         drv.upload(self.table, self.tables.ints)
         self.fparams = drv.empty((len(T.FPARAMS),), "f32")
@@ -215,6 +236,8 @@ class Megakernel:
     def reset(self) -> None:
         """Empty KV cache, counters at zero, step 0 (nan mode: every polled word armed)."""
         self.driver.fill32(self.ws, 0)
+        self._fault_event = None  # an error-slot copy from before the reset is stale
+        self._token_words = (0,) * len(T.TOKEN_WORDS)  # zeroed with the workspace
         self.step = 0
         self._written = 0  # cache positions [0, _written) hold data
         self._faulted = False
@@ -252,16 +275,68 @@ class Megakernel:
                       trace_steps=self.trace_steps if traced else 0, trace_tasks=len(self.tg.tasks) if traced else 0)
         return [(kind, values[name]) for name, kind in T.KERNEL_ARGS]
 
-    def _launch(self, nsteps: int, pos0: int, nforced: int) -> None:
+    def _token_words_for(self, *, ctl: bool = False, stream: bool = False, sampling: Sampling = GREEDY) -> tuple:
+        flags, smp = sampling.kernel_words(self.V)
+        flags |= (T.TOKF_CTL if ctl else 0) | (T.TOKF_STREAM if stream else 0)
+        c, s = self.driver.ptr(self.ctl), self._stream_dev
+        return (flags, *smp, c & 0xFFFFFFFF, c >> 32, s & 0xFFFFFFFF, s >> 32) if flags else (0,) * len(T.TOKEN_WORDS)
+
+    def _set_token_words(self, **kw) -> None:
+        """The workspace's token settings (tables.TOKEN_WORDS) for the next launch, uploaded only
+        when they change (reset zeroes them: greedy, no control block, no stream)."""
+        words = self._token_words_for(**kw)
+        if words != self._token_words:
+            at = T.WORKSPACE.index("WS_TOK_FLAGS")
+            host = np.array(words, dtype=np.uint64).astype(np.uint32).view(np.int32)
+            if self._async:
+                self.driver.upload_nowait(self.ws, host, at)
+            else:
+                self.driver.upload(self.ws, host, at)
+            self._token_words = words
+
+    def _launch(self, nsteps: int, pos0: int, nforced: int, *, wait: bool = True, **kw) -> None:
+        """One launch of ``nsteps`` steps (kw: the token settings, ``_set_token_words``). wait=False
+        (drivers with pinned memory): return at once; the error slot is copied behind the launch and
+        checked at the next call or ``synchronize``."""
+        self._poll_fault()
         self._prepare(nsteps, pos0)
+        self._set_token_words(**kw)
         if self.trace_buf is not None:
             self.driver.fill32(self.trace_buf, 0)
             self._traced_steps = min(nsteps, self.trace_steps)
         self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads, self.launch_args(nsteps, pos0, nforced))
-        self.driver.synchronize()
-        self._check_fault()
+        if wait or not self._async:
+            self.driver.synchronize()
+            self._check_fault()
+        elif not self.driver.capturing():
+            self.driver.copy_async(self._fault_host, self.driver.tensor(self.ws, 0, (T.WS_COUNTERS,)))
+            self._fault_event = self.driver.record_event()
+        self._advance(nsteps, pos0)
+
+    def _advance(self, nsteps: int, pos0: int) -> None:
         self.step += nsteps
         self._written = pos0 + nsteps if pos0 < self._written else max(self._written, pos0 + nsteps)
+
+    def synchronize(self) -> None:
+        """Wait for every launch so far; raise ``KernelError`` if one of them faulted. The step
+        counter follows the device clock (replays of a captured step advance it on the device)."""
+        self.driver.synchronize()
+        self._fault_event = None
+        self._check_fault()
+        at = T.WORKSPACE.index("WS_CLK_STEP")
+        step, pos = (int(x) for x in self.driver.tensor(self.ws, at, (2,)).cpu().numpy())
+        if step > self.step:
+            self.step, self._written = step, max(self._written, pos)
+
+    def _poll_fault(self) -> None:
+        """Raise the fault of an earlier asynchronous launch whose error-slot copy has arrived."""
+        ev = self._fault_event
+        if ev is not None and ev.query():
+            self._fault_event = None
+            f = decode_fault(self._fault_host.numpy(), self.tg)
+            if f is not None:
+                self._faulted = True
+                raise KernelError(f.message(self.sync))
 
     def fault(self) -> KernelFault | None:
         """What the error slot says (None when no wait timed out)."""
@@ -283,26 +358,148 @@ class Megakernel:
             ids = ids.reshape(self.B, -1) if ids.numel() % self.B == 0 and ids.numel() != self.B else ids[:, None]
         if ids.shape[0] != self.B:
             raise MkcError(f"input_ids has batch {ids.shape[0]}, the kernel was compiled for batch {self.B}")
+        if ids.device.type == "cpu":  # ids already on the GPU are not read back (the kernel clamps them)
+            bad = (ids < 0) | (ids >= self.V)
+            if bool(bad.any()):
+                b, k = (int(x) for x in bad.nonzero()[0])
+                raise MkcError(f"token id {int(ids[b, k])} of row {b} (position {k}) is outside the vocabulary "
+                               f"[0, {self.V})")
         return ids.to(torch.int32)
 
     def _set_forced(self, ids) -> None:  # ids [B, P] -> the first P rows of ids [L, B]
         self.driver.upload(self.ids, ids.T.contiguous())
 
     def logits(self):
-        """The last step's logits [B, V] (fp32): a view of the device buffer where the driver has one."""
+        """The last step's logits [B, V] (fp32): a view of the device buffer where the driver has one
+        (the next launch overwrites it: ``.clone()`` to keep it)."""
         b = self.plan["logits"]
         par = (self.step - 1) % 2 if b.copies == 2 else 0
         return self.driver.tensor(self.buffers["logits"], par * b.numel, b.shape)
 
-    def __call__(self, input_ids, cache_position):
-        """One decode step: token ids [B] (or [B, 1]) at position ``cache_position`` -> logits [B, V]."""
+    def __call__(self, input_ids, cache_position, *, sampling: Sampling | None = None):
+        """One decode step: token ids [B] (or [B, 1]) at position ``cache_position`` -> logits [B, V].
+
+        Cheap on NVIDIA: nothing waits for the GPU. Host ids are checked and copied without a
+        synchronisation, CUDA ids device to device; the logits are a view of the device buffer,
+        overwritten by the next launch (``.clone()`` to keep them); a fault is raised by a later
+        call or by ``synchronize()``. ``cache_position`` is best an int (a CUDA tensor is read back).
+        The step's token (argmax, or ``sampling``'s draw) is ``tokens_of_last_step()``."""
         ids = self._ids(input_ids)
         if ids.shape[1] != 1:
             raise MkcError(f"one decode step takes one token per row, got {ids.shape[1]}")
+        smp = self._sampling(sampling)
+        if self._async and self.driver.capturing():
+            return self._captured_step(ids, smp)
         pos = int(cache_position.reshape(-1)[0]) if hasattr(cache_position, "reshape") else int(cache_position)
-        self._set_forced(ids)
-        self._launch(1, pos, 1)
-        return self.logits().clone()
+        if self._async:
+            self.driver.upload_nowait(self.ids, ids.reshape(-1))
+        else:
+            self._set_forced(ids)
+        self._launch(1, pos, 1, wait=False, sampling=smp)
+        return self.logits()
+
+    def _captured_step(self, ids, smp: Sampling):
+        """The step inside a CUDA-graph capture: ids device to device, and the kernel takes its step
+        and position from the device clock (the ones after the last step run), so each replay is the
+        next step. The host's bookkeeping catches up at ``synchronize()``; keeping the positions
+        inside max_seq_len (and, in nan mode, not re-using positions) is the caller's part."""
+        if ids.device.type == "cpu":
+            raise MkcError("a step captured in a CUDA graph takes its ids as a CUDA tensor (host ids would be "
+                           "copied at capture time only)")
+        if self._token_words_for(sampling=smp) != self._token_words:
+            raise MkcError("a captured step cannot change the sampling settings (a host upload is not captured): "
+                           "run one ordinary step with the same `sampling` before capturing")
+        self.driver.upload_nowait(self.ids, ids.reshape(-1))
+        args = self.launch_args(1, -1, 1)
+        args[[n for n, _ in T.KERNEL_ARGS].index("step0")] = ("i32", -1)
+        self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads, args)
+        return self.logits()
+
+    def tokens_of_last_step(self):
+        """The last launch's last token per row [B] int32 (a device view where the driver has one)."""
+        return self.driver.tensor(self.buffers["next_ids"], 0, (self.B,))
+
+    def _sampling(self, sampling: Sampling | None) -> Sampling:
+        smp = GREEDY if sampling is None else sampling
+        if not isinstance(smp, Sampling):
+            raise MkcError(f"sampling must be an mkc.sampling.Sampling, got {type(smp).__name__}")
+        problems = smp.check()
+        if problems:
+            raise MkcError("sampling: " + "; ".join(problems))
+        return smp
+
+    def decode(self, rows, max_new_tokens, *, start_pos: int = 0, eos_token_id=None,
+               sampling: Sampling | None = None, on_step=None) -> list[list[int]]:
+        """Decode new tokens for up to B rows in ONE launch, each with its own prompt, budget and stop.
+
+        rows: per batch row (len(rows) <= B; missing rows are padding, stopped from the start), the
+        token ids not yet in the cache (>= 1 each). The cache already holds positions [0, start_pos)
+        of every row (start_pos=0: reset first). Row b is fed rows[b][k] at step k while k <
+        len(rows[b]), then its own previous token; it stops after max_new_tokens (int or per row) new
+        tokens or after an EOS (eos_token_id: int, list of up to 4, or None); the launch ends early
+        once every row has stopped. on_step(new_tokens_so_far) is called from the host while the
+        kernel runs (NVIDIA: from the host-mapped token stream) and at least once, at the end.
+        Returns the new tokens per row (EOS included, nothing after it). A row that stops early keeps
+        running (its outputs ignored) until the launch ends, so its cache past its stop holds them."""
+        from mkc.decode import as_rows, plan_decode, row_outputs, steps_run
+
+        plan = plan_decode(rows, max_new_tokens, eos_token_id, batch=self.B, vocab=self.V, max_seq_len=self.L,
+                           start_pos=start_pos)
+        smp = self._sampling(sampling)
+        rows = as_rows(rows)
+        if max(plan.max_new) == 0:
+            out = [[] for _ in rows]
+            if on_step is not None:
+                on_step(out)
+            return out
+        if start_pos == 0:
+            self.reset()
+        else:
+            self._poll_fault()
+            if self.sync == "nan":  # the cache may have been written by the host: re-arm what follows
+                self._rearm_cache_from(start_pos)
+            self._written = max(self._written, start_pos)
+        self._set_forced_rows(plan.ids(rows))
+        self.driver.upload(self.ctl, plan.ctl_head())
+        streaming = on_step is not None and self.stream_host is not None
+        if streaming:
+            self.stream_host[0] = 0
+        self._launch(plan.nsteps, start_pos, 0, wait=not streaming, ctl=True, stream=streaming, sampling=smp)
+        if streaming:
+            self._follow_stream(plan, on_step)
+            self.synchronize()
+        at = self.ctl_at["CTL_DONE"]
+        ran = steps_run(self.driver.tensor(self.ctl, at, (plan.nsteps,)).cpu().numpy(), plan.nsteps)
+        # the step counter and the cache positions follow the steps that ran, not those asked for
+        self.step -= plan.nsteps - ran
+        self._written = start_pos + ran
+        log = self.driver.tensor(self.tokens, 0, (ran, self.B)).cpu().numpy()
+        out = row_outputs(log, plan)
+        if on_step is not None:
+            on_step(out)
+        return out
+
+    def _set_forced_rows(self, ids: np.ndarray) -> None:  # [P, B], step-major as the kernel reads it
+        self.driver.upload(self.ids, ids)
+
+    def _follow_stream(self, plan, on_step) -> None:
+        """Call on_step with the tokens so far each time the kernel publishes steps, until it ends."""
+        import time
+
+        from mkc.decode import row_outputs
+
+        host = self.stream_host.numpy()
+        done_ev = self.driver.record_event()
+        seen = 0
+        while True:
+            finished = done_ev.query()
+            n = int(host[0])
+            if n > seen:
+                seen = n
+                on_step(row_outputs(host[1: 1 + n * self.B].reshape(n, self.B), plan))
+            if finished:
+                return
+            time.sleep(200e-6)
 
     def prefill(self, prompt_ids):
         """Start a sequence: reset, then run the prompt [B, P] token by token in one launch.

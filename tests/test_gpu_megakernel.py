@@ -73,7 +73,7 @@ def test_generate_in_one_launch_matches_step_by_step(name, batch, sync):
     # prefill in one launch gives bit-identical logits to the step-by-step prompt
     mk.reset()
     for t in range(P):
-        last = mk(prompt[:, t], t)
+        last = mk(prompt[:, t], t).clone()  # a step returns a view that the next launch overwrites
     assert torch.equal(mk.prefill(prompt), last)
     record(dict(test="generate", model=name, batch=batch, sync=sync, tokens=N, s_total=t_gen))
 
@@ -103,6 +103,7 @@ def test_unsatisfiable_wait_raises_kernel_error():
     t0 = time.perf_counter()
     with pytest.raises(KernelError) as exc:
         mk(torch.tensor([3]), 0)
+        mk.synchronize()  # a step does not wait: its fault is raised at the next synchronisation
     msg = str(exc.value)
     assert f"worker {w}," in msg and f"task {tid} (argmax)" in msg and f"event {ev} " in msg, msg
     mk.table[at + 1] -= 1000
@@ -125,6 +126,7 @@ def test_missing_producer_raises_kernel_error(sync):
     mk.table[q + 1] -= 1
     with pytest.raises(KernelError, match=r"task \d+ \(argmax\)"):
         mk(torch.tensor([1, 2]), 0)
+        mk.synchronize()
     record(dict(test="missing_producer", sync=sync, message="argmax wait timed out"))
 
 

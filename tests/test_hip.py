@@ -240,10 +240,22 @@ def _isa(builds, model, sync) -> list[str]:
 
 
 def _block_start(lines: list[str], i: int) -> int:
-    """First line of the straight-line code ending at line i (after the last branch target)."""
-    while i > 0 and not re.match(r"\.LBB\d+_\d+:", lines[i - 1]):
-        i -= 1
-    return i
+    """First line of the straight-line code ending at line i (after the last branch target). A
+    kernel past the short branches' reach has long-branch trampolines: ``s_cbranch_* .LBB_X``, then
+    an ``s_getpc_b64 .. s_setpc_b64`` jump elsewhere, then ``.LBB_X:``; the code before the
+    conditional branch flows straight into .LBB_X, so the block goes on above it."""
+    while True:
+        while i > 0 and not re.match(r"\.LBB\d+_\d+:", lines[i - 1]):
+            i -= 1
+        label = lines[i - 1].split(":")[0] if i > 0 else None
+        j = i - 2  # the trampoline's last line, if there is one
+        if label is None or j < 4 or not lines[j].startswith("s_setpc_b64"):
+            return i
+        while j > 0 and not lines[j].startswith("s_getpc_b64"):
+            j -= 1
+        if not re.match(rf"s_cbranch_\w+ {re.escape(label)}$", lines[j - 2]) or not lines[j - 1].startswith("; %bb."):
+            return i
+        i = j - 2
 
 
 def _straight_line(lines: list[str], i: int) -> list[str]:
@@ -269,11 +281,14 @@ def _straight_line(lines: list[str], i: int) -> list[str]:
 def test_gfx942_sync_is_agent_scope(builds, model, sync):
     isa = _isa(builds, model, sync)
     text = "\n".join(isa)
-    # clang 19 can drop the wait after an L2 writeback (llvm-project #178316): ours never does
+    # clang 19 can drop the wait after an L2 writeback (llvm-project #178316): ours never does. All
+    # are agent scope but the token stream's system-scope fence (mk_fence_system: sc0 sc1)
     wbl2 = [i for i, ln in enumerate(isa) if ln.startswith("buffer_wbl2")]
     assert wbl2
     for i in wbl2:
-        assert isa[i] == "buffer_wbl2 sc1" and isa[i + 1].startswith("s_waitcnt vmcnt(0)"), isa[i - 2: i + 3]
+        assert isa[i] in ("buffer_wbl2 sc1", "buffer_wbl2 sc0 sc1") and isa[i + 1].startswith("s_waitcnt vmcnt(0)"), \
+            isa[i - 2: i + 3]
+    assert sum(isa[i] == "buffer_wbl2 sc0 sc1" for i in wbl2) <= 2, "system scope beyond the token stream's fence"
     # every counter increment is a release: the writeback and its wait precede it in straight-line
     # code with no store in between
     adds = [i for i, ln in enumerate(isa) if ln.startswith("global_atomic_add")]

@@ -27,12 +27,24 @@ from mkc.schedule.ir import Schedule
 from mkc.backend import for_target
 from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
-from mkc.taskgraph.plan import PIPE_COLS, PIPE_ROWS, DevicePlan, PlanKnobs, attn_preload, device_plan
+from mkc.taskgraph.plan import PIPE_COLS, PIPE_REGIONS, PIPE_ROWS, DevicePlan, PlanKnobs, attn_preload, device_plan
 from mkc.codegen import tables as T
 from mkc.codegen.source import inline
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 KERNEL_TEMPLATE = "kernel.j2"
+
+
+def sample_smem(batch: int, hists: int) -> int:
+    """The argmax task's shared-memory scratch from SAMPLE_BASE (sampling.cuh SM_*): ``hists`` copies of
+    256 u64 histogram bins, per-warp (score, index) pairs, result words, a token and a maximum per row."""
+    return hists * 256 * 8 + 512 + 32 + 8 * batch
+
+
+def sample_hists(batch: int, warps: int, room: int) -> int:
+    """Histogram copies for the sampler's radix select: one per warp (fewer serialised adds) where
+    the ``room`` below the flag word allows, at least one."""
+    return max(1, min(warps, (room - sample_smem(batch, 0)) // 2048))
 
 
 @dataclass(frozen=True)
@@ -169,6 +181,16 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
                             f"{target.smem_per_block} {target.name} allows (batch {B}, K-chunk {KC})")
+    # the argmax task's scratch lies in the task layouts' bytes: after the weight pipeline's pages
+    # (which the producer fills while argmax runs), below the flag word
+    sample_base = max((o_ + n_ for name, o_, n_ in plan.regions if name in PIPE_REGIONS), default=0)
+    sample_base = -(-sample_base // 16) * 16
+    room = off.get("OFF_FLAG", 0) - sample_base
+    SAMPLE_HISTS = sample_hists(B, NT // WARP, room)
+    SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS)
+    if room < SAMPLE_SMEM:
+        raise ScheduleError(f"the sampler's {SAMPLE_SMEM} B of shared-memory scratch (between byte {sample_base} and "
+                            f"the flag word) do not fit this layout (flag at {off.get('OFF_FLAG', 0)})")
     smem = launched_smem(needed, sched.plan, target)
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
@@ -177,6 +199,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
         ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
+        **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
+        SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_BASE=sample_base,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

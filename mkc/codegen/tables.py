@@ -59,8 +59,18 @@ RF_PARITY, RF_CACHE = 1, 2
 # counter first (docs/sync.md "Attention's loads before its wait")
 TF_WAIT_LOOP, TF_SIGNAL_LOOP, TF_STEP_FIRST = 1, 2, 4
 # sync workspace (uint32): error slot first, then one counter per event, then the loop counter
-WORKSPACE = ("WS_ABORT", "WS_CLAIM", "WS_WORKER", "WS_TASK", "WS_EVENT", "WS_SEEN", "WS_STEP", "WS_WANT", "WS_KIND")
-WS_COUNTERS = 16
+# then the device clock (the step and position after the last one run: argmax advances it), then
+# the token settings the host writes before a launch that changes them (Megakernel._set_token_words):
+# flags (TOKF_*), the sampler's settings (fp32 as bits), the decode control block's and the token
+# stream's addresses. In memory, not kernel arguments: nothing of them is live in registers.
+WORKSPACE = ("WS_ABORT", "WS_CLAIM", "WS_WORKER", "WS_TASK", "WS_EVENT", "WS_SEEN", "WS_STEP", "WS_WANT", "WS_KIND",
+             "WS_CLK_STEP", "WS_CLK_POS", "WS_TOK_FLAGS", "WS_TEMP", "WS_TOPK", "WS_TOPP", "WS_MINP", "WS_SEED_LO",
+             "WS_SEED_HI", "WS_CTL_LO", "WS_CTL_HI", "WS_STREAM_LO", "WS_STREAM_HI")
+WS_COUNTERS = 32
+TOKEN_WORDS = WORKSPACE[WORKSPACE.index("WS_TOK_FLAGS"):]
+# WS_TOK_FLAGS: the decode control block is used; the token stream is written; temperature alone
+# (Gumbel-max in the LM head); a top-k/top-p/min-p filter (the argmax task samples)
+TOKF_CTL, TOKF_STREAM, TOKF_GUMBEL, TOKF_FILTER = 1, 2, 4, 8
 FPARAMS = ("FP_EPS", "FP_ROPE_SCALING", "FP_ATTN_SCALE")
 VERSION = 2  # 2: four task arguments (qkv head slices)
 # the kernel's parameters, in order: the launch ABI every driver packs (the trace buffer is null
@@ -70,6 +80,22 @@ KERNEL_ARGS: tuple[tuple[str, str], ...] = (
     ("step0", "i32"), ("nsteps", "i32"), ("pos0", "i32"), ("nforced", "i32"), ("spin_limit", "i32"),
     ("trace", "ptr"), ("trace_steps", "i32"), ("trace_tasks", "i32"),
 )
+# step0 < 0: the step and position come from the device clock (a step captured in a CUDA graph)
+MAX_EOS = 4  # stop tokens the decode control block holds
+
+
+def ctl_layout(B: int, L: int) -> dict[str, int]:
+    """Word offsets of the decode control block (int32), which ``Megakernel.decode`` uploads and
+    the kernel's embed / argmax / step loop read: per-row prompt lengths and budgets, the stop
+    tokens (count, then up to ``MAX_EOS`` ids), then what argmax writes: each row's stopped flag
+    and, per step of the launch, whether every row had stopped after it."""
+    return dict(CTL_PLEN=0, CTL_MAXNEW=B, CTL_NEOS=2 * B, CTL_EOS=2 * B + 1, CTL_STOP=2 * B + 1 + MAX_EOS,
+                CTL_DONE=3 * B + 1 + MAX_EOS, CTL_WORDS=3 * B + 1 + MAX_EOS + L)
+
+
+def stream_words(B: int, L: int) -> int:
+    """The host-mapped token stream: word 0 counts the steps published, then tokens [L, B]."""
+    return 1 + L * B
 
 
 def slot_of(name: str) -> int | None:
@@ -112,6 +138,8 @@ def enums() -> list[list[str]]:
         [f"RF_PARITY = {RF_PARITY}", f"RF_CACHE = {RF_CACHE}", f"TF_WAIT_LOOP = {TF_WAIT_LOOP}",
          f"TF_SIGNAL_LOOP = {TF_SIGNAL_LOOP}", f"TF_STEP_FIRST = {TF_STEP_FIRST}"],
         seq(WORKSPACE) + [f"WS_COUNTERS = {WS_COUNTERS}"],
+        [f"TOKF_CTL = {TOKF_CTL}", f"TOKF_STREAM = {TOKF_STREAM}", f"TOKF_GUMBEL = {TOKF_GUMBEL}",
+         f"TOKF_FILTER = {TOKF_FILTER}"],
         seq(FPARAMS),
     ]
 

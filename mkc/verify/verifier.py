@@ -5,7 +5,8 @@ Execution model (docs/sync.md, and the kernel's decode loop in codegen). Worker 
 also wait until every ``argmax`` of the previous step has bumped the loop counter; nothing else
 orders step s+1 after step s. So every task must happen before the step's argmax and after the
 step's embed tasks: then all of step s happens before all of step s+1 (docs/sync.md's parity
-argument). Within a step a wait orders its task after:
+argument). The decode launch's early exit (tokens.cuh ``stop_launch``) relies on the second half:
+every block stops after the same step, so a launch is still a prefix of these steps. Within a step a wait orders its task after:
 
 - atomic: every signaler of the event, when the schedule's threshold equals the number of
   signalers. A lower threshold fires early and, because counters never reset (``count >=

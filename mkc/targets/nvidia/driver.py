@@ -127,20 +127,73 @@ class CudaDriver:
     def load(self, binary: bytes, kernel_name: str, smem_bytes: int) -> CudaKernel:
         return CudaKernel(self.device, binary, kernel_name, smem_bytes)
 
+    _BY_KIND = {"ptr": int, "i32": np.int32, "u32": np.uint32, "f32": np.float32}
+
     def launch(self, kernel: CudaKernel, grid: int, block: int, args: Sequence[tuple[str, int]]) -> None:
         import torch
         from cuda.core import LaunchConfig, Stream, launch
 
-        stream = Stream.from_handle(torch.cuda.current_stream(self.torch_device).cuda_stream)
-        by_kind = {"ptr": int, "i32": np.int32, "u32": np.uint32, "f32": np.float32}
-        values = [by_kind[kind](v) for kind, v in args]
-        launch(stream, LaunchConfig(grid=int(grid), block=int(block), shmem_size=kernel.smem_bytes),
-               kernel.kernel, *values)
+        # the stream wrapper and the launch configuration are kept: a decode step is ~10 us of host time
+        handle = torch.cuda.current_stream(self.torch_device).cuda_stream
+        cached = getattr(self, "_stream", None)
+        if cached is None or cached[0] != handle:
+            self._stream = cached = (handle, Stream.from_handle(handle))
+        key = (int(grid), int(block), kernel.smem_bytes)
+        configs = self.__dict__.setdefault("_configs", {})
+        if key not in configs:
+            configs[key] = LaunchConfig(grid=key[0], block=key[1], shmem_size=key[2])
+        values = [self._BY_KIND[kind](v) for kind, v in args]
+        launch(cached[1], configs[key], kernel.kernel, *values)
 
     def synchronize(self) -> None:
         import torch
 
         torch.cuda.current_stream(self.torch_device).synchronize()
+
+    # ---- asynchronous use (Megakernel: cheap steps, the token stream) ----
+    def pinned(self, shape: Sequence[int], dtype: str):
+        """Page-locked host memory the kernel can write (UVA: the host address is the device's)."""
+        import torch
+
+        return torch.zeros(tuple(shape), dtype=torch_dtype(dtype), pin_memory=True)
+
+    def mapped_ptr(self, host) -> int:
+        """The device address of page-locked host memory (under UVA the host address itself)."""
+        from cuda.bindings import driver
+
+        # every 64-bit CUDA platform has unified addressing, where page-locked memory is mapped at its
+        # host address; the driver's answer is used where it gives one
+        try:
+            err, dptr = driver.cuMemHostGetDevicePointer(int(host.data_ptr()), 0)
+        except Exception:  # noqa: BLE001 - a binding without it
+            return int(host.data_ptr())
+        return int(dptr) if err == driver.CUresult.CUDA_SUCCESS else int(host.data_ptr())
+
+    def upload_nowait(self, array, src, offset: int = 0) -> None:
+        """Like ``upload`` without waiting for the stream: a CPU source (pageable: the copy is staged
+        before this returns) or a CUDA tensor (device to device, capturable in a CUDA graph)."""
+        import torch
+
+        src = src if isinstance(src, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(src))
+        src = src.reshape(-1)
+        array.reshape(-1)[offset: offset + src.numel()].copy_(src, non_blocking=True)
+
+    def copy_async(self, dst, src) -> None:
+        """dst <- src on the current stream, without waiting (dst: pinned host memory)."""
+        dst.copy_(src, non_blocking=True)
+
+    def record_event(self):
+        """An event on the current stream: ``.query()`` is True once the work before it is done."""
+        import torch
+
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.torch_device))
+        return ev
+
+    def capturing(self) -> bool:
+        import torch
+
+        return bool(torch.cuda.is_current_stream_capturing())
 
 
 def check_cuda_runtime(device: Any = None) -> None:

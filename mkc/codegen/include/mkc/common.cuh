@@ -28,6 +28,31 @@ struct Task {
   int sig_ev, wait_ev, wait_thr;
 };
 
+// ---- the token settings the host writes into the workspace (tables.WORKSPACE, WS_TOK_FLAGS on) ----
+__device__ __forceinline__ unsigned tok_word(const Ctx& c, int w) { return (unsigned)mk_ld_int(reinterpret_cast<const int*>(c.ws) + w); }
+__device__ __forceinline__ unsigned tok_flags(const Ctx& c) { return tok_word(c, WS_TOK_FLAGS); }
+// the decode control block (tables.ctl_layout), nullptr: every row forced while k < nforced, no stops
+__device__ __forceinline__ int* tok_ctl(const Ctx& c) {
+  if (!(tok_flags(c) & TOKF_CTL)) return nullptr;
+  return reinterpret_cast<int*>(((unsigned long long)tok_word(c, WS_CTL_HI) << 32) | tok_word(c, WS_CTL_LO));
+}
+// the host-mapped token stream [steps published, tokens [L, B]], nullptr: none
+__device__ __forceinline__ int* tok_stream(const Ctx& c) {
+  if (!(tok_flags(c) & TOKF_STREAM)) return nullptr;
+  return reinterpret_cast<int*>(((unsigned long long)tok_word(c, WS_STREAM_HI) << 32) | tok_word(c, WS_STREAM_LO));
+}
+// sampling (mkc/sampling.py); read only where TOKF_GUMBEL or TOKF_FILTER says the step samples
+struct Sampler {
+  float temperature;
+  int top_k;
+  float top_p, min_p;
+  unsigned seed_lo, seed_hi;
+};
+__device__ __forceinline__ Sampler tok_sampler(const Ctx& c) {
+  return Sampler{mk_bits_f32(tok_word(c, WS_TEMP)), (int)tok_word(c, WS_TOPK), mk_bits_f32(tok_word(c, WS_TOPP)),
+                 mk_bits_f32(tok_word(c, WS_MINP)), tok_word(c, WS_SEED_LO), tok_word(c, WS_SEED_HI)};
+}
+
 __device__ __forceinline__ float* smem_f(int off) { return reinterpret_cast<float*>(mk_smem + off); }
 __device__ __forceinline__ int* smem_i(int off) { return reinterpret_cast<int*>(mk_smem + off); }
 __device__ __forceinline__ int lane_id() { return mk_tid() % WARP; }

@@ -2,6 +2,7 @@
 // and the epilogue that turns its dot products into outputs. gemv_task takes any of them.
 #pragma once
 #include "mkc/common.cuh"
+#include "mkc/sampling.cuh"
 
 namespace mk {
 
@@ -136,12 +137,29 @@ struct LmHeadKind {
     float* best_v = smem_f(OFF_BEST);
     int* best_i = smem_i(OFF_BEST + 4 * B);
     const int lane = lane_id();
+    // temperature alone: Gumbel-max, argmax of logit / T + Gumbel noise samples softmax(logit / T)
+    // exactly (tokens.cuh); with a filter the argmax task samples, and the tiles give the raw maximum
+    const unsigned flags = tok_flags(c);
     for (int b = warp_id(); b < B; b += NW) {
       float v = -INFINITY;
       int i = 0x7fffffff;
-      for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b], rb + j);
+      if (flags & TOKF_GUMBEL) {
+        const Sampler s = tok_sampler(c);
+        for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j), rb + j);
+      } else {
+        for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b], rb + j);
+      }
       warp_argmax(v, i);
       if (lane == 0) argmax_merge(best_v[b], best_i[b], v, i);
+    }
+    if constexpr (NAN_MODE) {
+      // the argmax task reads the logits (plain stores, not polled) when it samples with a filter:
+      // each partial's writer fences after the block's logits stores and before its relaxed store
+      // of the partial, which argmax polls and then fences (message passing through the partial)
+      if (flags & TOKF_FILTER) {
+        mk_barrier();
+        if (mk_tid() < B) mk_fence();
+      }
     }
   }
 };

@@ -1,7 +1,9 @@
-// The token ends of a step: the embedding row of this step's token in, the argmax over the LM
-// head's tiles out (the next step's token, and the generated-token log).
+// The token ends of a step: the embedding row of this step's token in; out, the argmax (or the
+// sample) over the LM head's tiles: the next step's token, the generated-token log, the host-mapped
+// stream, and the decode control block's stop flags (tables.ctl_layout, Megakernel.decode).
 #pragma once
 #include "mkc/common.cuh"
+#include "mkc/sampling.cuh"
 
 namespace mk {
 
@@ -11,30 +13,98 @@ __device__ void task_embed(const Ctx& c, const Task& t) {
   const int* nxt = gptr<const int>(c, S_NEXT_IDS, 0);
   float* x0 = gptr<float>(c, S_X0, c.par);
   const int k = c.step - c.step0, n = t.a1 - t.a0;
+  const int* ctl = tok_ctl(c);
   for (int idx = mk_tid(); idx < B * n; idx += NT) {
     const int b = idx / n, col = t.a0 + idx % n;
-    int tok = k < c.nforced ? mk_ld_int(ids + k * B + b) : mk_ld_int(nxt + b);
+    const int forced = ctl != nullptr ? mk_ld_int(ctl + CTL_PLEN + b) : c.nforced;  // row b's prompt
+    int tok = k < forced ? mk_ld_int(ids + k * B + b) : mk_ld_int(nxt + b);
     if (tok < 0 || tok >= V) tok = 0;  // a NaN-poisoned argmax must not read outside the table
     put_f32(x0 + (size_t)b * H + col, mk_bf16_to_f32(table[(size_t)tok * H + col]));
   }
 }
 
-// next_ids[b] = first argmax over the tiles' partials (ties: lowest vocabulary index)
+__device__ __forceinline__ bool is_eos(const int* ctl, int tok) {
+  const int n = mk_ld_int(ctl + CTL_NEOS);
+  for (int e = 0; e < n && e < MAX_EOS; ++e)
+    if (mk_ld_int(ctl + CTL_EOS + e) == tok) return true;
+  return false;
+}
+
+// The step loop's early exit, decided at the start of step s = step0 + k from ctl[CTL_DONE + k - 2],
+// which argmax(step0 + k - 2) wrote (once: nothing else writes that word in this launch). Every
+// block takes the same decision: a block starting step s has finished its tasks of step s - 1, and
+// every task of a step happens after that step's embed tasks (the verifier's decode-loop check),
+// which waited on the loop counter that argmax(s - 2) released after its stores. So argmax(s - 2)'s
+// store happens before this load in every block that ran a task of step s - 1, and each such block
+// reads the one value (a block with an empty queue runs no task, whatever it reads). Blocks stop
+// after the same step, so every counter and parity copy is left as after a launch of that many
+// steps. Step s - 1 is the one wasted step: its argmax's flag could only be read after a wait.
+__device__ __forceinline__ bool stop_launch(const Ctx& c) {
+  const int k = c.step - c.step0;
+  if (k < 2) return false;
+  const int* ctl = tok_ctl(c);
+  return ctl != nullptr && mk_ld_int(ctl + CTL_DONE + k - 2) != 0;
+}
+
+// next_ids[b] = first argmax over the tiles' partials (ties: lowest vocabulary index); with
+// temperature > 0 the partials already hold Gumbel-max scores (LmHeadKind), or, with a filter,
+// the row is sampled here over the LM head's fp32 logits. Then the token log, the stream, and the
+// per-row stop state (decode control block).
 __device__ void task_argmax(const Ctx& c, const Task& t) {
   const float* pv = gptr<const float>(c, S_AMAX_PART, c.par);
   const int* pi = gptr<const int>(c, S_AMAX_IDX, c.par);
   int* nxt = gptr<int>(c, S_NEXT_IDS, 0);
   int* toks = gptr<int>(c, S_TOKENS, 0);
-  const int lane = lane_id();
+  int* s_tok = reinterpret_cast<int*>(mk_smem + SM_ROW);
+  float* s_max = reinterpret_cast<float*>(mk_smem + SM_ROW + 4 * B);
+  int* s_all = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
+  const int lane = lane_id(), tid = mk_tid();
+  const int k = c.step - c.step0;
+  const unsigned flags = tok_flags(c);
+  int* ctl = tok_ctl(c);
+  int* stream = tok_stream(c);
+  if (tid == 0) *s_all = 1;
   for (int b = warp_id(); b < B; b += NW) {
     float v = -INFINITY;
     int i = 0x7fffffff;
-    for (int k = lane; k < NTILES; k += WARP) argmax_merge(v, i, mk_ld_act(pv + b * NTILES + k), mk_ld_int(pi + b * NTILES + k));
+    for (int j = lane; j < NTILES; j += WARP) argmax_merge(v, i, mk_ld_act(pv + b * NTILES + j), mk_ld_int(pi + b * NTILES + j));
     warp_argmax(v, i);
-    if (lane == 0) {
-      nxt[b] = i;
-      const int k = c.step - c.step0;
-      if (toks != nullptr && k < TOKENS_CAP) toks[k * B + b] = i;
+    if (lane == 0) { s_tok[b] = i; s_max[b] = v; }
+  }
+  mk_barrier();
+  if (flags & TOKF_FILTER) {
+    const Sampler smp = tok_sampler(c);
+    for (int b = 0; b < B; ++b) {
+      const int tok = sample_filtered(c, smp, b, s_max[b]);
+      if (tid == 0) s_tok[b] = tok;
+    }
+    mk_barrier();
+  }
+  for (int b = tid; b < B; b += NT) {
+    const int tok = s_tok[b];
+    nxt[b] = tok;
+    if (toks != nullptr && k < TOKENS_CAP) toks[k * B + b] = tok;
+    if (stream != nullptr && k < TOKENS_CAP) stream[1 + k * B + b] = tok;
+    if (ctl != nullptr) {
+      // row b emits its j-th new token at step plen - 1 + j; it stops after max_new of them or an EOS
+      const int plen = mk_ld_int(ctl + CTL_PLEN + b), mx = mk_ld_int(ctl + CTL_MAXNEW + b);
+      int st = k == 0 ? (mx <= 0) : mk_ld_int(ctl + CTL_STOP + b);
+      const int j = k - (plen - 1);
+      if (!st && j >= 0 && (j + 1 >= mx || is_eos(ctl, tok))) st = 1;
+      ctl[CTL_STOP + b] = st;
+      if (!st) *s_all = 0;
+    }
+  }
+  mk_barrier();
+  if (tid == 0) {
+    // the device clock, read by the next launch when it is passed step0 < 0: every block read it at
+    // its start, before its first task, which happens before argmax(step0)
+    c.ws[WS_CLK_STEP] = (unsigned)(c.step + 1);
+    c.ws[WS_CLK_POS] = (unsigned)(c.pos + 1);
+    if (ctl != nullptr && k < L) ctl[CTL_DONE + k] = *s_all;
+    if (stream != nullptr) {
+      mk_fence_system();  // the block's token stores (ordered before by the barrier) before the count
+      mk_st_system(stream, k + 1);
     }
   }
 }

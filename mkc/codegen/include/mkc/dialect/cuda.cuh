@@ -71,6 +71,18 @@ __device__ __forceinline__ void mk_acquire_fence() {
 #endif
 }
 __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, unsigned val) { return atomicCAS(p, cmp, val); }
+// the sampler (tokens.cuh): 32-bit lane broadcast, shared-memory histogram adds (integers, so the
+// sums do not depend on the order of the adds), and the host-mapped token stream (system scope)
+__device__ __forceinline__ unsigned mk_shfl_u32(unsigned v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+__device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned long long v) { atomicAdd(p, v); }
+__device__ __forceinline__ void mk_fence_system() { __threadfence_system(); }
+__device__ __forceinline__ void mk_st_system(int* p, int v) {
+  asm volatile("st.relaxed.sys.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return __umulhi(a, b); }
+// code off the hot path kept out of line, so its registers do not add to the GEMV loops' (the
+// filtered sampler inlined spills the batch-32 tensor-core build)
+#define MK_OUTLINE __noinline__
 // --- data movement ---
 // weights never change during a launch: not volatile, so the compiler may batch these loads
 __device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {

@@ -92,6 +92,23 @@ __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, uns
   __hip_atomic_compare_exchange_strong(mk_g(p), &cmp, val, __ATOMIC_RELAXED, __ATOMIC_RELAXED, MKC_SYNC_SCOPE);
   return cmp;  // the old value
 }
+// the sampler (tokens.cuh): 32-bit lane broadcast, LDS histogram adds (integers: order-free sums),
+// and the token stream at system scope (the AMD driver passes none today: it reads the log)
+__device__ __forceinline__ unsigned mk_shfl_u32(unsigned v, int src) { return (unsigned)__shfl((int)v, src, MKC_WARP); }
+__device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned long long v) {
+  (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+}
+// system scope (gfx942: buffer_wbl2 sc0 sc1), with the hard wait mk_release_fence has, for the same reason
+__device__ __forceinline__ void mk_fence_system() {
+  __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "");
+  __builtin_amdgcn_s_waitcnt(0);
+}
+__device__ __forceinline__ void mk_st_system(int* p, int v) {
+  __hip_atomic_store(mk_g(p), v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return __umulhi(a, b); }
+// the AMD build makes no calls (tests/test_hip.py): what NVIDIA keeps out of line is inlined here
+#define MK_OUTLINE __forceinline__
 // --- data movement ---
 // weights never change during a launch and are read once per step: 16-byte streaming loads
 __device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {

@@ -1,0 +1,106 @@
+"""The token end on the GPU: sampling's cost over greedy, the per-call overhead of mk(ids, pos)
+against the in-loop step, and the early exit. Random-weight models from tests/gpu_fixtures.py.
+
+    python scripts/bench_tokens.py [--models llama-3.2-1b,qwen3-0.6b] [--batches 1,8] [--steps 120]
+
+Prints a markdown table (and --json PATH writes the rows). Target (issue #16): sampling <= 3 % of a
+greedy step at batch 1; a step call <= 30 us over the in-loop step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+
+def _time(fn, reps: int = 5) -> float:
+    import torch
+
+    fn()  # warm up
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench(model: str, batch: int, steps: int) -> list[dict]:
+    import numpy as np
+    import torch
+
+    from gpu_fixtures import hf_models, megakernel
+    from mkc.sampling import Sampling
+
+    hf = hf_models(model)
+    mk = megakernel(hf, batch, "atomic")
+    rng = np.random.default_rng(0)
+    rows = rng.integers(1, hf.vocab, (batch, 4)).tolist()
+    P = 4
+    n_steps = P + steps - 1
+    rows_out = []
+
+    def per_step(smp) -> float:
+        return _time(lambda: mk.decode(rows, steps, sampling=smp)) / n_steps
+
+    greedy = per_step(None)
+    cases = {"greedy": None, "temperature 0.8": Sampling(temperature=0.8, seed=1),
+             "top-k 50": Sampling(temperature=0.8, top_k=50, seed=1),
+             "top-p 0.9": Sampling(temperature=0.8, top_p=0.9, seed=1),
+             "top-k 50 + top-p 0.9 + min-p 0.05": Sampling(temperature=0.8, top_k=50, top_p=0.9, min_p=0.05, seed=1)}
+    for name, smp in cases.items():
+        t = greedy if smp is None else per_step(smp)
+        rows_out.append(dict(model=model, batch=batch, what=f"decode, {name}", us_per_step=t * 1e6,
+                             over_greedy_pct=100 * (t - greedy) / greedy))
+    # one launch per step: host ids, and ids already on the GPU (the previous step's token)
+    ids_host = torch.tensor([r[0] for r in rows])
+    ids_dev = ids_host.cuda()
+    for label, ids in (("mk(ids, pos), CPU ids", ids_host), ("mk(ids, pos), CUDA ids", ids_dev)):
+        def loop():
+            mk.reset()
+            for t in range(n_steps):
+                mk(ids, t)
+            mk.synchronize()
+        t = _time(loop) / n_steps
+        rows_out.append(dict(model=model, batch=batch, what=label, us_per_step=t * 1e6,
+                             over_greedy_pct=100 * (t - greedy) / greedy, us_over_in_loop=(t - greedy) * 1e6))
+    # early exit: every row stops at its 10th new token
+    first = mk.decode(rows, 10)
+    eos = list({r[-1] for r in first})[:4]
+    t = _time(lambda: mk.decode(rows, steps, eos_token_id=eos))
+    rows_out.append(dict(model=model, batch=batch, what=f"decode {steps}, EOS at token <= 10 ({mk.step} steps ran)",
+                         us_per_step=t * 1e6 / max(1, mk.step), total_ms=t * 1e3))
+    return rows_out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="llama-3.2-1b")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--steps", type=int, default=120)  # gpu_fixtures.MAX_SEQ is 128
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    out = []
+    for m in a.models.split(","):
+        for b in (int(x) for x in a.batches.split(",")):
+            out += bench(m, b, a.steps)
+    print("| model | batch | what | us/step | over greedy | note |")
+    print("|---|---|---|---|---|---|")
+    for r in out:
+        note = f"{r['us_over_in_loop']:+.1f} us over the in-loop step" if "us_over_in_loop" in r else (
+            f"{r['total_ms']:.2f} ms total" if "total_ms" in r else "")
+        pct = f"{r['over_greedy_pct']:+.2f} %" if "over_greedy_pct" in r else ""
+        print(f"| {r['model']} | {r['batch']} | {r['what']} | {r['us_per_step']:.1f} | {pct} | {note} |")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

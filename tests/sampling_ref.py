@@ -1,0 +1,132 @@
+"""numpy twin of the kernel's sampler (mkc/codegen/include/mkc/sampling.cuh), function by function.
+
+The random numbers (Philox4x32-10, the uniform, the integer masses' arithmetic, the radix select)
+are bit-exact with the device. expf/logf may differ from numpy's float32 exp/log in the last
+place, so a draw or a top-p/min-p boundary can differ where two scores are that close.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+M0, M1, W0, W1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57), np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)
+MASK = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    """All four output words of Philox4x32-10 (arrays broadcast), as uint32."""
+    c0, c1, c2, c3 = (np.asarray(x, dtype=np.uint64) & MASK for x in (c0, c1, c2, c3))
+    k0, k1 = np.uint64(int(k0) & 0xFFFFFFFF), np.uint64(int(k1) & 0xFFFFFFFF)
+    for _ in range(10):
+        p0, p1 = M0 * c0, M1 * c2
+        hi0, lo0, hi1, lo1 = p0 >> np.uint64(32), p0 & MASK, p1 >> np.uint64(32), p1 & MASK
+        c0, c1, c2, c3 = (hi1 ^ c1 ^ k0) & MASK, lo1, (hi0 ^ c3 ^ k1) & MASK, lo0
+        k0, k1 = (k0 + np.uint64(W0)) & MASK, (k1 + np.uint64(W1)) & MASK
+    return tuple(x.astype(np.uint32) for x in (c0, c1, c2, c3))
+
+
+def gumbel(seed: int, pos: int, b: int, v) -> np.ndarray:
+    """The Gumbel noise of row b at position pos for vocabulary indices v (float32)."""
+    v = np.asarray(v, dtype=np.uint64)
+    x = philox4x32_10(v, b, pos, 0, seed & 0xFFFFFFFF, seed >> 32)[0]
+    u = ((x >> np.uint32(9)).astype(np.float32) + np.float32(0.5)) * np.float32(1.0 / 8388608.0)
+    return -np.log(-np.log(u))
+
+
+def order_key(f) -> np.ndarray:
+    u = np.asarray(f, dtype=np.float32).view(np.uint32)
+    return np.where(u & np.uint32(0x80000000), ~u, u | np.uint32(0x80000000)).astype(np.uint32)
+
+
+def mass_of(z, zmax) -> np.ndarray:
+    e = np.exp(np.asarray(z, dtype=np.float32) - np.float32(zmax)).astype(np.float32)
+    return (e * np.float32(4294967296.0)).astype(np.uint64)
+
+
+def radix_select(keys: np.ndarray, weights: np.ndarray, lo: int, target_k: int | None, p: float | None) -> int:
+    """The largest key t (keys >= lo) whose weight over keys >= t reaches the target: k, or
+    max(1, floor(p * total)) for masses (the device's four 8-bit passes give exactly this)."""
+    keep = keys >= np.uint32(lo)
+    keys, weights = keys[keep].astype(np.uint64), weights[keep].astype(np.uint64)
+    if p is not None:
+        target = max(1, int(float(np.float32(p)) * float(int(weights.sum()))))
+    else:
+        target = int(target_k)
+    order = np.argsort(-keys.astype(np.int64), kind="stable")
+    cum = np.cumsum(weights[order])  # < V * 2^32 + V: no overflow
+    j = int(np.searchsorted(cum, np.uint64(target)))  # the first sorted position reaching the target
+    return int(keys[order][j])
+
+
+def threshold(logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> int:
+    """The key threshold of one row: tokens with order_key(logit / T) >= it may be drawn."""
+    V = logits.shape[0]
+    t = np.float32(temperature)
+    z = (logits.astype(np.float32) / t).astype(np.float32)
+    zmax = np.float32(logits.astype(np.float32).max() / t)
+    keys = order_key(z)
+    thr = 0
+    if 0 < top_k < V:
+        thr = radix_select(keys, np.ones_like(keys, dtype=np.uint64), thr, top_k, None)
+    if np.float32(top_p) < np.float32(1.0):
+        thr = radix_select(keys, mass_of(z, zmax), thr, None, top_p)
+    if min_p > 0:
+        thr = max(thr, int(order_key(np.float32(zmax + np.log(np.float32(min_p))))))
+    return thr
+
+
+def allowed(logits: np.ndarray, temperature: float, **filters) -> np.ndarray:
+    """The tokens the sampler may draw for this row (bool [V])."""
+    z = (logits.astype(np.float32) / np.float32(temperature)).astype(np.float32)
+    return order_key(z) >= np.uint32(threshold(logits, temperature, **filters))
+
+
+def sample_row(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, **filters) -> int:
+    """The kernel's draw for row b at position pos: greedy at temperature 0, else Gumbel-max of
+    logit / T over the allowed set."""
+    logits = np.asarray(logits, dtype=np.float32)
+    if temperature == 0:
+        return int(np.argmax(logits))
+    z = (logits / np.float32(temperature)).astype(np.float32)
+    score = (z + gumbel(seed, pos, b, np.arange(logits.shape[0]))).astype(np.float32)
+    score = np.where(allowed(logits, temperature, **filters), score, -np.inf)
+    return int(np.argmax(score))
+
+
+def torch_distribution(logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                       min_p: float = 0.0) -> np.ndarray:
+    """What the draw should follow, written the way Hugging Face's warpers are (float64)."""
+    import torch
+
+    x = torch.tensor(logits, dtype=torch.float64) / temperature
+    V = x.numel()
+    if 0 < top_k < V:
+        x = x.masked_fill(x < torch.topk(x, top_k).values[-1], -float("inf"))
+    if top_p < 1:
+        s, idx = torch.sort(x, descending=False)
+        cum = s.softmax(-1).cumsum(-1)
+        drop = cum <= (1 - top_p)
+        drop[-1] = False
+        x = x.masked_fill(drop.scatter(0, idx, drop), -float("inf"))
+    if min_p > 0:
+        p = x.softmax(-1)
+        x = x.masked_fill(p < min_p * p.max(), -float("inf"))
+    return x.softmax(-1).numpy()
+
+
+def chi2_ok(counts: np.ndarray, probs: np.ndarray, z: float = 3.29) -> bool:
+    """Pearson's chi-square of observed counts against probabilities, cells expected < 5 pooled
+    into one, below the upper quantile at normal deviate z (3.29: p = 0.0005; Wilson-Hilferty)."""
+    counts, probs = np.asarray(counts, dtype=float), np.asarray(probs, dtype=float)
+    n = counts.sum()
+    exp = probs * n
+    big = exp >= 5
+    obs_c, exp_c = list(counts[big]), list(exp[big])
+    if (~big).any():
+        obs_c.append(counts[~big].sum())
+        exp_c.append(max(exp[~big].sum(), 1e-9))
+    obs_c, exp_c = np.array(obs_c), np.array(exp_c)
+    stat = float(((obs_c - exp_c) ** 2 / exp_c).sum())
+    dof = max(1, len(obs_c) - 1)
+    q = dof * (1 - 2 / (9 * dof) + z * np.sqrt(2 / (9 * dof))) ** 3
+    return stat < q

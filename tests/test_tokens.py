@@ -1,0 +1,297 @@
+"""The token end, CPU tier: the sampler's numpy reference (Philox known answers, Gumbel-max
+statistics, the filtered sets against Hugging Face's warpers, the radix select's passes), decode's
+argument checking and early-exit bookkeeping, the rendered kernel, and decode end to end through
+the AMD driver's stand-in with a Python kernel that plays the stop rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sampling_ref as ref
+from codegen_fixtures import rr_schedule, taskgraph
+from mkc.codegen import tables as T
+from mkc.decode import plan_decode, row_outputs, steps_run
+from mkc.errors import MkcError
+from mkc.sampling import Sampling
+
+
+# ---- random numbers and the sampler's reference ----------------------------------------------------
+def test_philox_matches_random123_known_answers():
+    assert ref.philox4x32_10(0, 0, 0, 0, 0, 0) == (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)
+    f = 0xFFFFFFFF
+    assert ref.philox4x32_10(f, f, f, f, f, f) == (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)
+    assert ref.philox4x32_10(0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0) == (
+        0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)
+
+
+def test_gumbel_noise_is_keyed_by_seed_position_row_and_index():
+    g = ref.gumbel(7, 3, 1, np.arange(64))
+    assert g.dtype == np.float32 and np.isfinite(g).all() and len(set(g.tolist())) == 64
+    assert np.array_equal(g, ref.gumbel(7, 3, 1, np.arange(64)))
+    for other in (ref.gumbel(8, 3, 1, np.arange(64)), ref.gumbel(7, 4, 1, np.arange(64)),
+                  ref.gumbel(7, 3, 0, np.arange(64)), ref.gumbel(7 + 2**32, 3, 1, np.arange(64))):
+        assert not np.array_equal(g, other)
+
+
+@pytest.mark.parametrize("filters", [{}, {"top_k": 3}, {"top_p": 0.7}, {"min_p": 0.2}, {"top_k": 5, "top_p": 0.8}])
+def test_reference_draws_follow_the_warped_distribution(filters):
+    rng = np.random.default_rng(1)
+    logits = (rng.standard_normal(12) * 1.5).astype(np.float32)
+    T_ = 0.8
+    draws = np.array([ref.sample_row(logits, T_, seed=5, pos=p, b=0, **filters) for p in range(6000)])
+    probs = ref.torch_distribution(logits, T_, **filters)
+    assert set(draws.tolist()) <= set(np.flatnonzero(probs > 0).tolist())  # never outside the set
+    assert ref.chi2_ok(np.bincount(draws, minlength=12).astype(float), probs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_filtered_sets_equal_the_hugging_face_warpers(seed):
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal(300) * 3).astype(np.float32)
+    for f in ({"top_k": 1}, {"top_k": 17}, {"top_p": 0.05}, {"top_p": 0.9}, {"min_p": 0.05},
+              {"top_k": 40, "top_p": 0.5, "min_p": 0.01}):
+        got = ref.allowed(logits, 0.7, **f)
+        want = ref.torch_distribution(logits, 0.7, **f) > 0
+        assert np.array_equal(got, want), f
+
+
+def _device_radix_select(keys, weights, lo, k, p):
+    """The device's four 8-bit passes, as sampling.cuh writes them (bins scanned from the top)."""
+    prefix, above, target = 0, 0, k
+    for shift in (24, 16, 8, 0):
+        hist = np.zeros(256, dtype=object)
+        for key, w in zip(keys.tolist(), weights.tolist()):
+            if key < lo or (shift < 24 and (key >> (shift + 8)) != (prefix >> (shift + 8))):
+                continue
+            hist[(key >> shift) & 255] += int(w)
+        if shift == 24 and p is not None:
+            target = max(1, int(float(np.float32(p)) * float(sum(hist))))
+        acc, digit = above, 0
+        for d in range(255, -1, -1):
+            if acc + hist[d] >= target:
+                digit = d
+                break
+            acc += hist[d]
+        prefix |= digit << shift
+        above = acc
+    return prefix
+
+
+def test_device_radix_passes_equal_the_sorted_reference():
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        z = (rng.standard_normal(200) * (0.01 if trial % 3 == 0 else 2)).astype(np.float32)
+        z[:5] = z[5]  # ties
+        keys = ref.order_key(z)
+        mass = ref.mass_of(z, z.max())
+        ones = np.ones(200, dtype=np.uint64)
+        k = int(rng.integers(1, 199))
+        tk = ref.radix_select(keys, ones, 0, k, None)
+        assert _device_radix_select(keys, ones, 0, k, None) == tk
+        assert _device_radix_select(keys, mass, tk, None, 0.6) == ref.radix_select(keys, mass, tk, None, 0.6)
+        assert (keys >= tk).sum() >= k and (keys > tk).sum() < k
+
+
+def test_sampling_check_and_kernel_arguments():
+    assert Sampling().check() == [] and Sampling().greedy
+    bad = Sampling(temperature=-1, top_k=-2, top_p=0.0, min_p=1.5, seed=-1).check()
+    assert len(bad) == 5 and any("top_p" in b and "(0, 1]" in b for b in bad)
+    assert Sampling(top_p=1.0).check() == [] and Sampling(top_p=1.01).check()
+    f32 = lambda x: int(np.array(x, dtype=np.float32).view(np.uint32))  # noqa: E731
+    flags, words = Sampling(temperature=0.7, top_k=50, top_p=0.9, seed=(5 << 32) | 9).kernel_words(1000)
+    assert flags == T.TOKF_FILTER and words == [f32(0.7), 50, f32(0.9), 0, 9, 5]
+    assert len(words) == T.TOKEN_WORDS.index("WS_CTL_LO") - 1
+    assert Sampling(temperature=0.7).kernel_words(1000)[0] == T.TOKF_GUMBEL
+    assert Sampling(temperature=0.7, top_k=1000).kernel_words(1000)[0] == T.TOKF_GUMBEL  # top-k of all: no filter
+    assert Sampling(top_k=5).kernel_words(1000)[0] == 0  # greedy
+
+
+# ---- decode's host bookkeeping -----------------------------------------------------------------------
+def _plan(rows, mx, eos=None, B=4, V=100, L=32, start=0):
+    return plan_decode(rows, mx, eos, batch=B, vocab=V, max_seq_len=L, start_pos=start)
+
+
+def test_plan_decode_pads_and_lays_out_the_control_block():
+    p = _plan([[5, 6, 7], [8]], [4, 2], eos=[3, 9])
+    assert p.plens == (3, 1, 0, 0) and p.max_new == (4, 2, 0, 0) and p.eos == (3, 9) and p.n_rows == 2
+    assert p.nsteps == 6  # row 0: 3 prompt tokens + 4 new - 1
+    ids = p.ids([[5, 6, 7], [8]])
+    assert ids.shape == (3, 4) and ids[:, 0].tolist() == [5, 6, 7] and ids[:, 1].tolist() == [8, 0, 0]
+    at = T.ctl_layout(4, 32)
+    head = p.ctl_head()
+    assert len(head) == at["CTL_STOP"]
+    assert head[at["CTL_PLEN"]: at["CTL_PLEN"] + 4].tolist() == [3, 1, 0, 0]
+    assert head[at["CTL_MAXNEW"]: at["CTL_MAXNEW"] + 4].tolist() == [4, 2, 0, 0]
+    assert head[at["CTL_NEOS"]] == 2 and head[at["CTL_EOS"]: at["CTL_EOS"] + 2].tolist() == [3, 9]
+    assert _plan([[1]], 3, eos=7).eos == (7,)
+    import torch
+
+    assert _plan(torch.tensor([[5, 6, 7], [8, 9, 1]]), 2).plens == (3, 3, 0, 0)  # a 2-D tensor: its rows
+    assert _plan([np.array([5, 6]), torch.tensor([8])], np.int64(2)).plens == (2, 1, 0, 0)
+
+
+@pytest.mark.parametrize("args, match", [
+    (([[1]] * 5, 2), "5 rows given, the kernel was compiled for batch 4"),
+    (([[1], []], 2), "row 1 has no token ids"),
+    (([[1, 100]], 2), r"token id 100 of row 0 \(position 1\) is outside the vocabulary \[0, 100\)"),
+    (([[1, -1]], 2), "token id -1 of row 0"),
+    (([[1]], 2, [1, 2, 3, 4, 5]), "at most 4"),
+    (([[1]], 2, 100), "eos_token_id 100 is outside"),
+    (([[1], [2]], [1]), "1 entries for 2 rows"),
+    (([[1]], -1), ">= 0"),
+    (([[1] * 30], 5), "past max_seq_len 32"),
+    (([[1.5]], 2), "must be an int"),
+])
+def test_plan_decode_refuses_with_names(args, match):
+    with pytest.raises(MkcError, match=match):
+        _plan(*args)
+
+
+def test_start_pos_counts_against_max_seq_len():
+    _plan([[1, 2]], 4, start=27)  # positions 27..31
+    with pytest.raises(MkcError, match="up to 32, past max_seq_len 32"):
+        _plan([[1, 2]], 5, start=27)
+
+
+def test_steps_run_and_row_outputs():
+    assert steps_run(np.zeros(6, dtype=np.int32), 6) == 6
+    assert steps_run(np.array([0, 0, 1, 1, 0, 0]), 6) == 4  # stopped after step 2: step 3 is the wasted one
+    assert steps_run(np.array([0, 0, 0, 0, 0, 1]), 6) == 6
+    p = _plan([[5, 6, 7], [8]], [4, 3], eos=9)
+    log = np.array([[50, 9], [60, 11], [70, 9], [71, 12], [9, 13], [72, 14]])
+    # row 0: new tokens from step 2 (70, 71, 9: stops at the EOS); row 1 from step 0 (9: EOS at once)
+    assert row_outputs(log, p) == [[70, 71, 9], [9]]
+    assert row_outputs(log[:3], p) == [[70], [9]]  # a stream so far
+    p2 = _plan([[5], [8]], [2, 3])
+    assert row_outputs(log, p2) == [[50, 60], [9, 11, 9]]  # no EOS: the budgets
+
+
+# ---- the rendered kernel --------------------------------------------------------------------------
+def test_rendered_kernel_has_the_token_end():
+    from mkc.codegen.render import generate
+
+    tg = taskgraph("tiny-llama", 2, 64)
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")
+    for needle in ("if (stop_launch(c)) break;", "CTL_DONE + k - 2", "philox_x0", "mk_fence_system();",
+                   "st.relaxed.sys.global.b32", "if (step0 < 0) { step0 = (int)mk_ld_relaxed(ws + WS_CLK_STEP);",
+                   "sample_filtered(c, smp, b, s_max[b])", "if (flags & TOKF_GUMBEL)",
+                   "out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):
+        assert needle in src, needle
+    consts = dict(cfg.consts)
+    assert {k: consts[k] for k in T.ctl_layout(2, 64)} == T.ctl_layout(2, 64) and consts["MAX_EOS"] == T.MAX_EOS
+
+
+# ---- decode through the AMD driver's stand-in ---------------------------------------------------
+def _fake_megakernel(sync="atomic"):
+    from test_hip_runtime import FakeHip, _weights
+
+    from mkc.runtime import Megakernel
+    from mkc.targets.amd.driver import HipDriver
+
+    tg = taskgraph("tiny-llama", 2, 64, "mi250x")
+    fake = FakeHip()
+    mk = Megakernel(tg, rr_schedule(tg, "mi250x", sync, workers=12), _weights(tg), driver=HipDriver(hip=fake),
+                    binary=b"x")
+    return mk, fake
+
+
+def _play_kernel(mk, fake, next_token):
+    """A Python kernel: token k of row b is next_token(k, b, fed); argmax's stop rule and done flags
+    as tokens.cuh writes them; the early exit of the step loop."""
+    at, B = mk.ctl_at, mk.B
+    addr = {n: mk.buffers[n].ptr for n in ("ids", "tokens", "next_ids")}
+
+    def kernel(fk, a):
+        tok = dict(zip(T.WORKSPACE, fk.read(a["ws"], np.uint32, T.WS_COUNTERS).tolist()))
+        ctl_at = tok["WS_CTL_LO"] | tok["WS_CTL_HI"] << 32
+        ctl = fk.read(ctl_at, np.int32, at["CTL_WORDS"]).copy() if tok["WS_TOK_FLAGS"] & T.TOKF_CTL else None
+        nxt = [0] * B
+        for k in range(a["nsteps"]):
+            if ctl is not None and k >= 2 and ctl[at["CTL_DONE"] + k - 2]:
+                break
+            toks = []
+            for b in range(B):
+                plen = ctl[at["CTL_PLEN"] + b] if ctl is not None else a["nforced"]
+                fed = int(fk.read(addr["ids"] + 4 * (k * B + b), np.int32, 1)[0]) if k < plen else nxt[b]
+                toks.append(next_token(k, b, fed))
+            fk.htod(addr["tokens"] + 4 * B * k, np.array(toks, dtype=np.int32))
+            nxt = toks
+            if ctl is not None:
+                eos = set(ctl[at["CTL_EOS"]: at["CTL_EOS"] + ctl[at["CTL_NEOS"]]].tolist())
+                for b in range(B):
+                    plen, mx = ctl[at["CTL_PLEN"] + b], ctl[at["CTL_MAXNEW"] + b]
+                    st = int(mx <= 0) if k == 0 else ctl[at["CTL_STOP"] + b]
+                    j = k - (plen - 1)
+                    if not st and j >= 0 and (j + 1 >= mx or toks[b] in eos):
+                        st = 1
+                    ctl[at["CTL_STOP"] + b] = st
+                ctl[at["CTL_DONE"] + k] = int(all(ctl[at["CTL_STOP"]: at["CTL_STOP"] + B]))
+                fk.htod(ctl_at, ctl)
+    fake.on_launch = kernel
+
+
+def test_decode_end_to_end_on_the_stand_in():
+    mk, fake = _fake_megakernel()
+    _play_kernel(mk, fake, lambda k, b, fed: fed + 1 if fed + 1 != 20 else 99)
+    seen = []
+    out = mk.decode([[10, 11, 12], [15]], [5, 8], eos_token_id=[99, 40], on_step=seen.append)
+    # row 0: fed 10 11 12 then its own tokens: 13 14 15 16 17 (budget 5); row 1: 16..19, then 99 (EOS)
+    assert out == [[13, 14, 15, 16, 17], [16, 17, 18, 19, 99]]
+    a = fake.launches[-1]
+    assert a["nsteps"] == 8 and a["nforced"] == 0
+    tok = dict(zip(T.WORKSPACE, fake.read(mk.ws.ptr, np.uint32, T.WS_COUNTERS).tolist()))
+    assert tok["WS_TOK_FLAGS"] == T.TOKF_CTL and tok["WS_CTL_LO"] | tok["WS_CTL_HI"] << 32 == mk.ctl.ptr
+    assert seen == [out]  # no host-mapped stream on this driver: once, at the end
+    # all rows stopped after step 6 (row 0's 5th new token): step 7 is the wasted one; 8 steps ran
+    assert mk.step == 8 and mk._written == 8
+
+
+def test_decode_early_exit_moves_the_step_counter_by_the_steps_that_ran():
+    mk, fake = _fake_megakernel()
+    _play_kernel(mk, fake, lambda k, b, fed: 99 if k == 1 else fed + 1)
+    out = mk.decode([[10], [20]], 30, eos_token_id=99)
+    assert out == [[11, 99], [21, 99]]
+    assert fake.launches[-1]["nsteps"] == 30 and mk.step == 3 and mk._written == 3
+    # a continuation from position 3: no reset, the step counter goes on
+    out = mk.decode([[7], [7]], 1, start_pos=3)
+    assert out == [[8], [8]] and mk.step == 4 and fake.launches[-1]["step0"] == 3 and fake.launches[-1]["pos0"] == 3
+
+
+def test_decode_padding_rows_and_no_work():
+    mk, fake = _fake_megakernel()
+    _play_kernel(mk, fake, lambda k, b, fed: fed + 1)
+    assert mk.decode([[10, 11]], 3) == [[12, 13, 14]]
+    n = len(fake.launches)
+    assert mk.decode([[1], [2]], 0) == [[], []] and len(fake.launches) == n  # nothing to decode: no launch
+
+
+def test_step_refuses_ids_outside_the_vocabulary_before_launching():
+    mk, fake = _fake_megakernel()
+    n = len(fake.launches)
+    with pytest.raises(MkcError, match=r"token id 32000 of row 1 \(position 0\) is outside the vocabulary"):
+        mk(np.array([3, 32000]), 0)
+    with pytest.raises(MkcError, match="token id -2 of row 0"):
+        mk(np.array([-2, 1]), 0)
+    assert len(fake.launches) == n
+    with pytest.raises(MkcError, match="top_p"):
+        mk(np.array([1, 1]), 0, sampling=Sampling(temperature=1.0, top_p=0.0))
+
+
+def test_token_settings_are_written_only_when_they_change():
+    mk, fake = _fake_megakernel()
+    _play_kernel(mk, fake, lambda k, b, fed: fed + 1)
+    at = mk.ws.ptr + 4 * T.WORKSPACE.index("WS_TOK_FLAGS")
+    writes = []
+    htod = fake.htod
+    fake.htod = lambda dst, data: (writes.append(dst), htod(dst, data))[1]
+    mk(np.array([1, 2]), 0)
+    mk(np.array([1, 2]), 1)
+    assert at not in writes  # greedy steps: the zeros reset left
+    mk(np.array([1, 2]), 2, sampling=Sampling(temperature=0.5, seed=3))
+    mk(np.array([1, 2]), 3, sampling=Sampling(temperature=0.5, seed=3))
+    assert writes.count(at) == 1
+    words = dict(zip(T.WORKSPACE, fake.read(mk.ws.ptr, np.uint32, T.WS_COUNTERS).tolist()))
+    assert words["WS_TOK_FLAGS"] == T.TOKF_GUMBEL and words["WS_SEED_LO"] == 3 and words["WS_TOPK"] == 0
+    mk(np.array([1, 2]), 4)  # back to greedy: zeros again
+    assert writes.count(at) == 2 and not fake.read(at, np.uint32, len(T.TOKEN_WORDS)).any()
