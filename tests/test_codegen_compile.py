@@ -29,7 +29,7 @@ def test_default_model_compiles_cleanly(graphs, target, sync, tmp_path):
     assert res.cubin.stat().st_size > 0 and not res.cached
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    # Holding the next task's record in registers (CodegenOptions.task_ahead) costs the batch-1
+    # Holding the next task's record in registers (CodegenOptions.task_ahead, batch 1) costs the
     # kernel up to 16 bytes: three loop-invariant values stored once before the step loop and
     # reloaded a few times (SASS, 2026-12-01). More than that is a register blow-up.
     assert spills and max(spills) <= 16, res.log

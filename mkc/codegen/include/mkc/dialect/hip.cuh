@@ -38,6 +38,8 @@ __device__ __forceinline__ void mk_barrier() {
 }
 // the whole block (a HIP kernel has no producer warp: the same barrier)
 __device__ __forceinline__ void mk_barrier_all() { mk_barrier(); }
+__device__ __forceinline__ void mk_syncwarp() { __builtin_amdgcn_wave_barrier(); }
+__device__ __forceinline__ void mk_trap() { __builtin_trap(); }
 #define MKC_HAS_BULK_COPY 0
 __device__ __forceinline__ int mk_tid() { return (int)__builtin_amdgcn_workitem_id_x(); }
 __device__ __forceinline__ int mk_worker() { return (int)__builtin_amdgcn_workgroup_id_x(); }
