@@ -29,10 +29,11 @@ def test_default_model_compiles_cleanly(graphs, target, sync, tmp_path):
     assert res.cubin.stat().st_size > 0 and not res.cached
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    # Holding the next task's record in registers (CodegenOptions.task_ahead, batch 1) costs the
-    # kernel up to 16 bytes: three loop-invariant values stored once before the step loop and
-    # reloaded a few times (SASS, 2026-12-01). More than that is a register blow-up.
-    assert spills and max(spills) <= 16, res.log
+    # At batch 1 the weight pipeline's producer warp makes 9 warps per block, 3 of them on one SM
+    # sub-partition, so ptxas has 168 registers per thread (not 255): the kernel spills up to 32
+    # bytes, loop-invariant values stored once before the step loop and reloaded a few times (SASS,
+    # 2026-12-01). More than that is a register blow-up.
+    assert spills and max(spills) <= 32, res.log
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
     assert regs and max(regs) * cfg.threads <= 65536, res.log  # one block of NT threads fits an SM
 
@@ -71,7 +72,9 @@ def test_tensor_core_gemv_compiles_cleanly(target, batch, tmp_path):
     res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) == 0, res.log
+    # sm_80 at batch 32 spills 4 bytes at 255 registers since in-kernel sampling and attention's early
+    # loads (2026-12-01); a spill past 8 bytes is a register blow-up
+    assert spills and max(spills) <= 8, res.log
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
     assert regs and max(regs) * cfg.threads <= 65536, res.log
     cuobjdump = shutil.which("cuobjdump")

@@ -32,10 +32,11 @@ class NvidiaLimits(LaunchLimits):
         return limits[limiter], limiter
 
     def regs_for(self, threads: int) -> int:
-        """What ``__launch_bounds__(threads, 1)`` leaves: the register file over the block's warps,
-        in units of 8, at most 255 (256 threads: 255; 288: 224)."""
-        warps = -(-threads // 32)
-        return min(self.regs_per_thread, 65536 // (warps * 32) // 8 * 8)
+        """What ``__launch_bounds__(threads, 1)`` leaves: a block's warps are spread over the SM's 4
+        sub-partitions of 16384 registers each, so the fullest one holds ceil(warps / 4) of them; in
+        units of 8, at most 255 (256 threads: 255; 288, i.e. 3 warps on a sub-partition: 168, as ptxas)."""
+        per_part = -(-(-(-threads // 32)) // 4)
+        return min(self.regs_per_thread, 16384 // (per_part * 32) // 8 * 8)
 
 
 class NvidiaBackend(Backend):
