@@ -109,6 +109,7 @@ __device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len,
       if (!ok) return;
     }
   }
+  pipe_drain(c, c.pipe_n);  // the last copies land before the warp exits (the consumers may have stopped early)
 }
 #endif
 

@@ -46,8 +46,16 @@ __device__ void pipe_init() {
   mk_mbar_init_fence();
 }
 
+// The consumers have left the step loop (an early exit of decode, or an abort) and will free no
+// more pages: wait until the copies already issued (pages n - PIPE_NS .. n - 1, each its slot's
+// latest use) have landed, so none is in flight when the block exits.
+__device__ void pipe_drain(const Ctx& c, unsigned n) {
+  for (unsigned m = n > (unsigned)PIPE_NS ? n - PIPE_NS : 0u; m < n; ++m)
+    pipe_wait(c, pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u);
+}
+
 // The producer's side of one GEMV task: kd's rows (Kind: blocks/begin/row as kinds.cuh), K columns
-// each. False when the block aborted (the consumers will not free pages any more).
+// each. False when the consumers stopped (an abort, or decode's early exit: they free no more pages).
 template <int K, class Kind>
 __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, volatile int* s_abort) {
   constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
@@ -66,7 +74,7 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
           // (the consumers stop freeing pages only when the block aborts)
           const unsigned long long t0 = mk_globaltimer();
           while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u)) {
-            if (*s_abort) return false;
+            if (*s_abort) { pipe_drain(c, n); return false; }
             if (mk_globaltimer() - t0 > 4 * PIPE_TIMEOUT_NS) { mk_st_relaxed(c.ws + WS_ABORT, 1u); mk_trap(); }
           }
         }
