@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The last device call of a session: the gpu tests most at risk first (bounded), then the batch-1 A/B
+# with the hand-written peer in the same call. Output and logs in $OUT.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/mkc-gpu}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD:$PWD/tests PYTHONUNBUFFERED=1 MKC_CACHE_DIR=$PWD/.cache/mkc
+timeout ${MKC_TEST_S:-160} python3 -m pytest tests/test_gpu_megakernel.py tests/test_gpu_tokens.py tests/test_gpu_device_functions.py \
+  tests/test_gpu_prefill.py tests/test_gpu_text.py -m gpu -q -p no:cacheprovider --timeout=60 -rfE > "$OUT/tests.log" 2>&1
+echo "tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-200 | head -20
+timeout ${MKC_AB_S:-110} python3 scripts/gpu_bench.py --variants ${MKC_AB:-b1-atomic,b1-atomic-nopipe,q8-b1-atomic} \
+  --report "$OUT/ab.jsonl" > "$OUT/ab.log" 2>&1
+echo "ab rc=$?"; grep -A 12 "^benchmark" "$OUT/ab.log"
+timeout 45 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
+echo "tokens rc=$?"; tail -n 8 "$OUT/tokens.log"
+HAZY_PREBUILT_SO=$PWD/.peer/mk_llama.cpython-312-x86_64-linux-gnu.so OUT=$OUT/peer timeout 90 bash .peer/run.sh > "$OUT/peer.log" 2>&1
+echo "peer: $(tail -n 1 "$OUT/peer.log")"
