@@ -30,9 +30,9 @@ def test_default_model_compiles_cleanly(graphs, target, sync, tmp_path):
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
     # At batch 1 the weight pipeline's producer warp makes 9 warps per block, 3 of them on one SM
-    # sub-partition, so ptxas has 168 registers per thread (not 255): the kernel spills up to 32
-    # bytes, loop-invariant values stored once before the step loop and reloaded a few times (SASS,
-    # 2026-12-01). More than that is a register blow-up.
+    # sub-partition, so ptxas has 168 registers per thread (not 255): the kernel may spill a few
+    # loop-invariant values stored once before the step loop and reloaded a few times (up to 24
+    # bytes seen, SASS, 2026-12-01). More than 32 bytes is a register blow-up.
     assert spills and max(spills) <= 32, res.log
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
     assert regs and max(regs) * cfg.threads <= 65536, res.log  # one block of NT threads fits an SM

@@ -81,10 +81,10 @@ class CodegenOptions:
     # on NVIDIA sm_90+), False: off (weights through registers, as before), True: required
     pipe: bool | None = None
     # each task's record and its thread's wait/signal entries are read while the task before it runs
-    # (off: at the task's start, as before); the step loop then holds two records in registers, which
-    # the batch-1 pipelined kernel has to spare (168 of 224) and the tensor-core kernels do not (250+
-    # of 255: spills at batch 32). None: where the plan has the weight pipeline
-    task_ahead: bool | None = None
+    # (off: at the task's start); the step loop then holds two records in registers. Measured on the
+    # H200 (llama-3.2-1b b1, same call): 0.881 ms/token with it, 0.877 without, so it is off; the
+    # tensor-core kernels have no registers for it anyway (spills at batch 32)
+    task_ahead: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -199,7 +199,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead if o.task_ahead is not None else plan.pipe_slots > 0), **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_BASE=sample_base,
