@@ -173,7 +173,7 @@ def test_rendered_kernel_has_the_token_end():
 
     tg = taskgraph("tiny-llama", 2, 64)
     src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")
-    for needle in ("if (stop_launch(c)) break;", "CTL_DONE + k - 2", "philox_x0", "mk_fence_system();",
+    for needle in ("if (stop_launch(c)) {", "CTL_DONE + k - 2", "philox_x0", "mk_fence_system();",
                    "st.relaxed.sys.global.b32", "if (step0 < 0) { step0 = (int)mk_ld_relaxed(ws + WS_CLK_STEP);",
                    "sample_filtered(c, smp, b, s_max[b])", "if (flags & TOKF_GUMBEL)",
                    "out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):

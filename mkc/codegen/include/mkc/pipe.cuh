@@ -71,11 +71,12 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
         const unsigned use = n / PIPE_NS;
         if (use > 0) {
           // the consumers' release of this slot's previous use
-          // (the consumers stop freeing pages only when the block aborts)
-          const unsigned long long t0 = mk_globaltimer();
+          // No time bound here: the consumers free this page once their task's waits end, and those
+          // waits are bounded (spin_limit); when one gives up, the block's abort flag tells this
+          // loop to drain and stop. (A trap here would kill the launch before the consumers could
+          // report which wait timed out.)
           while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u)) {
             if (*s_abort) { pipe_drain(c, n); return false; }
-            if (mk_globaltimer() - t0 > 4 * PIPE_TIMEOUT_NS) { mk_st_relaxed(c.ws + WS_ABORT, 1u); mk_trap(); }
           }
         }
         const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
