@@ -2,11 +2,7 @@
 # The last device call of a session: the gpu tests most at risk first (bounded), then the batch-1 A/B
 # with the hand-written peer in the same call. Output and logs in $OUT.
 set -u
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/mkc-gpu}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/tests PYTHONUNBUFFERED=1 MKC_CACHE_DIR=$PWD/.cache/mkc
+source "$(dirname "$0")/gpu_env.sh"
 timeout ${MKC_TEST_S:-160} python3 -m pytest tests/test_gpu_megakernel.py tests/test_gpu_tokens.py tests/test_gpu_device_functions.py \
   tests/test_gpu_prefill.py tests/test_gpu_text.py -m gpu -q -p no:cacheprovider --timeout=60 -rfE > "$OUT/tests.log" 2>&1
 echo "tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"

@@ -3,11 +3,7 @@
 # the token end (sampling cost, step-call overhead) and time to first token. Short summary last.
 #   bash scripts/gpu_round.sh            (needs .whl, .cache and .builds/llama-b1 carried; output in $OUT)
 set -u
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/mkc-gpu}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/tests PYTHONUNBUFFERED=1 MKC_CACHE_DIR=$PWD/.cache/mkc
+source "$(dirname "$0")/gpu_env.sh"
 timeout ${MKC_TEST_S:-330} python3 -m pytest $(ls tests/test_gpu_*.py) -m gpu -q -p no:cacheprovider --timeout=150 -rfE \
   > "$OUT/tests.log" 2>&1
 echo "tests rc=$?: $(tail -n 1 "$OUT/tests.log")"
