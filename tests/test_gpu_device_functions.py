@@ -444,7 +444,7 @@ def test_attention_split_matches_torch_softmax(name, pos):
         qh = norm_rope(qh, qnorm)
         knew = _bf16(norm_rope(kr[b, gkv * HD:(gkv + 1) * HD].double(), knorm).float())
         got_k = dev["kc"].cpu().view(torch.bfloat16).view(B, NKV, L, HD)[b, gkv, pos].float()
-        torch.testing.assert_close(got_k, knew, rtol=1e-2, atol=1e-2)  # within a bf16 ulp (fp32 on the device)
+        torch.testing.assert_close(got_k, knew.float(), rtol=1e-2, atol=1e-2)  # within a bf16 ulp (fp32 on the device)
         keys[pos] = got_k.double()  # the scores use the key as the cache holds it
     T_ = pos + 1
     for split in range(S_):

@@ -42,7 +42,7 @@ PROMPTS = ["hello world, hello", "the quick brown fox", "café crème and"]
 
 
 def mkc_cli(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     return subprocess.run([sys.executable, "-m", "mkc", *args], capture_output=True, text=True, timeout=900,
                           cwd=cwd, env=env)
 

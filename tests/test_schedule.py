@@ -217,6 +217,18 @@ def test_bad_options(tiny_toy8):
         schedule(tiny_toy8, H200)
 
 
+def test_cpsat_without_ortools_is_a_clear_error(tiny_toy8, monkeypatch):
+    import sys
+
+    # an import of ortools fails as it does where it is not installed (the GPU machine has none)
+    for name in [m for m in sys.modules if m == "ortools" or m.startswith("ortools.")] + ["ortools"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "mkc.schedule.cpsat", raising=False)
+    with pytest.raises(ScheduleError, match=r"needs OR-Tools.*--method list"):
+        schedule(tiny_toy8, TOY8, method="cpsat")
+    assert schedule(tiny_toy8, TOY8, method="list").method == "list"
+
+
 def test_cycle_is_reported():
     tg = random_taskgraph(5, seed=0)
     tasks = list(tg.tasks)

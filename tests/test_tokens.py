@@ -93,6 +93,71 @@ def test_device_radix_passes_equal_the_sorted_reference():
         assert (keys >= tk).sum() >= k and (keys > tk).sum() < k
 
 
+def _device_hist_select(z, zmax, lo, k, p, nb, levels=3, dmax=32.0):
+    """sampling.cuh's hist_select in numpy: bins of d = zmax - z (fp32), the reaching bin collected and
+    sorted when it holds at most ``nb`` tokens, else split again; the radix select last. Returns the
+    threshold and the path taken ("collect<level>", "radix", "all")."""
+    f32 = np.float32
+    keys = ref.order_key(z)
+    d = (f32(zmax) - z).astype(f32)
+    w = ref.mass_of(z, zmax) if p is not None else np.ones(len(z), dtype=np.uint64)
+    member = keys >= np.uint32(lo)
+    cur_lo, cur_sc, above, target = f32(0), f32(f32(nb) / f32(dmax)), 0, k
+    for nl in range(levels):
+        with np.errstate(invalid="ignore"):
+            x = np.floor(((d - cur_lo).astype(f32) * cur_sc).astype(f32))
+            b_all = np.where(x < 0, 0, np.where(x < nb - 1, x, nb - 1)).astype(np.int64)  # NaN: the last bin
+        cnt = np.bincount(b_all[member], minlength=nb)
+        wsum = [int(w[member & (b_all == i)].sum()) for i in range(nb)] if p is not None else cnt.tolist()
+        if nl == 0 and p is not None:
+            target = max(1, int(float(f32(p)) * float(sum(wsum))))
+        acc, b = above, nb
+        for i in range(nb):
+            if acc + wsum[i] >= target:
+                b = i
+                break
+            acc += wsum[i]
+        if b == nb:
+            return lo, "all"
+        above = acc
+        member = member & (b_all == b)
+        if cnt[b] <= nb:
+            idx = np.flatnonzero(member)
+            order = np.argsort(-keys[idx].astype(np.int64), kind="stable")
+            cum = above + np.cumsum([int(v) for v in w[idx][order]])
+            return int(keys[idx][order][int(np.argmax(cum >= target))]), f"collect{nl}"
+        if nl == 0 and b == nb - 1:
+            break
+        cur_lo = f32(cur_lo + f32(f32(b) / cur_sc))
+        cur_sc = f32(cur_sc * f32(nb))
+    return ref.radix_select(keys, w, lo, k, p), "radix"
+
+
+def test_device_histogram_select_equals_the_sorted_reference_on_every_path():
+    rng = np.random.default_rng(11)
+    paths = set()
+    for trial in range(60):
+        n = int(rng.choice([300, 3000]))
+        scale = [0.001, 0.05, 2.0, 40.0][trial % 4]  # one bin, a split, spread, a long tail past d = 32
+        z = (rng.standard_normal(n) * scale).astype(np.float32)
+        if trial % 5 == 0:
+            z[: n // 3] = z[n // 3]  # ties no split separates
+        zmax = z.max()
+        keys, mass = ref.order_key(z), ref.mass_of(z, zmax)
+        ones = np.ones(n, dtype=np.uint64)
+        nb = [64, 512][trial % 2]
+        k = int(rng.integers(1, n - 1))
+        tk, how = _device_hist_select(z, zmax, 0, k, None, nb)
+        assert tk == ref.radix_select(keys, ones, 0, k, None), (trial, how)
+        paths.add(how)
+        for lo in (0, tk):
+            p = float(rng.choice([0.05, 0.6, 0.95, 0.999]))
+            tp, how = _device_hist_select(z, zmax, lo, None, p, nb)
+            assert tp == ref.radix_select(keys, mass, lo, None, p), (trial, how, p)
+            paths.add(how)
+    assert {"collect0", "collect1", "radix"} <= paths, paths
+
+
 def test_sampling_check_and_kernel_arguments():
     assert Sampling().check() == [] and Sampling().greedy
     bad = Sampling(temperature=-1, top_k=-2, top_p=0.0, min_p=1.5, seed=-1).check()

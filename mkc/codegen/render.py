@@ -35,16 +35,22 @@ TEMPLATE_DIR = Path(__file__).parent / "templates"
 KERNEL_TEMPLATE = "kernel.j2"
 
 
-def sample_smem(batch: int, hists: int) -> int:
-    """The argmax task's shared-memory scratch from SAMPLE_BASE (sampling.cuh SM_*): ``hists`` copies of
-    256 u64 histogram bins, per-warp (score, index) pairs, result words, a token and a maximum per row."""
-    return hists * 256 * 8 + 512 + 32 + 8 * batch
+def sample_smem(batch: int, hists: int, nb: int) -> int:
+    """The argmax task's shared-memory scratch from SAMPLE_BASE (sampling.cuh SM_*): one region for
+    either ``hists`` copies of 256 u64 radix bins or the histogram select's ``nb`` bins and collected
+    tokens (28 B each), then per-warp (score, index) pairs, result words, a token and a maximum per row."""
+    return max(hists * 256 * 8, 28 * nb) + 512 + 48 + 8 * batch
 
 
-def sample_hists(batch: int, warps: int, room: int) -> int:
-    """Histogram copies for the sampler's radix select: one per warp (fewer serialised adds) where
-    the ``room`` below the flag word allows, at least one."""
-    return max(1, min(warps, (room - sample_smem(batch, 0)) // 2048))
+def sample_sizes(batch: int, warps: int, room: int) -> tuple[int, int]:
+    """(radix histogram copies, histogram-select bins) for the ``room`` below the flag word: one radix
+    copy per warp (fewer serialised adds) and 512 bins where they fit, at least 1 and 64."""
+    free = room - sample_smem(batch, 0, 0)
+    hists = max(1, min(warps, free // 2048))
+    nb = 512
+    while nb > 64 and 28 * nb > free:
+        nb //= 2
+    return hists, nb
 
 
 @dataclass(frozen=True)
@@ -188,8 +194,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     sample_base = max((o_ + n_ for name, o_, n_ in plan.regions if name in PIPE_REGIONS), default=0)
     sample_base = -(-sample_base // 16) * 16
     room = off.get("OFF_FLAG", 0) - sample_base
-    SAMPLE_HISTS = sample_hists(B, NT // WARP, room)
-    SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS)
+    SAMPLE_HISTS, SAMPLE_NB = sample_sizes(B, NT // WARP, room)
+    SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS, SAMPLE_NB)
     if room < SAMPLE_SMEM:
         raise ScheduleError(f"the sampler's {SAMPLE_SMEM} B of shared-memory scratch (between byte {sample_base} and "
                             f"the flag word) do not fit this layout (flag at {off.get('OFF_FLAG', 0)})")
@@ -202,7 +208,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
-        SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_BASE=sample_base,
+        SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

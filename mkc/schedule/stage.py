@@ -102,7 +102,13 @@ def schedule_with_report(
     }
     chosen, used = {"round_robin": (rr, "round_robin"), "list": (lst, "list"), "cpsat": (lst, "list")}[method]
     if method == "cpsat":
-        from mkc.schedule.cpsat import STATUS_CODE, cpsat_placement
+        try:
+            from mkc.schedule.cpsat import STATUS_CODE, cpsat_placement
+        except ModuleNotFoundError as e:
+            if e.name is None or not e.name.startswith("ortools"):
+                raise
+            raise ScheduleError("the cpsat scheduler needs OR-Tools, which is not installed here "
+                                "(pip install ortools); --method list schedules without it") from None
 
         t1 = time.perf_counter()
         cp, infos, solves = cpsat_placement(tg, deps, dur, W, time_limit, say)

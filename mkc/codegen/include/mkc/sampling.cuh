@@ -39,13 +39,21 @@ __device__ __forceinline__ unsigned long long mass_of(float z, float zmax) {
 }
 
 // shared-memory scratch of the argmax task from SAMPLE_BASE, past the weight pipeline's pages
-// (render.sample_smem, checked below the flag)
-constexpr int SM_HIST = SAMPLE_BASE;            // SAMPLE_HISTS copies of 256 u64 bins (copy 0: the merged sums)
-constexpr int SM_PAIR = SM_HIST + SAMPLE_HISTS * 256 * 8;  // per-warp (score, index), up to 64 warps
-constexpr int SM_RES = SM_PAIR + 512;      // u64: chosen digit, weight above it, target; int: all-stopped
-constexpr int SM_ROW = SM_RES + 32;        // per row: token [B] then the largest raw logit [B]
+// (render.sample_smem, checked below the flag). Region A is either the radix select's histograms or
+// the histogram select's bins and collected bin (never both at once).
+constexpr int SNB = SAMPLE_NB;                  // bins per level; also how many tokens a collected bin holds
+constexpr int SM_A = SAMPLE_BASE;
+constexpr int SM_HIST = SM_A;                   // radix: SAMPLE_HISTS copies of 256 u64 bins (copy 0: the merged sums)
+constexpr int SM_BMASS = SM_A;                  // histogram: u64 mass per bin
+constexpr int SM_BCNT = SM_BMASS + 8 * SNB;     // u32 count per bin
+constexpr int SM_CZ = SM_BCNT + 4 * SNB;        // the collected bin's scaled logits
+constexpr int SM_SZ = SM_CZ + 4 * SNB;          // the collected bin sorted (descending key): logit, weight
+constexpr int SM_SW = SM_SZ + 4 * SNB;
+constexpr int SM_PAIR = SM_A + (SAMPLE_HISTS * 2048 > 28 * SNB ? SAMPLE_HISTS * 2048 : 28 * SNB);  // per-warp (score, index), up to 64 warps
+constexpr int SM_RES = SM_PAIR + 512;      // u64: chosen digit/bin, weight above it, target, total; u32: collected count; int: all-stopped
+constexpr int SM_ROW = SM_RES + 48;        // per row: token [B] then the largest raw logit [B]
 static_assert(SM_ROW + 8 * B <= SAMPLE_BASE + SAMPLE_SMEM, "render.sample_smem must cover the sampler's scratch");
-static_assert(256 % WARP == 0 && NW <= 64, "the sampler's scan and reduction layout");
+static_assert(256 % WARP == 0 && NW <= 64 && SNB % WARP == 0, "the sampler's scan and reduction layout");
 
 __device__ __forceinline__ unsigned long long shfl_u64(unsigned long long v, int src) {
   const unsigned lo = mk_shfl_u32((unsigned)v, src), hi = mk_shfl_u32((unsigned)(v >> 32), src);
@@ -131,6 +139,173 @@ __device__ __forceinline__ unsigned radix_select(const float* lg, float temp, fl
   return prefix;
 }
 
+// ---- the histogram select: the same thresholds as radix_select, usually in two passes ----
+// Tokens are binned by d = zmax - z (fp32, monotone in z): level 0 has SNB bins over d in [0, SDMAX)
+// (the last bin also holds every larger d; beyond d = 22.2 a token's mass is 0 in 2^-32 units). A
+// scan of the bins finds the one where the weight from the top reaches the target; if it holds at
+// most SNB tokens, one more pass collects them, they are sorted by key in shared memory and the
+// threshold is read off; otherwise that bin is split into SNB bins (up to SLEVELS levels), and the
+// radix select is the fallback (a crowded open-ended last bin, or ties no split separates).
+constexpr float SDMAX = 32.0f;
+constexpr int SLEVELS = 3;
+
+__device__ __forceinline__ int sbin(float d, float lo, float sc) {
+  const float x = floorf((d - lo) * sc);
+  return x < 0.0f ? 0 : (x < (float)(SNB - 1) ? (int)x : SNB - 1);  // NaN: the last bin
+}
+
+// f(v, z) for every token of the row, z = logit / T; 16-byte loads, several in flight per thread
+template <class F>
+__device__ __forceinline__ void row_scan(const float* lg, float temp, F&& f) {
+  if constexpr (V % 4 == 0) {
+    constexpr int UNR = 8, STEP = NT * 4 * UNR;
+    for (int base = mk_tid() * 4; base < V; base += STEP) {
+      float4 x[UNR];
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) {
+        const int v = base + u * NT * 4;
+        x[u] = v < V ? mk_ld_act4(lg + v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) {
+        const int v = base + u * NT * 4;
+        if (v < V) { f(v, x[u].x / temp); f(v + 1, x[u].y / temp); f(v + 2, x[u].z / temp); f(v + 3, x[u].w / temp); }
+      }
+    }
+  } else {
+    for (int v = mk_tid(); v < V; v += NT) f(v, mk_ld_act(lg + v) / temp);
+  }
+}
+
+// warp 0: the first index i of w[0..n) (zero beyond n) where above + w[0] + ... + w[i] >= target;
+// writes res[0] = i, res[1] = the weight before it (above included); n if none reaches it
+__device__ __forceinline__ void scan_reach(const unsigned long long* w, int n, unsigned long long above,
+                                           unsigned long long target, unsigned long long* res) {
+  constexpr int PER = SNB / WARP;
+  const int lane = lane_id();
+  unsigned long long own = 0;
+  for (int j = 0; j < PER; ++j) own += lane * PER + j < n ? w[lane * PER + j] : 0ull;
+  unsigned long long incl = own;
+  for (int off = 1; off < WARP; off <<= 1) {
+    const unsigned long long o = shfl_u64(incl, lane >= off ? lane - off : lane);
+    if (lane >= off) incl += o;
+  }
+  unsigned long long acc = above + incl - own;
+  if (acc < target && acc + own >= target) {
+    for (int j = 0; j < PER; ++j) {
+      const unsigned long long x = lane * PER + j < n ? w[lane * PER + j] : 0ull;
+      if (acc + x >= target) { res[0] = (unsigned long long)(lane * PER + j); res[1] = acc; break; }
+      acc += x;
+    }
+  } else if (lane == WARP - 1 && acc + own < target) {
+    res[0] = (unsigned long long)n; res[1] = acc;
+  }
+}
+
+// The largest key t >= lo whose weight over keys >= t reaches the target: radix_select's contract
+// and result (tests/test_tokens.py runs a numpy twin of both against a sort). Block-wide.
+__device__ __forceinline__ unsigned hist_select(const float* lg, float temp, float zmax, unsigned lo, bool by_mass,
+                                                unsigned long long k, float p) {
+  unsigned long long* bmass = reinterpret_cast<unsigned long long*>(mk_smem + SM_BMASS);
+  unsigned* bcnt = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);
+  float* cz = reinterpret_cast<float*>(mk_smem + SM_CZ);
+  float* sz = reinterpret_cast<float*>(mk_smem + SM_SZ);
+  unsigned long long* sw = reinterpret_cast<unsigned long long*>(mk_smem + SM_SW);
+  unsigned long long* res = reinterpret_cast<unsigned long long*>(mk_smem + SM_RES);
+  unsigned* ncol = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32);
+  const int tid = mk_tid(), lane = lane_id();
+  float lv_lo[SLEVELS], lv_sc[SLEVELS];
+  int lv_bin[SLEVELS];
+  float cur_lo = 0.0f, cur_sc = (float)SNB / SDMAX;
+  unsigned long long above = 0, target = k;
+  // a token's membership in the bins chosen so far
+  auto member = [&](float d, int nl) {
+#pragma unroll
+    for (int j = 0; j < SLEVELS; ++j)
+      if (j < nl && sbin(d, lv_lo[j], lv_sc[j]) != lv_bin[j]) return false;
+    return true;
+  };
+#pragma unroll 1
+  for (int nl = 0; nl < SLEVELS; ++nl) {
+    for (int i = tid; i < SNB; i += NT) { bmass[i] = 0; bcnt[i] = 0; }
+    mk_barrier();
+    // the last bin (the open end at level 0, where most tokens of a peaked row land) is summed in
+    // registers, the others with shared-memory adds (integers: the order of the adds does not matter)
+    unsigned last_n = 0;
+    unsigned long long last_w = 0;
+    row_scan(lg, temp, [&](int, float z) {
+      if (order_key(z) < lo) return;
+      const float d = zmax - z;
+      if (!member(d, nl)) return;
+      const int b = sbin(d, cur_lo, cur_sc);
+      const unsigned long long w = by_mass ? mass_of(z, zmax) : 1ull;
+      if (b == SNB - 1) { ++last_n; last_w += w; return; }
+      mk_smem_add_u32(bcnt + b, 1u);
+      if (by_mass) mk_smem_add_u64(bmass + b, w);
+    });
+    for (int off = WARP / 2; off > 0; off >>= 1) {
+      last_n += (unsigned)mk_shfl_xor_i((int)last_n, off);
+      last_w += shfl_u64(last_w, lane ^ off);
+    }
+    if (lane == 0 && last_n != 0) { mk_smem_add_u32(bcnt + SNB - 1, last_n); mk_smem_add_u64(bmass + SNB - 1, last_w); }
+    mk_barrier();
+    if (!by_mass) for (int i = tid; i < SNB; i += NT) bmass[i] = bcnt[i];  // counts are the weights
+    mk_barrier();
+    if (warp_id() == 0) {
+      if (nl == 0 && by_mass) {
+        unsigned long long tot = 0;
+        for (int j = lane; j < SNB; j += WARP) tot += bmass[j];
+        for (int off = WARP / 2; off > 0; off >>= 1) tot += shfl_u64(tot, lane ^ off);
+        const unsigned long long want = (unsigned long long)((double)p * (double)tot);
+        target = want > 0 ? want : 1ull;
+      }
+      scan_reach(bmass, SNB, above, target, res);
+      if (lane == 0) res[2] = target;
+    }
+    mk_barrier();
+    const int b = (int)res[0];
+    target = res[2];
+    if (b >= SNB) { mk_barrier(); return lo; }  // the weight of keys >= lo is below the target: keep them all
+    above = res[1];
+    const unsigned nb = bcnt[b];
+    lv_lo[nl] = cur_lo; lv_sc[nl] = cur_sc; lv_bin[nl] = b;
+    mk_barrier();  // res and the bins are rewritten below
+    if (nb <= (unsigned)SNB) {
+      // collect the bin's tokens, sort them by key (descending; ties by slot), read off the threshold
+      if (tid == 0) *ncol = 0;
+      mk_barrier();
+      row_scan(lg, temp, [&](int, float z) {
+        if (order_key(z) < lo || !member(zmax - z, nl + 1)) return;
+        const unsigned s = mk_smem_add_u32(ncol, 1u);
+        if (s < (unsigned)SNB) cz[s] = z;
+      });
+      mk_barrier();
+      const int n = min((int)*ncol, SNB);
+      for (int i = tid; i < n; i += NT) {
+        const unsigned ki = order_key(cz[i]);
+        int r = 0;
+        for (int j = 0; j < n; ++j) {
+          const unsigned kj = order_key(cz[j]);
+          r += kj > ki || (kj == ki && j < i);
+        }
+        sz[r] = cz[i];
+        sw[r] = by_mass ? mass_of(cz[i], zmax) : 1ull;
+      }
+      mk_barrier();
+      if (warp_id() == 0) scan_reach(sw, n, above, target, res);
+      mk_barrier();
+      const int r = (int)res[0];
+      const unsigned thr = r < n ? order_key(sz[r]) : lo;
+      mk_barrier();
+      return thr;
+    }
+    if (nl == 0 && b == SNB - 1) break;  // the open end: no finite interval to split
+    cur_lo = cur_lo + (float)b / cur_sc;
+    cur_sc = cur_sc * (float)SNB;
+  }
+  return radix_select(lg, temp, zmax, lo, by_mass, k, p);
+}
+
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.
@@ -139,19 +314,18 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
   const float temp = s.temperature, zmax = rawmax / temp;
   unsigned thr = 0;
-  // one call site (the select is inlined: one copy of it keeps the kernel's branches short)
+  // one call site (the selects are inlined: one copy of them keeps the kernel's branches short)
 #pragma unroll 1
   for (int by_mass = 0; by_mass < 2; ++by_mass) {
     if (by_mass ? s.top_p < 1.0f : (s.top_k > 0 && s.top_k < V))
-      thr = radix_select(lg, temp, zmax, thr, by_mass != 0, (unsigned long long)s.top_k, s.top_p);
+      thr = hist_select(lg, temp, zmax, thr, by_mass != 0, (unsigned long long)s.top_k, s.top_p);
   }
   if (s.min_p > 0.0f) thr = max(thr, order_key(zmax + logf(s.min_p)));
   float best = -INFINITY;
   int bi = 0x7fffffff;
-  for (int v = mk_tid(); v < V; v += NT) {
-    const float z = mk_ld_act(lg + v) / temp;
+  row_scan(lg, temp, [&](int v, float z) {
     if (order_key(z) >= thr) argmax_merge(best, bi, z + gumbel(c, s, b, v), v);
-  }
+  });
   warp_argmax(best, bi);
   float* pv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
   int* pi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);

@@ -57,7 +57,7 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   int* toks = gptr<int>(c, S_TOKENS, 0);
   int* s_tok = reinterpret_cast<int*>(mk_smem + SM_ROW);
   float* s_max = reinterpret_cast<float*>(mk_smem + SM_ROW + 4 * B);
-  int* s_all = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
+  int* s_all = reinterpret_cast<int*>(mk_smem + SM_RES + 40);
   const int lane = lane_id(), tid = mk_tid();
   const int k = c.step - c.step0;
   const unsigned flags = tok_flags(c);

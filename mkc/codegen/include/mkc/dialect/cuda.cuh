@@ -75,6 +75,7 @@ __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, uns
 // sums do not depend on the order of the adds), and the host-mapped token stream (system scope)
 __device__ __forceinline__ unsigned mk_shfl_u32(unsigned v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 __device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned long long v) { atomicAdd(p, v); }
+__device__ __forceinline__ unsigned mk_smem_add_u32(unsigned* p, unsigned v) { return atomicAdd(p, v); }
 __device__ __forceinline__ void mk_fence_system() { __threadfence_system(); }
 __device__ __forceinline__ void mk_st_system(int* p, int v) {
   asm volatile("st.relaxed.sys.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
