@@ -3,10 +3,11 @@
 # with the hand-written peer in the same call. Output and logs in $OUT.
 set -u
 source "$(dirname "$0")/gpu_env.sh"
-timeout ${MKC_TEST_S:-160} python3 -m pytest tests/test_gpu_megakernel.py tests/test_gpu_tokens.py tests/test_gpu_device_functions.py \
-  tests/test_gpu_prefill.py tests/test_gpu_text.py -m gpu -q -p no:cacheprovider --timeout=60 -rfE > "$OUT/tests.log" 2>&1
+export PYTHONPATH=$PYTHONPATH:$PWD/scripts  # instafail: each failure printed when it happens
+timeout ${MKC_TEST_S:-160} python3 -m pytest $(ls tests/test_gpu_*.py) \
+  -m gpu -q -p no:cacheprovider -p instafail --timeout=120 -rfE > "$OUT/tests.log" 2>&1
 echo "tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
-grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-200 | head -20
+grep -E "^\[failed" "$OUT/tests.log" | cut -c1-200 | head -20
 timeout ${MKC_AB_S:-110} python3 scripts/gpu_bench.py --variants ${MKC_AB:-b1-atomic,b1-atomic-nopipe,q8-b1-atomic} \
   --report "$OUT/ab.jsonl" > "$OUT/ab.log" 2>&1
 echo "ab rc=$?"; grep -A 12 "^benchmark" "$OUT/ab.log"
@@ -14,3 +15,7 @@ timeout 45 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --s
 echo "tokens rc=$?"; tail -n 8 "$OUT/tokens.log"
 HAZY_PREBUILT_SO=$PWD/.peer/mk_llama.cpython-312-x86_64-linux-gnu.so OUT=$OUT/peer timeout 90 bash .peer/run.sh > "$OUT/peer.log" 2>&1
 echo "peer: $(tail -n 1 "$OUT/peer.log")"
+if [ -n "${MKC_TRACE:-}" ]; then
+  timeout ${MKC_TRACE_S:-45} python3 -m mkc run .builds/llama-b1 --max-new-tokens 24 --trace "$OUT/trace.json" > "$OUT/trace.log" 2>&1
+  echo "trace rc=$?"; tail -n 6 "$OUT/trace.log"
+fi
