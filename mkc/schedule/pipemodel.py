@@ -46,32 +46,38 @@ from mkc.taskgraph.plan import PIPE_PAGE
 
 @dataclass(frozen=True)
 class Parts:
-    """What the pipelined timeline needs of each task, indexed by task id."""
+    """What the pipelined timeline needs of each task, indexed by task id, apart from the bandwidth."""
 
     pipe_bytes: tuple[float, ...]  # weight bytes the producer streams ahead (0: the task streams its own)
-    work: tuple[float, ...]  # us of its own work beyond the overhead, unscaled (a piped GEMV: its compute)
+    own_bytes: tuple[float, ...]  # bytes the task moves itself once started
+    flop_us: tuple[float, ...]  # its arithmetic at the worker's flop rate
     capacity: float  # bytes of pages per worker (0: no pipeline)
+
+    def work(self, bw: float) -> np.ndarray:
+        """Each task's own work beyond the overhead, unscaled, at ``bw`` bytes/us (a piped GEMV's
+        is its compute: the input it stages and its arithmetic)."""
+        return np.maximum(np.asarray(self.own_bytes) / bw, np.asarray(self.flop_us))
 
 
 def task_parts(tg: TaskGraph, target: Target, cost: CostModel | None = None, pipe_slots: int | None = None) -> Parts:
-    """Each task's piped weight bytes and own work at ``cost.pipe.hbm_fraction``. ``pipe_slots``:
-    pages per worker, by default the device plan's (0 for a graph without one)."""
+    """Each task's piped weight bytes, own bytes and flop time. ``pipe_slots``: pages per worker,
+    by default the device plan's (0 for a graph without one)."""
     cost = cost or DEFAULT_COST
     if pipe_slots is None:
         plan = plan_of(tg, target)
         pipe_slots = plan.pipe_slots if plan is not None else 0
     mma = tg.plan is not None and tg.plan.mma
-    bw = cost.bw_per_sm(target, cost.pipe.hbm_fraction)
     role = {b.name: (b.role, DTYPE_BYTES[b.dtype]) for b in tg.buffers}
-    piped, work = [], []
+    piped, own, flop = [], [], []
     for t in tg.tasks:
         w = 0
         if pipe_slots and t.kind in GEMV_KINDS:
             # the matrices' rows; 1-D weights (norm vectors) are read by the consumers
             w = sum(r.size() * role[r.buffer][1] for r in t.reads if role[r.buffer][0] == "weight" and len(r.box) == 2)
         piped.append(float(w))
-        work.append(max((t.bytes - w) / bw, t.flops / cost.flops_per_sm(target, t.kind, mma)))
-    return Parts(tuple(piped), tuple(work), float(pipe_slots * PIPE_PAGE))
+        own.append(float(t.bytes - w))
+        flop.append(t.flops / cost.flops_per_sm(target, t.kind, mma))
+    return Parts(tuple(piped), tuple(own), tuple(flop), float(pipe_slots * PIPE_PAGE))
 
 
 def produce(t0, a0, through, start, nbytes, capacity: float, bw: float):
@@ -106,6 +112,7 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
     pc = cost.pipe
     parts = task_parts(tg, target, cost, pipe_slots)
     bw = cost.bw_per_sm(target, pc.hbm_fraction)
+    work = parts.work(bw).tolist()
     deps = Deps.from_taskgraph(tg)
     n, W, ne = len(tg.tasks), len(queues), len(deps.prod)
     kind = [t.kind for t in tg.tasks]
@@ -134,9 +141,9 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
                     if parts.pipe_bytes[t]:
                         a, thru, last = produce(t0[w], a0[w], through[w], s, parts.pipe_bytes[t], parts.capacity, bw)
                         t0[w], a0[w], through[w] = s, float(a), float(thru)
-                        e_ = max(s + pc.task_overhead_us + parts.work[t], float(last))
+                        e_ = max(s + pc.task_overhead_us + work[t], float(last))
                     else:
-                        e_ = s + pc.task_overhead_us + scale[t] * parts.work[t]
+                        e_ = s + pc.task_overhead_us + scale[t] * work[t]
                     arrive[t], start[t], end[t] = free[w], s, e_
                     free[w] = e_
                     for e in deps.signals[t]:
