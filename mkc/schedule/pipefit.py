@@ -134,9 +134,9 @@ def _golden(f, a: float, b: float, iters: int = 40) -> float:
 
 
 def _hop_samples(tg: TaskGraph, deps: Deps, worker: np.ndarray, ws, st, en) -> np.ndarray:
-    """[steps, tasks], NaN where a task did not wait: start less the latest producer's end, for tasks whose latest producer ran on another
-    worker and whose worker reached them before it ended. Step s + 1's ``STEP_START_KINDS`` tasks
-    wait for step s's ``STEP_END_KINDS`` tasks."""
+    """[steps, tasks], NaN where a task did not wait: start less the latest producer's end, for
+    tasks whose latest producer ran on another worker and whose worker reached them before it
+    ended. Step s + 1's ``STEP_START_KINDS`` tasks wait for step s's ``STEP_END_KINDS`` tasks."""
     steps = en.shape[0]
     # per event and step: the latest producer end, its worker, the latest end on another worker
     fires = []
@@ -150,7 +150,9 @@ def _hop_samples(tg: TaskGraph, deps: Deps, worker: np.ndarray, ws, st, en) -> n
         loop = (np.concatenate([pad, b]), np.concatenate([[-1], at]), np.concatenate([pad, o]))
     out = np.full((steps, len(tg.tasks)), np.nan)
     for t in tg.tasks:
-        srcs = [fires[e] for e in deps.waits[t.id]] + ([loop] if loop and t.kind in STEP_START_KINDS else [])
+        srcs = [fires[e] for e in deps.waits[t.id]]
+        if loop is not None and t.kind in STEP_START_KINDS:
+            srcs.append(loop)
         if not srcs:
             continue
         w = worker[t.id]

@@ -136,7 +136,8 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
                 while head[w] < len(q) and all(left[e] == 0 for e in deps.waits[q[head[w]]]):
                     t = q[head[w]]
                     s = free[w]
-                    for best, at, other in [fire[e] for e in deps.waits[t]] + ([loop] if k and t in loop_waiters else []):
+                    waits = [fire[e] for e in deps.waits[t]] + ([loop] if k and t in loop_waiters else [])
+                    for best, at, other in waits:
                         s = max(s, best, (other if at == w else best) + pc.hop_us)
                     if parts.pipe_bytes[t]:
                         a, thru, last = produce(t0[w], a0[w], through[w], s, parts.pipe_bytes[t], parts.capacity, bw)
