@@ -63,6 +63,14 @@ def test_page_limit_bounds_the_prefetch():
         assert after == pytest.approx(max(0.5, 4 - slots))
 
 
+def test_deadlocked_queues_are_reported():
+    from mkc.errors import ScheduleError
+
+    tg, _ = two_workers()
+    with pytest.raises(ScheduleError, match="worker 0 at task 3"):
+        pipelined_timeline(tg, ((3, 0), (1, 2)), TWO, COST)
+
+
 @pytest.fixture(scope="module")
 def tiny():
     tg = taskgraph("tiny-llama", 1, 64)

@@ -119,6 +119,7 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
     scale = [pc.kind_scale.get(k, 1.0) for k in kind]
     loop_waiters = {t.id for t in tg.tasks if t.kind in STEP_START_KINDS}
     loop_signals = [t.id for t in tg.tasks if t.kind in STEP_END_KINDS]
+    wo = {t: w for w, q in enumerate(queues) for t in q}
     free, t0, a0, through = [0.0] * W, [0.0] * W, [0.0] * W, [0.0] * W
     out_a, out_s, out_e = [], [], []
     loop = (-math.inf, -1, -math.inf)
@@ -127,7 +128,6 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
         left = [len(p) for p in deps.prod]
         # per event: (latest end, its worker, latest end on any other worker)
         fire = [(-math.inf, -1, -math.inf)] * ne
-
         head = [0] * W
         placed, progress = 0, True
         while progress:
@@ -157,8 +157,7 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
             blocked = [f"worker {w} at task {q[head[w]]} ({kind[q[head[w]]]})" for w, q in enumerate(queues)
                        if head[w] < len(q)]
             raise ScheduleError("the queues deadlock in the pipelined timeline:\n  " + "\n  ".join(blocked[:12]))
-        wo = {t: w for w, q in enumerate(queues) for t in q}
-        loop = (-math.inf, -1, -math.inf)
+        loop = (-math.inf, -1, -math.inf)  # the loop counter: step k's STEP_END tasks
         for t in loop_signals:
             loop = _signal(loop, end[t], wo[t])
         out_a.append(tuple(arrive))
