@@ -241,7 +241,8 @@ def run_cli(a) -> int:
     say(f"{bdir.name}: batch {batch}, {n} new token(s) over {len(rows)} row(s) in {1e3 * dt:.1f} ms "
         f"({1e3 * dt / max(1, max(len(r) for r in new)):.3f} ms/step){ttft}")
     if trace:
-        from mkc.trace import calibration, format_summary, write_trace
+        from mkc.schedule.cost import CostModel, load_calibration
+        from mkc.trace import calibration, format_prediction, format_summary, predicted_vs_measured, write_trace
 
         path = Path(trace)
         measured = mk.trace()
@@ -256,4 +257,7 @@ def run_cli(a) -> int:
         cal_path.write_text(json.dumps(calibration(mk.tg, mk.sched, measured, base), indent=1) + "\n")
         print(f"  calibration of the cost model: {cal_path} "
               f"(mkc compile {model} --batch {batch} --calibration {cal_path})")
+        # the fitted constants read back as a compile would, then both models against the trace
+        pvm = predicted_vs_measured(mk.tg, mk.sched, measured, load_calibration(cal_path), CostModel(kind_scale=base))
+        print("  " + format_prediction(pvm).replace("\n", "\n  "))
     return 0

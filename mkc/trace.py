@@ -11,6 +11,10 @@ holds process 1 "measured" (one thread per worker: every recorded step's tasks a
 its wait span) and process 0 "predicted" (the schedule, repeated at each measured step's first
 stamp so the two line up). The Gantt PNG compares one step (by default the last recorded, past the
 cold first step) with the prediction.
+
+``calibration`` fits both cost models to the stamps: the scheduler's per-kind factors and the
+pipelined timeline's constants (``mkc.schedule.pipefit``); ``predicted_vs_measured`` puts the
+measured step times next to both models' predictions.
 """
 
 from __future__ import annotations
@@ -61,11 +65,17 @@ def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None)
 
 def calibration(tg: TaskGraph, sched: Schedule, measured, base_scale: dict[str, float] | None = None,
                 step: int | None = None) -> dict:
-    """The cost model's per-kind factors that would have predicted ``measured``: for each kind of
-    ``CALIBRATED_KINDS``, the factor the schedule was made with (``base_scale``) times measured over
-    predicted busy time (start to end, waits excluded) in ``step`` (default: the last recorded one,
-    past the cold first step). ``mkc compile --calibration FILE`` schedules with them."""
+    """The calibration file's contents (``mkc.schedule.cost.load_calibration`` reads them).
+
+    ``kind_scale``: the scheduler's per-kind factors that would have predicted ``measured``: for each
+    kind of ``CALIBRATED_KINDS``, the factor the schedule was made with (``base_scale``) times
+    measured over predicted busy time (start to end, waits excluded) in ``step`` (default: the last
+    recorded one, past the cold first step). ``mkc compile --calibration FILE`` schedules with them.
+    ``pipeline``: the pipelined timeline's constants fitted to every fully stamped step
+    (``mkc.schedule.pipefit``; ``source.pipeline_fit`` says which the trace determined)."""
     from mkc.schedule.cost import CALIBRATED_KINDS
+    from mkc.schedule.pipefit import fit_pipe
+    from mkc.target import get_target
 
     s = summarize(tg, sched, measured, step)
     base = dict(base_scale or {})
@@ -73,10 +83,61 @@ def calibration(tg: TaskGraph, sched: Schedule, measured, base_scale: dict[str, 
     for kind, v in s["per_kind"].items():
         if kind in CALIBRATED_KINDS and v["predicted_us"] > 0 and np.isfinite(v["ratio"]) and v["measured_us"] > 0:
             scale[kind] = round(base.get(kind, 1.0) * v["ratio"], 4)
+    fit = fit_pipe(tg, sched.queues, get_target(sched.target), _as_steps(measured, len(tg.tasks)))
+    pc = fit.cost
     return {"kind_scale": scale,
+            "pipeline": {"hop_us": pc.hop_us, "task_overhead_us": pc.task_overhead_us, "hbm_fraction": pc.hbm_fraction,
+                         "kind_scale": dict(pc.kind_scale)},
             "source": {"model": tg.model, "target": sched.target, "batch": sched.batch, "step": s["step"],
                        "measured_step_us": s["step_us"][s["step"]], "predicted_makespan_us": sched.makespan,
-                       "base_scale": base}}
+                       "base_scale": base,
+                       "pipeline_fit": {"fitted": list(fit.fitted), "steps": fit.steps, "samples": dict(fit.samples),
+                                        "gemv_rms_us": None if np.isnan(fit.gemv_rms_us) else
+                                        round(fit.gemv_rms_us, 4)}}}
+
+
+def predicted_vs_measured(tg: TaskGraph, sched: Schedule, measured, cost, old=None, step: int | None = None) -> dict:
+    """Each traced step's measured time next to the scheduler's model (the timeline of the
+    schedule's queues with ``old``'s task times, default the datasheet model: one step, the same
+    for all) and the pipelined timeline under ``cost.pipe`` (``cost``: a ``CostModel``, e.g. a
+    calibration file's), replayed over as many steps; and per kind, the busy time (start to end,
+    summed over tasks) of ``step`` (default the last) measured and in both."""
+    from mkc.schedule.cost import durations
+    from mkc.schedule.pipemodel import pipelined_timeline
+    from mkc.schedule.timeline import Deps, timeline
+    from mkc.target import get_target
+
+    ws, st, en = _as_steps(measured, len(tg.tasks))
+    n = ws.shape[0]
+    step = n - 1 if step is None else step
+    target = get_target(sched.target)
+    dur = np.asarray(durations(tg, target, old))
+    _, old_end = timeline(Deps.from_taskgraph(tg), dur, sched.queues)
+    pt = pipelined_timeline(tg, sched.queues, target, cost, steps=n)
+    pipe_dur = np.asarray(pt.end[step]) - np.asarray(pt.start[step])
+    per_kind = {}
+    for t in tg.tasks:
+        v = per_kind.setdefault(t.kind, dict(measured_us=0.0, old_us=0.0, pipelined_us=0.0))
+        if np.isfinite(en[step, t.id]) and np.isfinite(st[step, t.id]):
+            v["measured_us"] += float(en[step, t.id] - st[step, t.id])
+        v["old_us"] += float(dur[t.id])
+        v["pipelined_us"] += float(pipe_dur[t.id])
+    return dict(step=step, measured_us=summarize(tg, sched, measured, step)["step_us"],
+                old_us=float(max(old_end, default=0.0)), pipelined_us=pt.step_us(), per_kind=per_kind)
+
+
+def format_prediction(p: dict) -> str:
+    k = p["step"]
+    meas, old, pipe = p["measured_us"][k], p["old_us"], p["pipelined_us"][k]
+    ratio = lambda x: f" ({x / meas:.2f}x)" if meas > 0 and np.isfinite(meas) else ""  # noqa: E731
+    lines = [f"step {k}: {meas:.1f} us measured; predicted {old:.1f} us by the scheduler's model{ratio(old)}, "
+             f"{pipe:.1f} us by the pipelined model{ratio(pipe)}",
+             "  per traced step, measured / pipelined (us): " + ", ".join(
+                 f"{m:.1f} / {q:.1f}" for m, q in zip(p["measured_us"], p["pipelined_us"])),
+             f"  busy time per kind in step {k}, measured / scheduler's / pipelined (us): " + ", ".join(
+                 f"{kind} {v['measured_us']:.1f} / {v['old_us']:.1f} / {v['pipelined_us']:.1f}"
+                 for kind, v in p["per_kind"].items())]
+    return "\n".join(lines)
 
 
 def format_summary(s: dict) -> str:

@@ -11,7 +11,9 @@ atomic it signals with, and the acquire round trip of each event it waits on (on
 through global memory is ~1-2 us, ANCHORS.md; with the next task's weights prefetched during the
 wait, about 1.5 us of it stays on the critical path).
 
-Every constant lives here so a calibration run changes one file.
+Every constant lives here so a calibration run changes one file. ``PipeCost`` holds the constants
+of the pipelined timeline (``mkc.schedule.pipemodel``), which predicts and reports but never
+schedules: the list scheduler and CP-SAT see only ``task_time``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,22 @@ TASK_OVERHEAD_US = 0.5
 # Cost of each event a task waits on: the acquire poll round trip through L2 (~0.7 us on H100)
 # plus the barrier that publishes it to the block.
 WAIT_US = 1.0
+# Pipelined timeline: from the last producer's end to the consumer's start across workers, as
+# measured on the H200 (1.2-1.4 us: the release, the acquire poll, the block barrier).
+HOP_US = 1.3
+
+
+@dataclass(frozen=True)
+class PipeCost:
+    """Constants of the pipelined timeline. Separate from the list scheduler's: those price a task
+    on its own (its wait cost included), these the hop between workers and the weight stream that
+    runs ahead of the tasks, so a calibration of one must not move the other."""
+
+    hop_us: float = HOP_US  # per dependency hop between workers
+    task_overhead_us: float = TASK_OVERHEAD_US  # fixed cost of every task
+    hbm_fraction: float = HBM_FRACTION  # of the datasheet bandwidth, shared by every SM
+    # kind -> factor on the work (not the overhead) of tasks that stream their own bytes
+    kind_scale: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -51,10 +69,12 @@ class CostModel:
     wait_us: float = WAIT_US
     # kind -> factor on the whole predicted time, e.g. measured / predicted from a device trace
     kind_scale: dict[str, float] = field(default_factory=dict)
+    pipe: PipeCost = field(default_factory=PipeCost)  # the pipelined timeline's constants (not scheduling)
 
-    def bw_per_sm(self, target: Target) -> float:
-        """Bytes per microsecond one worker streams when every SM streams at once."""
-        return target.hbm_bw * self.hbm_fraction / target.sms / 1e6
+    def bw_per_sm(self, target: Target, hbm_fraction: float | None = None) -> float:
+        """Bytes per microsecond one worker streams when every SM streams at once (at this model's
+        ``hbm_fraction`` or the one given)."""
+        return target.hbm_bw * (self.hbm_fraction if hbm_fraction is None else hbm_fraction) / target.sms / 1e6
 
     def flops_per_sm(self, target: Target, kind: str, mma: bool) -> float:
         """Flops per microsecond of one worker for a task of this kind; ``mma``: the device plan runs
@@ -73,8 +93,11 @@ DEFAULT_COST = CostModel()
 
 
 def load_calibration(path: str | Path) -> CostModel:
-    """The cost model with ``kind_scale`` from a calibration file (``mkc run DIR --trace T.json``
-    writes ``T.calibration.json``): ``{"kind_scale": {kind: factor, ...}, ...}``."""
+    """The cost model of a calibration file (``mkc run DIR --trace T.json`` writes
+    ``T.calibration.json``): ``{"kind_scale": {kind: factor, ...}, "pipeline": {...}, ...}``.
+    ``kind_scale`` scales the scheduler's task times; the optional ``pipeline`` object (``hop_us``,
+    ``task_overhead_us``, ``hbm_fraction``, ``kind_scale``) sets ``PipeCost``, its missing keys
+    keeping their defaults. Files without it (older ones) load as before."""
     from mkc.errors import MkcError
 
     path = Path(path)
@@ -85,11 +108,38 @@ def load_calibration(path: str | Path) -> CostModel:
     scale = data.get("kind_scale") if isinstance(data, dict) else None
     if not isinstance(scale, dict):
         raise MkcError(f"{path} is not a calibration file: it has no \"kind_scale\" object of task kind -> factor")
+    pipe = data.get("pipeline", {})
+    if not isinstance(pipe, dict):
+        raise MkcError(f"{path}: \"pipeline\" must be an object of the pipelined model's constants, not {pipe!r}")
+    unknown = sorted(set(pipe) - set(PIPE_LIMITS) - {"kind_scale"})
+    if unknown:
+        raise MkcError(f"{path}: unknown pipeline constants {unknown}; known: {', '.join(PIPE_LIMITS)}, kind_scale")
+    consts = {}
+    for key, (lo, hi) in PIPE_LIMITS.items():
+        if key in pipe:
+            v = pipe[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < hi:
+                raise MkcError(f"{path}: pipeline {key} = {v!r} is out of range: a number in [{lo}, {hi})")
+            consts[key] = float(v)
+    return CostModel(kind_scale=_kind_scale(path, "kind_scale", scale),
+                     pipe=PipeCost(**consts, kind_scale=_kind_scale(path, "pipeline kind_scale",
+                                                                    pipe.get("kind_scale", {}))))
+
+
+# what a calibration file's pipeline constants may be: [lo, hi)
+PIPE_LIMITS = {"hop_us": (0.0, 1e3), "task_overhead_us": (0.0, 1e3), "hbm_fraction": (0.01, 2.0)}
+
+
+def _kind_scale(path: Path, what: str, scale) -> dict[str, float]:
+    from mkc.errors import MkcError
+
+    if not isinstance(scale, dict):
+        raise MkcError(f"{path}: {what} must be an object of task kind -> factor, not {scale!r}")
     bad = {k: v for k, v in scale.items()
            if k not in TASK_KINDS or isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e3}
     if bad:
-        raise MkcError(f"{path}: bad kind_scale entries {bad}: kinds are {', '.join(TASK_KINDS)}, factors positive")
-    return CostModel(kind_scale={k: float(v) for k, v in scale.items()})
+        raise MkcError(f"{path}: bad {what} entries {bad}: kinds are {', '.join(TASK_KINDS)}, factors positive")
+    return {k: float(v) for k, v in scale.items()}
 
 
 def durations(tg: TaskGraph, target: Target, cost: CostModel | None = None) -> list[float]:
