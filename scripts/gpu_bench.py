@@ -52,6 +52,7 @@ VARIANTS = {
     "b1-atomic-next64k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_next": 65536}),
     "b1-atomic-next128k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_next": 131072}),
     "b1-atomic-rr": ("llama-3.2-1b", 1, "atomic", "round_robin", {}),
+    "b1-atomic-cpsat": ("llama-3.2-1b", 1, "atomic", "cpsat", {}),
     "b1-atomic-nopreload": ("llama-3.2-1b", 1, "atomic", "list", {"preload": False}),
     "b1-nan-nopreload": ("llama-3.2-1b", 1, "nan", "list", {"preload": False}),
     "b1-atomic-mma": ("llama-3.2-1b", 1, "atomic", "list", {"mma": True}),

@@ -38,8 +38,8 @@ KERNEL_TEMPLATE = "kernel.j2"
 def sample_smem(batch: int, hists: int, nb: int) -> int:
     """The argmax task's shared-memory scratch from SAMPLE_BASE (sampling.cuh SM_*): one region for
     either ``hists`` copies of 256 u64 radix bins or the histogram select's ``nb`` bins and collected
-    tokens (28 B each), then per-warp (score, index) pairs, result words, a token and a maximum per row."""
-    return max(hists * 256 * 8, 28 * nb) + 512 + 48 + 8 * batch
+    tokens (32 B each), then per-warp (score, index) pairs, result words, the select's levels, a token and a maximum per row."""
+    return max(hists * 256 * 8, 32 * nb) + 512 + 96 + 8 * batch
 
 
 def sample_sizes(batch: int, warps: int, room: int) -> tuple[int, int]:
@@ -48,7 +48,7 @@ def sample_sizes(batch: int, warps: int, room: int) -> tuple[int, int]:
     free = room - sample_smem(batch, 0, 0)
     hists = max(1, min(warps, free // 2048))
     nb = 512
-    while nb > 64 and 28 * nb > free:
+    while nb > 64 and 32 * nb > free:
         nb //= 2
     return hists, nb
 

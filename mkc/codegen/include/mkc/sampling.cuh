@@ -22,10 +22,13 @@ __device__ __forceinline__ unsigned philox_x0(unsigned c0, unsigned c1, unsigned
 }
 // Gumbel(0, 1) noise of (row b, vocabulary index v) at this step's position: u in (0, 1) from the
 // top 23 bits (u = (x >> 9 + 0.5) / 2^23 is exact in fp32), g = -log(-log(u))
-__device__ __forceinline__ float gumbel(const Ctx& c, const Sampler& s, int b, int v) {
-  const unsigned x = philox_x0((unsigned)v, (unsigned)b, (unsigned)c.pos, 0u, s.seed_lo, s.seed_hi);
+__device__ __forceinline__ float gumbel_at(unsigned pos, unsigned seed_lo, unsigned seed_hi, int b, int v) {
+  const unsigned x = philox_x0((unsigned)v, (unsigned)b, pos, 0u, seed_lo, seed_hi);
   const float u = ((float)(x >> 9) + 0.5f) * (1.0f / 8388608.0f);
   return -logf(-logf(u));
+}
+__device__ __forceinline__ float gumbel(const Ctx& c, const Sampler& s, int b, int v) {
+  return gumbel_at((unsigned)c.pos, s.seed_lo, s.seed_hi, b, v);
 }
 // float -> uint32 with the same order (non-NaN values): the radix select's keys
 __device__ __forceinline__ unsigned order_key(float f) {
@@ -46,12 +49,14 @@ constexpr int SM_A = SAMPLE_BASE;
 constexpr int SM_HIST = SM_A;                   // radix: SAMPLE_HISTS copies of 256 u64 bins (copy 0: the merged sums)
 constexpr int SM_BMASS = SM_A;                  // histogram: u64 mass per bin
 constexpr int SM_BCNT = SM_BMASS + 8 * SNB;     // u32 count per bin
-constexpr int SM_CZ = SM_BCNT + 4 * SNB;        // the collected bin's scaled logits
-constexpr int SM_SZ = SM_CZ + 4 * SNB;          // the collected bin sorted (descending key): logit, weight
+constexpr int SM_CZ = SM_BCNT + 4 * SNB;        // the collected bin: scaled logit, vocabulary index
+constexpr int SM_CV = SM_CZ + 4 * SNB;
+constexpr int SM_SZ = SM_CV + 4 * SNB;          // the collected bin sorted (descending key): logit, weight
 constexpr int SM_SW = SM_SZ + 4 * SNB;
-constexpr int SM_PAIR = SM_A + (SAMPLE_HISTS * 2048 > 28 * SNB ? SAMPLE_HISTS * 2048 : 28 * SNB);  // per-warp (score, index), up to 64 warps
-constexpr int SM_RES = SM_PAIR + 512;      // u64: chosen digit/bin, weight above it, target, total; u32: collected count; int: all-stopped
-constexpr int SM_ROW = SM_RES + 48;        // per row: token [B] then the largest raw logit [B]
+constexpr int SM_PAIR = SM_A + (SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 * SNB);  // per-warp (score, index), up to 64 warps
+constexpr int SM_RES = SM_PAIR + 512;      // u64: chosen digit/bin, weight above it, target; u32: collected count; int: all-stopped
+constexpr int SM_LVL = SM_RES + 48;        // the histogram select's levels: float lo [3], float scale [3], int bin [3]
+constexpr int SM_ROW = SM_LVL + 48;        // per row: token [B] then the largest raw logit [B]
 static_assert(SM_ROW + 8 * B <= SAMPLE_BASE + SAMPLE_SMEM, "render.sample_smem must cover the sampler's scratch");
 static_assert(256 % WARP == 0 && NW <= 64 && SNB % WARP == 0, "the sampler's scan and reduction layout");
 
@@ -147,30 +152,37 @@ __device__ __forceinline__ unsigned radix_select(const float* lg, float temp, fl
 // threshold is read off; otherwise that bin is split into SNB bins (up to SLEVELS levels), and the
 // radix select is the fallback (a crowded open-ended last bin, or ties no split separates).
 constexpr float SDMAX = 32.0f;
-constexpr int SLEVELS = 3;
+constexpr int SLEVELS = 3;  // SM_LVL holds 3
 
 __device__ __forceinline__ int sbin(float d, float lo, float sc) {
   const float x = floorf((d - lo) * sc);
   return x < 0.0f ? 0 : (x < (float)(SNB - 1) ? (int)x : SNB - 1);  // NaN: the last bin
 }
 
-// f(v, z) for every token of the row, z = logit / T; 16-byte loads, several in flight per thread
+// f(v, z) for every token of the row, z = logit / T: 16-byte loads, the next chunk's in flight while
+// this chunk is processed
 template <class F>
 __device__ __forceinline__ void row_scan(const float* lg, float temp, F&& f) {
   if constexpr (V % 4 == 0) {
-    constexpr int UNR = 8, STEP = NT * 4 * UNR;
-    for (int base = mk_tid() * 4; base < V; base += STEP) {
-      float4 x[UNR];
+    constexpr int UNR = 4, STEP = NT * 4 * UNR;
+    auto load = [&](int base, float4* x) {
 #pragma unroll
       for (int u = 0; u < UNR; ++u) {
         const int v = base + u * NT * 4;
         x[u] = v < V ? mk_ld_act4(lg + v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
+    };
+    float4 cur[UNR], nxt[UNR];
+    load(mk_tid() * 4, cur);
+    for (int base = mk_tid() * 4; base < V; base += STEP) {
+      load(base + STEP, nxt);  // zeros past the row
 #pragma unroll
       for (int u = 0; u < UNR; ++u) {
         const int v = base + u * NT * 4;
-        if (v < V) { f(v, x[u].x / temp); f(v + 1, x[u].y / temp); f(v + 2, x[u].z / temp); f(v + 3, x[u].w / temp); }
+        if (v < V) { f(v, cur[u].x / temp); f(v + 1, cur[u].y / temp); f(v + 2, cur[u].z / temp); f(v + 3, cur[u].w / temp); }
       }
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) cur[u] = nxt[u];
     }
   } else {
     for (int v = mk_tid(); v < V; v += NT) f(v, mk_ld_act(lg + v) / temp);
@@ -202,28 +214,53 @@ __device__ __forceinline__ void scan_reach(const unsigned long long* w, int n, u
   }
 }
 
+// the block's Gumbel-max winner from every thread's (score, index); every thread returns it
+__device__ __forceinline__ int block_argmax(float best, int bi) {
+  warp_argmax(best, bi);
+  float* pv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
+  int* pi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);
+  if (lane_id() == 0) { pv[warp_id()] = best; pi[warp_id()] = bi; }
+  mk_barrier();
+  best = -INFINITY; bi = 0x7fffffff;
+  for (int w = 0; w < NW; ++w) argmax_merge(best, bi, pv[w], pi[w]);
+  mk_barrier();  // pv/pi are reused by the next row
+  return bi;
+}
+
 // The largest key t >= lo whose weight over keys >= t reaches the target: radix_select's contract
 // and result (tests/test_tokens.py runs a numpy twin of both against a sort). Block-wide.
-__device__ __forceinline__ unsigned hist_select(const float* lg, float temp, float zmax, unsigned lo, bool by_mass,
-                                                unsigned long long k, float p) {
+// ``drawing`` (the last filter of the row), the collecting pass also draws: Gumbel-max over the
+// tokens ranked above the collected bin (keys >= lo and >= mkey, the min-p key), then over the
+// collected tokens at or above the threshold; the token goes to SM_RES + 24 (the row needs no
+// final pass).
+__device__ __forceinline__ unsigned hist_select(unsigned pos, unsigned seed_lo, unsigned seed_hi, int row, const float* lg, float temp,
+                                                float zmax, unsigned lo, bool by_mass, unsigned long long k, float p,
+                                                unsigned mkey, bool drawing) {
   unsigned long long* bmass = reinterpret_cast<unsigned long long*>(mk_smem + SM_BMASS);
   unsigned* bcnt = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);
   float* cz = reinterpret_cast<float*>(mk_smem + SM_CZ);
+  int* cv = reinterpret_cast<int*>(mk_smem + SM_CV);
   float* sz = reinterpret_cast<float*>(mk_smem + SM_SZ);
   unsigned long long* sw = reinterpret_cast<unsigned long long*>(mk_smem + SM_SW);
   unsigned long long* res = reinterpret_cast<unsigned long long*>(mk_smem + SM_RES);
   unsigned* ncol = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32);
   const int tid = mk_tid(), lane = lane_id();
-  float lv_lo[SLEVELS], lv_sc[SLEVELS];
-  int lv_bin[SLEVELS];
+  // the bins chosen so far, in shared memory (arrays indexed by the level would live in local memory)
+  float* lv_lo = reinterpret_cast<float*>(mk_smem + SM_LVL);
+  float* lv_sc = lv_lo + SLEVELS;
+  int* lv_bin = reinterpret_cast<int*>(lv_sc + SLEVELS);
   float cur_lo = 0.0f, cur_sc = (float)SNB / SDMAX;
   unsigned long long above = 0, target = k;
-  // a token's membership in the bins chosen so far
-  auto member = [&](float d, int nl) {
+  // where a token lies against the bins chosen at levels 0..nl-1: -1 ranked above them, 0 in them,
+  // 1 below (the first level where its bin differs decides)
+  auto rank = [&](float d, int nl) {
 #pragma unroll
-    for (int j = 0; j < SLEVELS; ++j)
-      if (j < nl && sbin(d, lv_lo[j], lv_sc[j]) != lv_bin[j]) return false;
-    return true;
+    for (int j = 0; j < SLEVELS; ++j) {
+      if (j >= nl) break;
+      const int bj = sbin(d, lv_lo[j], lv_sc[j]);
+      if (bj != lv_bin[j]) return bj < lv_bin[j] ? -1 : 1;
+    }
+    return 0;
   };
 #pragma unroll 1
   for (int nl = 0; nl < SLEVELS; ++nl) {
@@ -236,7 +273,7 @@ __device__ __forceinline__ unsigned hist_select(const float* lg, float temp, flo
     row_scan(lg, temp, [&](int, float z) {
       if (order_key(z) < lo) return;
       const float d = zmax - z;
-      if (!member(d, nl)) return;
+      if (rank(d, nl) != 0) return;
       const int b = sbin(d, cur_lo, cur_sc);
       const unsigned long long w = by_mass ? mass_of(z, zmax) : 1ull;
       if (b == SNB - 1) { ++last_n; last_w += w; return; }
@@ -268,16 +305,26 @@ __device__ __forceinline__ unsigned hist_select(const float* lg, float temp, flo
     if (b >= SNB) { mk_barrier(); return lo; }  // the weight of keys >= lo is below the target: keep them all
     above = res[1];
     const unsigned nb = bcnt[b];
-    lv_lo[nl] = cur_lo; lv_sc[nl] = cur_sc; lv_bin[nl] = b;
+    if (tid == 0) { lv_lo[nl] = cur_lo; lv_sc[nl] = cur_sc; lv_bin[nl] = b; }
     mk_barrier();  // res and the bins are rewritten below
     if (nb <= (unsigned)SNB) {
-      // collect the bin's tokens, sort them by key (descending; ties by slot), read off the threshold
+      // collect the bin's tokens (drawing over those ranked above it), sort them by key (descending;
+      // ties by slot), read off the threshold
       if (tid == 0) *ncol = 0;
       mk_barrier();
-      row_scan(lg, temp, [&](int, float z) {
-        if (order_key(z) < lo || !member(zmax - z, nl + 1)) return;
-        const unsigned s = mk_smem_add_u32(ncol, 1u);
-        if (s < (unsigned)SNB) cz[s] = z;
+      const unsigned keep = max(lo, mkey);
+      float best = -INFINITY;
+      int bi = 0x7fffffff;
+      row_scan(lg, temp, [&](int v, float z) {
+        const unsigned key = order_key(z);
+        if (key < lo) return;
+        const int r = rank(zmax - z, nl + 1);
+        if (r == 0) {
+          const unsigned sl = mk_smem_add_u32(ncol, 1u);
+          if (sl < (unsigned)SNB) { cz[sl] = z; cv[sl] = v; }
+        } else if (r < 0 && drawing && key >= keep) {
+          argmax_merge(best, bi, z + gumbel_at(pos, seed_lo, seed_hi, row, v), v);
+        }
       });
       mk_barrier();
       const int n = min((int)*ncol, SNB);
@@ -297,6 +344,13 @@ __device__ __forceinline__ unsigned hist_select(const float* lg, float temp, flo
       const int r = (int)res[0];
       const unsigned thr = r < n ? order_key(sz[r]) : lo;
       mk_barrier();
+      if (drawing) {
+        const unsigned cut = max(thr, mkey);
+        for (int i = tid; i < n; i += NT)
+          if (order_key(cz[i]) >= cut) argmax_merge(best, bi, cz[i] + gumbel_at(pos, seed_lo, seed_hi, row, cv[i]), cv[i]);
+        const int tok = block_argmax(best, bi);
+        if (tid == 0) *reinterpret_cast<int*>(mk_smem + SM_RES + 24) = tok;
+      }
       return thr;
     }
     if (nl == 0 && b == SNB - 1) break;  // the open end: no finite interval to split
@@ -312,29 +366,32 @@ __device__ __forceinline__ unsigned hist_select(const float* lg, float temp, flo
 // Never outside the set. Block-wide; every thread returns the token.
 __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b, float rawmax) {
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
+  int* drawn = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
   const float temp = s.temperature, zmax = rawmax / temp;
+  const bool use_k = s.top_k > 0 && s.top_k < V, use_p = s.top_p < 1.0f;
+  const unsigned mkey = s.min_p > 0.0f ? order_key(zmax + logf(s.min_p)) : 0u;
   unsigned thr = 0;
-  // one call site (the selects are inlined: one copy of them keeps the kernel's branches short)
+  if (mk_tid() == 0) *drawn = -1;
+  mk_barrier();
+  // one call site (the selects are inlined: one copy of them keeps the kernel's branches short);
+  // the row's last filter draws in its collecting pass
 #pragma unroll 1
   for (int by_mass = 0; by_mass < 2; ++by_mass) {
-    if (by_mass ? s.top_p < 1.0f : (s.top_k > 0 && s.top_k < V))
-      thr = hist_select(lg, temp, zmax, thr, by_mass != 0, (unsigned long long)s.top_k, s.top_p);
+    if (by_mass ? use_p : use_k)
+      thr = hist_select((unsigned)c.pos, s.seed_lo, s.seed_hi, b, lg, temp, zmax, thr, by_mass != 0, (unsigned long long)s.top_k, s.top_p, mkey,
+                        MKC_SAMPLE_FUSED_DRAW && (by_mass || !use_p));
   }
-  if (s.min_p > 0.0f) thr = max(thr, order_key(zmax + logf(s.min_p)));
+  mk_barrier();
+  const int tok = *drawn;
+  mk_barrier();  // drawn is reset by the next row
+  if (tok >= 0) return tok;
+  thr = max(thr, mkey);
   float best = -INFINITY;
   int bi = 0x7fffffff;
   row_scan(lg, temp, [&](int v, float z) {
     if (order_key(z) >= thr) argmax_merge(best, bi, z + gumbel(c, s, b, v), v);
   });
-  warp_argmax(best, bi);
-  float* pv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
-  int* pi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);
-  if (lane_id() == 0) { pv[warp_id()] = best; pi[warp_id()] = bi; }
-  mk_barrier();
-  best = -INFINITY; bi = 0x7fffffff;
-  for (int w = 0; w < NW; ++w) argmax_merge(best, bi, pv[w], pi[w]);
-  mk_barrier();  // pv/pi and the histogram are reused by the next row
-  return bi;
+  return block_argmax(best, bi);
 }
 
 }  // namespace mk

@@ -74,7 +74,16 @@ __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, uns
 // the sampler (tokens.cuh): 32-bit lane broadcast, shared-memory histogram adds (integers, so the
 // sums do not depend on the order of the adds), and the host-mapped token stream (system scope)
 __device__ __forceinline__ unsigned mk_shfl_u32(unsigned v, int src) { return __shfl_sync(0xffffffffu, v, src); }
-__device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned long long v) { atomicAdd(p, v); }
+// a 64-bit shared add is a compare-and-swap loop in SASS (ATOMS adds 32 bits), which crawls when many
+// lanes hit one bin: two 32-bit adds instead, the low word's wrap carried into the high word (the
+// sum is exact whatever the order, as every add is)
+__device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned long long v) {
+  unsigned* w = reinterpret_cast<unsigned*>(p);
+  const unsigned lo = (unsigned)v, hi = (unsigned)(v >> 32);
+  const unsigned old = lo != 0u ? atomicAdd(w, lo) : 0u;
+  const unsigned carry = (unsigned)(old + lo < old) + hi;
+  if (carry != 0u) atomicAdd(w + 1, carry);
+}
 __device__ __forceinline__ unsigned mk_smem_add_u32(unsigned* p, unsigned v) { return atomicAdd(p, v); }
 __device__ __forceinline__ void mk_fence_system() { __threadfence_system(); }
 __device__ __forceinline__ void mk_st_system(int* p, int v) {
@@ -84,6 +93,8 @@ __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return _
 // code off the hot path kept out of line, so its registers do not add to the GEMV loops' (the
 // filtered sampler inlined spills the batch-32 tensor-core build)
 #define MK_OUTLINE __noinline__
+// the filtered sampler's last filter draws while it collects (no final pass over the row)
+#define MKC_SAMPLE_FUSED_DRAW 1
 // --- data movement ---
 // weights never change during a launch: not volatile, so the compiler may batch these loads
 __device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {

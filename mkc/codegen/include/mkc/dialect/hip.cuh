@@ -114,6 +114,9 @@ __device__ __forceinline__ void mk_st_system(int* p, int v) {
 __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return __umulhi(a, b); }
 // the AMD build makes no calls (tests/test_hip.py): what NVIDIA keeps out of line is inlined here
 #define MK_OUTLINE __forceinline__
+// the filtered sampler's last filter draws in a pass of its own: drawing while it collects adds the
+// random numbers' registers to a kernel already at 256 VGPRs, which then needs scratch
+#define MKC_SAMPLE_FUSED_DRAW 0
 // --- data movement ---
 // weights never change during a launch and are read once per step: 16-byte streaming loads
 __device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {
