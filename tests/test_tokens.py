@@ -158,6 +158,54 @@ def test_device_histogram_select_equals_the_sorted_reference_on_every_path():
     assert {"collect0", "collect1", "radix"} <= paths, paths
 
 
+def _tile_candidates(logits, tiles, C, rng):
+    """sampling.cuh lm_candidates in numpy: per tile its C largest logits (ties at the cut kept in any
+    order while slots remain) and the order key of the smallest kept one when the tile had more."""
+    keys = ref.order_key(logits)
+    vals, idx, cuts = [], [], []
+    for r0, r1 in tiles:
+        k = keys[r0:r1]
+        order = np.lexsort((rng.random(r1 - r0), -k.astype(np.int64)))[:C]  # ties broken at random
+        vals.append(logits[r0:r1][order])
+        idx.append(r0 + order)
+        cuts.append(int(k[order[-1]]) if r1 - r0 > C else 0)
+    return np.concatenate(vals), np.concatenate(idx), cuts
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_candidate_path_gives_the_row_thresholds_or_falls_back(seed):
+    from mkc.taskgraph.lower import LM_CAND
+
+    rng = np.random.default_rng(seed)
+    V, T_ = 5000, 0.7
+    tiles = [(a, min(V, a + 97)) for a in range(0, V, 97)]
+    logits = (rng.standard_normal(V) * [0.3, 2.0, 0.002][seed % 3]).astype(np.float32)
+    if seed % 4 == 3:  # one tile holds the row's largest logits: a top-k beyond its candidates
+        logits[tiles[5][0]:tiles[5][1]] += 40
+    if seed % 4 == 2:
+        logits[: V // 2] = logits[0]  # ties across tiles
+    z = (logits / np.float32(T_)).astype(np.float32)
+    zmax = np.float32(logits.max() / np.float32(T_))
+    vals, idx, cuts = _tile_candidates(logits, tiles, LM_CAND, rng)
+    cz = (vals / np.float32(T_)).astype(np.float32)
+    ck = ref.order_key(cz)
+    bits = lambda k: np.uint32(k & 0x7FFFFFFF if k & 0x80000000 else ~np.uint32(k))  # noqa: E731
+    cut = max((int(ref.order_key(np.float32(np.array(bits(c), np.uint32).view(np.float32)) / np.float32(T_)))
+               for c in cuts if c), default=0)
+    for k in (1, 7, 50, LM_CAND):
+        tk = ref.radix_select(ck, np.ones(len(ck), np.uint64), 0, k, None)
+        want = ref.radix_select(ref.order_key(z), np.ones(V, np.uint64), 0, k, None)
+        if tk > cut:  # trusted: the same threshold as the whole row, and top-p over the top-k set too
+            assert tk == want, (k, tk, want)
+            for p in (0.3, 0.9):
+                got = ref.radix_select(ck, ref.mass_of(cz, zmax), tk, None, p)
+                assert got == ref.radix_select(ref.order_key(z), ref.mass_of(z, zmax), tk, None, p)
+        else:
+            assert seed % 4 in (2, 3) or k == LM_CAND, (seed, k)  # only crowded tiles or ties fall back
+    if seed % 4 == 3:
+        assert ref.radix_select(ck, np.ones(len(ck), np.uint64), 0, LM_CAND, None) <= cut  # the fallback is taken
+
+
 def test_sampling_check_and_kernel_arguments():
     assert Sampling().check() == [] and Sampling().greedy
     bad = Sampling(temperature=-1, top_k=-2, top_p=0.0, min_p=1.5, seed=-1).check()
@@ -165,7 +213,9 @@ def test_sampling_check_and_kernel_arguments():
     assert Sampling(top_p=1.0).check() == [] and Sampling(top_p=1.01).check()
     f32 = lambda x: int(np.array(x, dtype=np.float32).view(np.uint32))  # noqa: E731
     flags, words = Sampling(temperature=0.7, top_k=50, top_p=0.9, seed=(5 << 32) | 9).kernel_words(1000)
-    assert flags == T.TOKF_FILTER and words == [f32(0.7), 50, f32(0.9), 0, 9, 5]
+    assert flags == T.TOKF_FILTER | T.TOKF_CAND and words == [f32(0.7), 50, f32(0.9), 0, 9, 5]
+    assert Sampling(temperature=0.7, top_k=65, top_p=0.9).kernel_words(1000)[0] == T.TOKF_FILTER  # beyond LM_CAND
+    assert Sampling(temperature=0.7, top_p=0.9).kernel_words(1000)[0] == T.TOKF_FILTER  # no top-k: the whole row
     assert len(words) == T.TOKEN_WORDS.index("WS_CTL_LO") - 1
     assert Sampling(temperature=0.7).kernel_words(1000)[0] == T.TOKF_GUMBEL
     assert Sampling(temperature=0.7, top_k=1000).kernel_words(1000)[0] == T.TOKF_GUMBEL  # top-k of all: no filter
@@ -240,7 +290,7 @@ def test_rendered_kernel_has_the_token_end():
     src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")
     for needle in ("if (stop_launch(c)) {", "CTL_DONE + k - 2", "philox_x0", "mk_fence_system();",
                    "st.relaxed.sys.global.b32", "if (step0 < 0) { step0 = (int)mk_ld_relaxed(ws + WS_CLK_STEP);",
-                   "sample_filtered(c, smp, b, s_max[b])", "if (flags & TOKF_GUMBEL)",
+                   "sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0)", "if (flags & TOKF_GUMBEL)",
                    "out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):
         assert needle in src, needle
     consts = dict(cfg.consts)

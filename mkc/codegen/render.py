@@ -27,6 +27,8 @@ from mkc.schedule.ir import Schedule
 from mkc.backend import for_target
 from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
+from mkc.taskgraph.kinds import args_of
+from mkc.taskgraph.lower import LM_CAND, LM_CAND_WORDS
 from mkc.taskgraph.plan import PIPE_COLS, PIPE_REGIONS, PIPE_ROWS, DevicePlan, PlanKnobs, attn_preload, device_plan
 from mkc.codegen import tables as T
 from mkc.codegen.source import inline
@@ -199,6 +201,11 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if room < SAMPLE_SMEM:
         raise ScheduleError(f"the sampler's {SAMPLE_SMEM} B of shared-memory scratch (between byte {sample_base} and "
                             f"the flag word) do not fit this layout (flag at {off.get('OFF_FLAG', 0)})")
+    # the LM-head tiles' candidates (sampling.cuh lm_candidates) need their logits' keys in the
+    # sampler's region A; without room, or on AMD, the filtered sampler always reads the whole row
+    lm_rows = max((args_of(t).r1 - args_of(t).r0 for t in tg.tasks if t.kind == "lmhead"), default=0)
+    region_a = max(SAMPLE_HISTS * 2048, 32 * SAMPLE_NB)
+    cand_ok = int(4 * lm_rows + 1056 <= region_a)
     smem = launched_smem(needed, sched.plan, target)
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
@@ -209,6 +216,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
+        LM_CAND=LM_CAND, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

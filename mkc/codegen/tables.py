@@ -32,7 +32,7 @@ SENTINEL = 0x7FA5A5A5  # docs/sync.md
 CANON_NAN = 0x7FC00000
 
 GLOBAL_SLOTS = ("embed", "final_norm", "lm_head", "inv_freq", "x0", "logits", "amax_part", "amax_idx",
-                "next_ids", "ids", "tokens")
+                "next_ids", "ids", "tokens", "lm_cand")
 LAYER_ROLES = ("in_norm", "wq", "wk", "wv", "bq", "bk", "bv", "qnorm", "knorm", "wo", "post_norm", "wg", "wu",
                "wd", "q", "attn", "xa", "h", "xm", "kc", "vc", "kr", "ao", "alse")
 _WEIGHT_ROLE = {"input_norm": "in_norm", "q": "wq", "k": "wk", "v": "wv", "q_bias": "bq", "k_bias": "bk",
@@ -40,7 +40,7 @@ _WEIGHT_ROLE = {"input_norm": "in_norm", "q": "wq", "k": "wk", "v": "wv", "q_bia
                 "gate": "wg", "up": "wu", "down": "wd"}
 _ACT_ROLE = {"q": "q", "attn": "attn", "xa": "xa", "h": "h", "xm": "xm", "k_cache": "kc", "v_cache": "vc", "kr": "kr",
              "ao": "ao", "alse": "alse"}
-_GLOBAL_BUF = {"x0": "x0", "logits": "logits", "amax_part": "amax_part", "amax_idx": "amax_idx",
+_GLOBAL_BUF = {"x0": "x0", "logits": "logits", "amax_part": "amax_part", "amax_idx": "amax_idx", names.LM_CAND: "lm_cand",
                "next_ids": "next_ids", "ids": "ids", "inv_freq": "inv_freq", names.EMBED: "embed",
                names.FINAL_NORM: "final_norm", names.LM_HEAD: "lm_head"}
 
@@ -69,8 +69,9 @@ WORKSPACE = ("WS_ABORT", "WS_CLAIM", "WS_WORKER", "WS_TASK", "WS_EVENT", "WS_SEE
 WS_COUNTERS = 32
 TOKEN_WORDS = WORKSPACE[WORKSPACE.index("WS_TOK_FLAGS"):]
 # WS_TOK_FLAGS: the decode control block is used; the token stream is written; temperature alone
-# (Gumbel-max in the LM head); a top-k/top-p/min-p filter (the argmax task samples)
-TOKF_CTL, TOKF_STREAM, TOKF_GUMBEL, TOKF_FILTER = 1, 2, 4, 8
+# (Gumbel-max in the LM head); a top-k/top-p/min-p filter (the argmax task samples); a top-k of at
+# most lower.LM_CAND (the LM-head tiles keep their largest logits: the sampler's candidate path)
+TOKF_CTL, TOKF_STREAM, TOKF_GUMBEL, TOKF_FILTER, TOKF_CAND = 1, 2, 4, 8, 16
 FPARAMS = ("FP_EPS", "FP_ROPE_SCALING", "FP_ATTN_SCALE")
 VERSION = 2  # 2: four task arguments (qkv head slices)
 # the kernel's parameters, in order: the launch ABI every driver packs (the trace buffer is null
@@ -139,7 +140,7 @@ def enums() -> list[list[str]]:
          f"TF_SIGNAL_LOOP = {TF_SIGNAL_LOOP}", f"TF_STEP_FIRST = {TF_STEP_FIRST}"],
         seq(WORKSPACE) + [f"WS_COUNTERS = {WS_COUNTERS}"],
         [f"TOKF_CTL = {TOKF_CTL}", f"TOKF_STREAM = {TOKF_STREAM}", f"TOKF_GUMBEL = {TOKF_GUMBEL}",
-         f"TOKF_FILTER = {TOKF_FILTER}"],
+         f"TOKF_FILTER = {TOKF_FILTER}", f"TOKF_CAND = {TOKF_CAND}"],
         seq(FPARAMS),
     ]
 

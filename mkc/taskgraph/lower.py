@@ -34,6 +34,14 @@ from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_tiles, row_tiles
 
 SMALL_SMEM = 1024  # embed and argmax stage nothing but a few reduction slots
 
+# Candidates per LM-head tile and batch row for the filtered sampler's top-k path: the tile's
+# LM_CAND largest logits as (fp32 bits, vocabulary index) pairs after two header words (how many,
+# and the order key of the smallest kept logit when the tile had more: sampling.cuh lm_candidates)
+LM_CAND = 64
+LM_CAND_WORDS = 2 + 2 * LM_CAND
+# what argmax reads only when it samples with a filter (not in the cost model's bytes)
+SAMPLER_ONLY = frozenset({"logits", names.LM_CAND})
+
 
 @contextmanager
 def _no_gc():
@@ -119,10 +127,12 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1)
             bufs.append(Buffer(names.k_raw(i), (B, nkv * hd), "f32", "act", polled=True))
         for cname in (names.k_cache(i), names.v_cache(i)):
             bufs.append(Buffer(cname, (B, nkv, L, hd), tmap[cname].dtype, "cache", polled=True))
-    # Nothing on the device reads the logits (argmax reads the partials), so they are not polled
-    # and not double-buffered: the host reads one copy.
+    # The logits and the LM-head tiles' candidates are read on the device only by argmax when it
+    # samples with a filter, ordered by the partials it waits on (the message is the partial), so
+    # they are not polled and not double-buffered: the host reads one copy of the logits.
     bufs += [
         Buffer("logits", (B, V), "f32", "output"),
+        Buffer(names.LM_CAND, (B, n_lm_tiles * LM_CAND_WORDS), "i32", "output"),
         Buffer("amax_part", (B, n_lm_tiles), "f32", "act", polled=True),
         Buffer("amax_idx", (B, n_lm_tiles), "i32", "act", polled=True),
         Buffer("next_ids", (B,), "i64", "output", polled=True),
@@ -138,13 +148,15 @@ def cost(drafts: list[Draft], bufs: dict[str, Buffer], batch: int, context: int,
         total = 0
         for r in d.reads:
             buf = bufs[r.buffer]
+            if r.buffer in SAMPLER_ONLY:  # moved only when argmax samples with a filter
+                continue
             n = r.size()
             if buf.role == "cache":
                 n = n // (r.box[2][1] - r.box[2][0]) * -(-context // split)
             elif d.kind == "embed" and buf.role == "weight":
                 n = batch * (r.box[1][1] - r.box[1][0])
             total += n * DTYPE_BYTES[buf.dtype]
-        total += sum(r.size() * DTYPE_BYTES[bufs[r.buffer].dtype] for r in d.writes)
+        total += sum(r.size() * DTYPE_BYTES[bufs[r.buffer].dtype] for r in d.writes if r.buffer != names.LM_CAND)
         d.bytes = total
 
 
@@ -339,12 +351,14 @@ def lower_lmhead(cx: _Lowering) -> None:
     w_lm = names.lm_head_weight(cx.spec.tied)
     for t, (r0, r1) in enumerate(row_tiles(cx.V, cx.NS)):
         reads = [cx.full(x_last, B, H), Region(names.FINAL_NORM, _box((0, H))), cx.rows(w_lm, r0, r1, H)]
-        writes = [cx.cols("logits", r0, r1), cx.cols("amax_part", t, t + 1), cx.cols("amax_idx", t, t + 1)]
+        writes = [cx.cols("logits", r0, r1), cx.cols("amax_part", t, t + 1), cx.cols("amax_idx", t, t + 1),
+                  cx.cols(names.LM_CAND, LM_CAND_WORDS * t, LM_CAND_WORDS * (t + 1))]
         cx.add("lmhead", -1, (r0, r1, t), reads, writes, 2 * B * (r1 - r0) * H + 4 * B * H + 2 * B * (r1 - r0), k=H)
 
 
 def lower_argmax(cx: _Lowering) -> None:
     """One task reduces the LM head's per-tile partials."""
     B, T = cx.B, len(row_tiles(cx.V, cx.NS))
-    cx.add("argmax", -1, (), [cx.full("amax_part", B, T), cx.full("amax_idx", B, T)], [cx.full("next_ids", B)],
-           2 * B * T)
+    reads = [cx.full("amax_part", B, T), cx.full("amax_idx", B, T), cx.full("logits", B, cx.V),
+             cx.full(names.LM_CAND, B, LM_CAND_WORDS * T)]
+    cx.add("argmax", -1, (), reads, [cx.full("next_ids", B)], 2 * B * T)

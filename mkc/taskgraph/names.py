@@ -10,6 +10,7 @@ from __future__ import annotations
 EMBED = "model.embed_tokens.weight"
 FINAL_NORM = "model.norm.weight"
 LM_HEAD = "lm_head.weight"
+LM_CAND = "lm_cand"  # the LM-head tiles' top logits per row, for the filtered sampler (lower.LM_CAND)
 
 # role -> name under ``model.layers.{l}.``
 LAYER_WEIGHTS = {

@@ -22,6 +22,7 @@ import torch
 
 from mkc.errors import MkcError
 from mkc.taskgraph import names
+from mkc.taskgraph.lower import LM_CAND, LM_CAND_WORDS
 from mkc.taskgraph.ir import Task, TaskGraph
 from mkc.taskgraph.kinds import AttnArgs, EmbedArgs, LmheadArgs, NoArgs, QkvArgs, RowArgs, args_of
 
@@ -298,6 +299,21 @@ class _Sim:
         self.write(t, "logits", ((0, B), (r0, r1)), logits)
         self.write(t, "amax_part", ((0, B), (k, k + 1)), logits.max(dim=-1).values)
         self.write(t, "amax_idx", ((0, B), (k, k + 1)), r0 + _first_argmax(logits))
+        # the filtered sampler's candidates: the tile's largest logits (fp32 bits, index) after a
+        # count and the order key of the smallest kept one when the tile was cut (unused slots -1;
+        # the device's order within a tile is any: the simulator decodes greedily)
+        C = LM_CAND
+        n = min(C, r1 - r0)
+        top = logits.float().topk(n, dim=-1)
+        cand = torch.full((B, C, 2), -1, dtype=torch.int32)
+        cand[:, :n, 0] = top.values.contiguous().view(torch.int32)
+        cand[:, :n, 1] = (r0 + top.indices).int()
+        u = top.values[:, -1:].contiguous().view(torch.int32).long() & 0xFFFFFFFF
+        key = torch.where(u >= 1 << 31, (~u) & 0xFFFFFFFF, u | (1 << 31))  # order key (sampling.cuh)
+        head = torch.stack([torch.full((B,), n, dtype=torch.long), key[:, 0] if r1 - r0 > C else torch.zeros(B, dtype=torch.long)], 1)
+        head = torch.where(head >= 1 << 31, head - (1 << 32), head).int()
+        block = torch.cat([head, cand.reshape(B, 2 * C)], 1)
+        self.write(t, names.LM_CAND, ((0, B), (LM_CAND_WORDS * k, LM_CAND_WORDS * (k + 1))), block)
 
     def _argmax(self, t: Task, a: NoArgs) -> None:
         B, T = self.tg.batch, self.d["n_lm_tiles"]

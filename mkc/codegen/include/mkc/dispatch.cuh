@@ -37,6 +37,23 @@ __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
   if (mk_tid() < B) { best_v[mk_tid()] = -INFINITY; best_i[mk_tid()] = 0x7fffffff; }
   LmHeadKind kd = lmhead_kind(c, t);
   if (!gemv_task<H, true>(c, t, s_abort, kd, x_in(c, NL), gptr<const unsigned short>(c, S_FINAL_NORM, 0))) return false;
+  if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
+    if (tok_flags(c) & TOKF_CAND) {
+      mk_barrier();
+      const float bv = mk_tid() < B ? best_v[mk_tid()] : 0.0f;  // the candidates' select reuses these bytes
+      const int bidx = mk_tid() < B ? best_i[mk_tid()] : 0;
+      lm_candidates(c, t.a0, t.a1, t.a2);
+      if constexpr (NAN_MODE) {  // argmax polls the partials below, then reads the candidates
+        mk_barrier();
+        if (mk_tid() < B) mk_fence();
+      }
+      if (mk_tid() < B) {
+        put_f32(gptr<float>(c, S_AMAX_PART, c.par) + mk_tid() * NTILES + t.a2, bv);
+        put_i32(gptr<int>(c, S_AMAX_IDX, c.par) + mk_tid() * NTILES + t.a2, bidx);
+      }
+      return true;
+    }
+  }
   if (mk_tid() < B) {
     const int b = mk_tid();
     put_f32(gptr<float>(c, S_AMAX_PART, c.par) + b * NTILES + t.a2, best_v[b]);

@@ -233,9 +233,12 @@ __device__ __forceinline__ int block_argmax(float best, int bi) {
 // tokens ranked above the collected bin (keys >= lo and >= mkey, the min-p key), then over the
 // collected tokens at or above the threshold; the token goes to SM_RES + 24 (the row needs no
 // final pass).
-__device__ __forceinline__ unsigned hist_select(unsigned pos, unsigned seed_lo, unsigned seed_hi, int row, const float* lg, float temp,
-                                                float zmax, unsigned lo, bool by_mass, unsigned long long k, float p,
-                                                unsigned mkey, bool drawing) {
+// ``scan`` visits the tokens: the whole row (ROW) or the LM-head tiles' candidates, which have no
+// radix fallback (SM_RES + 36 is set instead and lo returned).
+template <bool ROW, class Scan>
+__device__ __forceinline__ unsigned hist_select(const Scan& scan, unsigned pos, unsigned seed_lo, unsigned seed_hi, int row,
+                                                const float* lg, float temp, float zmax, unsigned lo, bool by_mass,
+                                                unsigned long long k, float p, unsigned mkey, bool drawing) {
   unsigned long long* bmass = reinterpret_cast<unsigned long long*>(mk_smem + SM_BMASS);
   unsigned* bcnt = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);
   float* cz = reinterpret_cast<float*>(mk_smem + SM_CZ);
@@ -270,7 +273,7 @@ __device__ __forceinline__ unsigned hist_select(unsigned pos, unsigned seed_lo, 
     // registers, the others with shared-memory adds (integers: the order of the adds does not matter)
     unsigned last_n = 0;
     unsigned long long last_w = 0;
-    row_scan(lg, temp, [&](int, float z) {
+    scan([&](int, float z) {
       if (order_key(z) < lo) return;
       const float d = zmax - z;
       if (rank(d, nl) != 0) return;
@@ -315,7 +318,7 @@ __device__ __forceinline__ unsigned hist_select(unsigned pos, unsigned seed_lo, 
       const unsigned keep = max(lo, mkey);
       float best = -INFINITY;
       int bi = 0x7fffffff;
-      row_scan(lg, temp, [&](int v, float z) {
+      scan([&](int v, float z) {
         const unsigned key = order_key(z);
         if (key < lo) return;
         const int r = rank(zmax - z, nl + 1);
@@ -357,29 +360,171 @@ __device__ __forceinline__ unsigned hist_select(unsigned pos, unsigned seed_lo, 
     cur_lo = cur_lo + (float)b / cur_sc;
     cur_sc = cur_sc * (float)SNB;
   }
-  return radix_select(lg, temp, zmax, lo, by_mass, k, p);
+  if constexpr (ROW) {
+    return radix_select(lg, temp, zmax, lo, by_mass, k, p);
+  } else {
+    if (tid == 0) *reinterpret_cast<int*>(mk_smem + SM_RES + 36) = 1;
+    mk_barrier();
+    return lo;
+  }
+}
+
+// the scanners of hist_select: f(v, z = logit / T) over the row, or over row b's candidates
+struct RowScan {
+  const float* lg;
+  float temp;
+  template <class F> __device__ __forceinline__ void operator()(F&& f) const { row_scan(lg, temp, f); }
+};
+struct CandScan {
+  const float* cw;  // row b's NTILES blocks of LM_CAND_WORDS words (lm_candidates)
+  float temp;
+  template <class F> __device__ __forceinline__ void operator()(F&& f) const {
+    for (int sl = mk_tid(); sl < NTILES * LM_CAND; sl += NT) {
+      const float* pr = cw + (sl / LM_CAND) * LM_CAND_WORDS + 2 + 2 * (sl % LM_CAND);
+      const float x = mk_ld_act(pr);
+      const int v = (int)mk_f32_bits(mk_ld_act(pr + 1));
+      if (v >= 0) f(v, x / temp);
+    }
+  }
+};
+
+// The LM-head tile's LM_CAND largest logits of each batch row, for the filtered sampler's candidate
+// path (TOKF_CAND): a radix select over the order keys of the tile's logits [r0, r1) in shared
+// memory (region A, free once the tile's GEMV is done), then the words of block ``tile``: how many,
+// the key of the smallest kept logit when the tile had more than LM_CAND (0: it kept them all),
+// (fp32 bits, index) pairs (-1: unused). Ties at the cut are kept while slots remain, in any order:
+// argmax trusts the candidates only above every cut tile's smallest kept key. Block-wide.
+__device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile) {
+  unsigned* keys = reinterpret_cast<unsigned*>(mk_smem + SM_A);
+  unsigned* hist = keys + LM_ROWS;
+  unsigned* res = hist + 256;  // chosen digit, count above it, slots taken
+  const int n = r1 - r0, tid = mk_tid(), lane = lane_id();
+  const float* lgb = gptr<const float>(c, S_LOGITS, 0);
+  int* out = gptr<int>(c, S_LM_CAND, 0);
+  for (int b = 0; b < B; ++b) {
+    int* o = out + ((size_t)b * NTILES + tile) * LM_CAND_WORDS;
+    mk_barrier();  // the tile's logits stores are visible to the block; the last row's readers are done
+    for (int i = tid; i < n; i += NT) keys[i] = order_key(lgb[(size_t)b * V + r0 + i]);
+    unsigned cut = 0;
+    if (n > LM_CAND) {
+      unsigned need = LM_CAND;
+#pragma unroll 1
+      for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < 256; i += NT) hist[i] = 0;
+        mk_barrier();
+        for (int i = tid; i < n; i += NT) {
+          const unsigned key = keys[i];
+          if (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))) mk_smem_add_u32(hist + ((key >> shift) & 255u), 1u);
+        }
+        mk_barrier();
+        if (warp_id() == 0) {  // bins from the top: the digit where the count reaches need
+          constexpr int PER = 256 / WARP;
+          unsigned own = 0;
+          for (int j = 0; j < PER; ++j) own += hist[255 - lane * PER - j];
+          unsigned incl = own;
+          for (int off = 1; off < WARP; off <<= 1) {
+            const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
+            if (lane >= off) incl += o2;
+          }
+          unsigned acc = incl - own;
+          if (acc < need && acc + own >= need) {
+            for (int j = 0; j < PER; ++j) {
+              const int bin = 255 - lane * PER - j;
+              if (acc + hist[bin] >= need) { res[0] = (unsigned)bin; res[1] = acc; break; }
+              acc += hist[bin];
+            }
+          }
+        }
+        mk_barrier();
+        cut |= res[0] << shift;
+        need -= res[1];
+        mk_barrier();
+      }
+    }
+    if (tid == 0) res[2] = 0;
+    mk_barrier();
+    // the logits above the cut (fewer than LM_CAND), then ties at the cut while slots remain
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int i = tid; i < n; i += NT) {
+        const unsigned key = keys[i];
+        if (pass == 0 ? key > cut : key == cut) {
+          const unsigned sl = mk_smem_add_u32(res + 2, 1u);
+          if (sl < (unsigned)LM_CAND) {
+            o[2 + 2 * sl] = (int)((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);  // the logit's bits
+            o[3 + 2 * sl] = r0 + i;
+          }
+        }
+      }
+      mk_barrier();
+    }
+    const int used = min((int)res[2], LM_CAND);
+    for (int sl = used + tid; sl < LM_CAND; sl += NT) { o[2 + 2 * sl] = 0; o[3 + 2 * sl] = -1; }
+    if (tid == 0) { o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0; }
+  }
 }
 
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.
 // Never outside the set. Block-wide; every thread returns the token.
-__device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b, float rawmax) {
+__device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b, float rawmax, bool cand) {
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
   int* drawn = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
+  unsigned* cutw = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 28);
+  int* failed = reinterpret_cast<int*>(mk_smem + SM_RES + 36);
   const float temp = s.temperature, zmax = rawmax / temp;
   const bool use_k = s.top_k > 0 && s.top_k < V, use_p = s.top_p < 1.0f;
   const unsigned mkey = s.min_p > 0.0f ? order_key(zmax + logf(s.min_p)) : 0u;
-  unsigned thr = 0;
-  if (mk_tid() == 0) *drawn = -1;
+  const int tid = mk_tid();
+  if (tid == 0) *drawn = -1;
   mk_barrier();
+  if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
+    if (tid == 0) { *cutw = 0; *failed = 0; }
+    mk_barrier();
+    // the top-k set among the LM-head tiles' candidates, trusted above every cut tile's smallest
+    // kept key (a token of a cut tile that was not kept is at or below it); else the whole row
+    if (cand && use_k) {
+      const CandScan cs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp};
+      for (int t = tid; t < NTILES; t += NT) {
+        const unsigned hk = mk_f32_bits(mk_ld_act(cs.cw + t * LM_CAND_WORDS + 1));
+        if (hk != 0u) atomicMax(cutw, order_key(mk_bits_f32((hk & 0x80000000u) ? (hk & 0x7fffffffu) : ~hk) / temp));
+      }
+      mk_barrier();
+      const unsigned cut = *cutw;
+      unsigned thr = hist_select<false>(cs, (unsigned)c.pos, s.seed_lo, s.seed_hi, b, lg, temp, zmax, 0u, false,
+                                        (unsigned long long)s.top_k, s.top_p, mkey, MKC_SAMPLE_FUSED_DRAW && !use_p);
+      bool ok = !*failed && thr > cut;
+      if (ok && use_p) {
+        thr = hist_select<false>(cs, (unsigned)c.pos, s.seed_lo, s.seed_hi, b, lg, temp, zmax, thr, true,
+                                 (unsigned long long)s.top_k, s.top_p, mkey, MKC_SAMPLE_FUSED_DRAW);
+        ok = !*failed;
+      }
+      mk_barrier();
+      const int tok = *drawn;
+      mk_barrier();
+      if (ok) {
+        if (tok >= 0) return tok;
+        thr = max(thr, mkey);
+        float best = -INFINITY;
+        int bi = 0x7fffffff;
+        cs([&](int v, float z) {
+          if (order_key(z) >= thr) argmax_merge(best, bi, z + gumbel(c, s, b, v), v);
+        });
+        return block_argmax(best, bi);
+      }
+      if (tid == 0) *drawn = -1;
+      mk_barrier();
+    }
+  }
+  const RowScan rs{lg, temp};
+  unsigned thr = 0;
   // one call site (the selects are inlined: one copy of them keeps the kernel's branches short);
   // the row's last filter draws in its collecting pass
 #pragma unroll 1
   for (int by_mass = 0; by_mass < 2; ++by_mass) {
     if (by_mass ? use_p : use_k)
-      thr = hist_select((unsigned)c.pos, s.seed_lo, s.seed_hi, b, lg, temp, zmax, thr, by_mass != 0, (unsigned long long)s.top_k, s.top_p, mkey,
-                        MKC_SAMPLE_FUSED_DRAW && (by_mass || !use_p));
+      thr = hist_select<true>(rs, (unsigned)c.pos, s.seed_lo, s.seed_hi, b, lg, temp, zmax, thr, by_mass != 0,
+                              (unsigned long long)s.top_k, s.top_p, mkey, MKC_SAMPLE_FUSED_DRAW && (by_mass || !use_p));
   }
   mk_barrier();
   const int tok = *drawn;

@@ -75,7 +75,7 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   if (flags & TOKF_FILTER) {
     const Sampler smp = tok_sampler(c);
     for (int b = 0; b < B; ++b) {
-      const int tok = sample_filtered(c, smp, b, s_max[b]);
+      const int tok = sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0);
       if (tid == 0) s_tok[b] = tok;
     }
     mk_barrier();

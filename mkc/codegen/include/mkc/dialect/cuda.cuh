@@ -95,6 +95,8 @@ __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return _
 #define MK_OUTLINE __noinline__
 // the filtered sampler's last filter draws while it collects (no final pass over the row)
 #define MKC_SAMPLE_FUSED_DRAW 1
+// the filtered sampler reads the LM-head tiles' candidates for a top-k (lm_candidates)
+#define MKC_SAMPLE_CAND 1
 // --- data movement ---
 // weights never change during a launch: not volatile, so the compiler may batch these loads
 __device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {

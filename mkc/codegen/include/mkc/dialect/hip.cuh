@@ -117,6 +117,8 @@ __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return _
 // the filtered sampler's last filter draws in a pass of its own: drawing while it collects adds the
 // random numbers' registers to a kernel already at 256 VGPRs, which then needs scratch
 #define MKC_SAMPLE_FUSED_DRAW 0
+// the filtered sampler reads the LM-head tiles' candidates for a top-k (lm_candidates) (AMD: the whole row, for the same reason)
+#define MKC_SAMPLE_CAND 0
 // --- data movement ---
 // weights never change during a launch and are read once per step: 16-byte streaming loads
 __device__ __forceinline__ uint4 mk_ld_weight16(const void* p) {
