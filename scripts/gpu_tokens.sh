@@ -4,7 +4,7 @@
 set -u
 source "$(dirname "$0")/gpu_env.sh"
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
-timeout ${MKC_TEST_S:-240} python3 -m pytest tests/test_gpu_tokens.py tests/test_gpu_megakernel.py -m gpu -q -p no:cacheprovider \
+timeout ${MKC_TEST_S:-240} python3 -m pytest ${MKC_TESTS:-tests/test_gpu_tokens.py tests/test_gpu_megakernel.py} -m gpu -q -p no:cacheprovider \
   -p instafail --timeout=120 -rfE > "$OUT/tests.log" 2>&1
 echo "tests rc=$?: $(grep -E '[0-9]+ (passed|failed)' "$OUT/tests.log" | tail -n 1 | cut -c1-200)"
 grep -E "^\[failed" "$OUT/tests.log" | cut -c1-200 | head -20

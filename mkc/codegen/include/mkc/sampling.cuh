@@ -379,11 +379,23 @@ struct CandScan {
   const float* cw;  // row b's NTILES blocks of LM_CAND_WORDS words (lm_candidates)
   float temp;
   template <class F> __device__ __forceinline__ void operator()(F&& f) const {
-    for (int sl = mk_tid(); sl < NTILES * LM_CAND; sl += NT) {
-      const float* pr = cw + (sl / LM_CAND) * LM_CAND_WORDS + 2 + 2 * (sl % LM_CAND);
-      const float x = mk_ld_act(pr);
-      const int v = (int)mk_f32_bits(mk_ld_act(pr + 1));
-      if (v >= 0) f(v, x / temp);
+    constexpr int UNR = 4;  // slots in flight per thread: one at a time waited ~33 L2 round trips a pass
+    for (int base = mk_tid(); base < NTILES * LM_CAND; base += NT * UNR) {
+      float x[UNR];
+      int v[UNR];
+#pragma unroll
+      for (int u = 0; u < UNR; ++u) {
+        const int sl = base + u * NT;
+        v[u] = -1;
+        if (sl < NTILES * LM_CAND) {
+          const float* pr = cw + (sl / LM_CAND) * LM_CAND_WORDS + 2 + 2 * (sl % LM_CAND);
+          x[u] = mk_ld_act(pr);
+          v[u] = (int)mk_f32_bits(mk_ld_act(pr + 1));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UNR; ++u)
+        if (v[u] >= 0) f(v[u], x[u] / temp);
     }
   }
 };
@@ -404,6 +416,7 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
   for (int b = 0; b < B; ++b) {
     int* o = out + ((size_t)b * NTILES + tile) * LM_CAND_WORDS;
     mk_barrier();  // the tile's logits stores are visible to the block; the last row's readers are done
+#pragma unroll 4
     for (int i = tid; i < n; i += NT) keys[i] = order_key(lgb[(size_t)b * V + r0 + i]);
     unsigned cut = 0;
     if (n > LM_CAND) {
