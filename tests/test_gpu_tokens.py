@@ -154,6 +154,31 @@ def test_sampling_matches_the_numpy_reference_draw_for_draw():
     assert agree >= 0.99 * total, f"{agree} of {total}"
 
 
+def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
+    """llama-3.2-1b's LM-head tiles hold ~972 tokens each, so a top-k <= 64 takes the candidate path
+    with cut tiles (tiny models' tiles hold 8: nothing is cut): the draws equal the reference's over
+    the whole row, up to last-place expf/logf differences."""
+    import dataclasses
+
+    from mkc.sampling import Sampling
+
+    hf = hf_models("llama-3.2-1b")
+    mk = megakernel(hf, 1, "atomic")
+    prompt = _rows(hf.vocab, [3], seed=11)[0]
+    agree = total = 0
+    for smp in (Sampling(temperature=1.0, top_k=50, seed=5), Sampling(temperature=0.7, top_k=64, top_p=0.9, seed=6),
+                Sampling(temperature=1.3, top_k=1, seed=7)):
+        for s in range(12):
+            smp_s = dataclasses.replace(smp, seed=smp.seed + 31 * s)
+            out = mk.decode([prompt], 1, sampling=smp_s)
+            lg = mk.logits().float().cpu().numpy()
+            want = ref.sample_row(lg[0], smp_s.temperature, smp_s.seed, pos=len(prompt) - 1, b=0,
+                                  top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p)
+            agree += int(out[0][0] == want)
+            total += 1
+    assert agree >= total - 1, f"{agree} of {total}"
+
+
 def test_same_seed_same_tokens_different_seed_different_and_steps_equal_one_launch():
     import torch
 
