@@ -40,6 +40,9 @@ def test_sources(trace: bool = False):
     cases = {(m, b, s) for m in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "llama-3.2-1b", "qwen3-0.6b")
              for b in (1, 8) for s in ("atomic", "nan")}
     cases |= {("tiny-qwen3", 2, "atomic"), ("tiny-qwen3", 2, "nan")}
+    # tests/test_gpu_tokens.py's batches
+    cases |= {("tiny-llama", 4, "atomic"), ("tiny-llama", 4, "nan"), ("tiny-llama", 2, "atomic"),
+              ("tiny-llama", 2, "nan"), ("tiny-qwen3", 4, "nan"), ("tiny-qwen2", 2, "atomic")}
     for m, b, s in sorted(cases):
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200")
@@ -87,7 +90,8 @@ def variant_sources(variants, max_seq: int = 512):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tests", action="store_true", help="the kernels of tests/test_gpu_megakernel.py")
+    ap.add_argument("--tests", action="store_true",
+                    help="the kernels of tests/test_gpu_megakernel.py and tests/test_gpu_tokens.py")
     ap.add_argument("--bench", nargs="*", default=[], help="MODEL:B1,B2 as given to scripts/gpu_all.sh")
     ap.add_argument("--max-seq-len", type=int, default=1024)
     ap.add_argument("--trace", action="store_true", help="also the per-task trace kernels (mkc run --trace)")
