@@ -18,4 +18,5 @@ echo "peer: $(tail -n 1 "$OUT/peer.log")"
 if [ -n "${MKC_TRACE:-}" ]; then
   timeout ${MKC_TRACE_S:-45} python3 -m mkc run .builds/llama-b1 --max-new-tokens 24 --trace "$OUT/trace.json" > "$OUT/trace.log" 2>&1
   echo "trace rc=$?"; tail -n 6 "$OUT/trace.log"
+  gzip -9f "$OUT/trace.json" 2>/dev/null; rm -f "$OUT/trace.png"  # the raw trace comes back (too big unzipped)
 fi
