@@ -54,7 +54,6 @@ class Sampling:
         """The workspace's token flags (``tables.TOKF_GUMBEL`` / ``TOKF_FILTER`` [+ ``TOKF_CAND``]) and sampler words
         (``WS_TEMP`` .. ``WS_SEED_HI``: fp32 as bits) for a build of this vocabulary."""
         from mkc.codegen import tables as T
-
         from mkc.taskgraph.lower import LM_CAND
 
         flags = 0 if self.greedy else (T.TOKF_FILTER if self.filtered(vocab) else T.TOKF_GUMBEL)

@@ -12,7 +12,7 @@ from mkc.capture import reference
 from mkc.capture.canonical import build_graph, rope_inv_freq
 from mkc.capture.graph import ModelInfo
 from mkc.target import get_target
-from mkc.taskgraph import lower, simulate
+from mkc.taskgraph import lower, names, simulate
 from mkc.taskgraph.simulate import EventNotReady, SimulationError
 
 L = 24  # max_seq_len of the tiny models
@@ -120,6 +120,38 @@ def test_matches_reference_in_random_orders(variant, batch):
             assert torch.equal(out["next_ids"], torch.argmax(out["logits"], dim=-1))
             for name, ref in ref_caches.items():
                 close(caches[name], ref, f"{variant} b{batch} seed {seed} step {s} {name}")
+
+
+@pytest.mark.parametrize("sms", [1, 3])  # one LM-head tile of 97 tokens (cut at 64), or tiles of 33 and 32
+def test_lmhead_candidates_are_each_tiles_largest_logits(sms):
+    from mkc.taskgraph.kinds import args_of
+    from mkc.taskgraph.lower import LM_CAND, LM_CAND_WORDS
+
+    info, inv, scaling, _ = VARIANTS["llama"]
+    graph = build_graph(info, 3, L, inv, rope_scaling=scaling)
+    tg = lower(graph, toy(sms))
+    g = torch.Generator().manual_seed(2)
+    caches = {t.name: torch.randn(t.shape, generator=g) for t in graph.tensors if t.role == "cache"}
+    out = simulate.run_step(tg, weights_for(graph, 1), caches, torch.tensor([1, 5, 9]), 4)
+    logits, cand = out["logits"].float(), out[names.LM_CAND]
+    tiles = sorted((args_of(t).t, args_of(t).r0, args_of(t).r1) for t in tg.tasks if t.kind == "lmhead")
+    assert any(r1 - r0 > LM_CAND for _, r0, r1 in tiles) == (sms == 1)
+    for t, r0, r1 in tiles:
+        blk = cand[:, LM_CAND_WORDS * t: LM_CAND_WORDS * (t + 1)]
+        n = min(LM_CAND, r1 - r0)
+        for b in range(3):
+            pairs = blk[b, 2:].view(LM_CAND, 2)
+            idx = pairs[:, 1]
+            assert int(blk[b, 0]) == n and (idx[:n] >= r0).all() and (idx[:n] < r1).all() and (idx[n:] == -1).all()
+            kept = pairs[:n, 0].contiguous().view(torch.float32)
+            assert torch.equal(kept, logits[b, idx[:n].long()])  # the bits are the logits at those indices
+            assert torch.equal(kept.sort().values, logits[b, r0:r1].topk(n).values.sort().values)
+            if r1 - r0 > LM_CAND:  # the cut: the order key of the smallest kept logit (sampling.cuh order_key)
+                u = int(kept.min().view(torch.int32)) & 0xFFFFFFFF
+                key = (~u & 0xFFFFFFFF) if u >> 31 else u | 1 << 31
+                assert int(blk[b, 1]) & 0xFFFFFFFF == key
+            else:
+                assert int(blk[b, 1]) == 0
 
 
 def test_random_orders_differ_and_respect_events():

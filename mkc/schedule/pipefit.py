@@ -12,8 +12,8 @@ in which every task has stamps, and its samples from the second of them on where
   Each worker's producer is replayed from the *measured* starts (``pipemodel.produce``), so the
   stream is fitted apart from the rest of the model's errors. For a bandwidth the overhead is the
   mean of duration - compute over the tasks whose weights had all arrived when they started (their
-  duration is overhead + compute); the bandwidth is a grid over the fraction, then a golden-section
-  search around its best point. Without a pipeline, or without piped GEMV tasks, neither is fitted;
+  duration is overhead + compute); the bandwidth is a grid over the fraction, then a finer grid
+  around its best point. Without a pipeline, or without piped GEMV tasks, neither is fitted;
   the bandwidth is not when no task waited for its stream (tiny models prefetch everything), and
   the overhead is not when no task had all its weights at its start (big tasks on qwen3-8b never
   do: their durations are the stream's alone).
@@ -38,7 +38,6 @@ from mkc.target import Target
 from mkc.taskgraph.ir import TaskGraph
 from mkc.taskgraph.kinds import CALIBRATED_KINDS, STEP_END_KINDS, STEP_START_KINDS
 
-GOLDEN = (math.sqrt(5) - 1) / 2
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,8 @@ def fit_pipe(tg: TaskGraph, queues: Sequence[Sequence[int]], target: Target, sta
         lo, hi = PIPE_LIMITS["hbm_fraction"]
         grid = np.geomspace(0.05, min(hi, 1.5), 32)
         i = int(np.argmin([loss(f) for f in grid]))
-        frac = _golden(loss, grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)])
+        fine = np.linspace(grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)], 65)  # then around the best
+        frac = float(fine[int(np.argmin([loss(f) for f in fine]))])
         sse, o, n_ready, n_bound = stream.loss(bw_of(frac), pc.task_overhead_us)
         if n_bound:
             pc = replace(pc, hbm_fraction=_clip("hbm_fraction", frac))
@@ -115,22 +115,6 @@ def _clip(key: str, v: float) -> float:
     """A fitted constant inside what a calibration file may hold, rounded for the file."""
     lo, hi = PIPE_LIMITS[key]
     return round(float(min(max(v, lo), hi * (1 - 1e-9))), 4)
-
-
-def _golden(f, a: float, b: float, iters: int = 40) -> float:
-    """The minimum of ``f`` on [a, b] by golden-section search (``f`` unimodal there)."""
-    c, d = b - GOLDEN * (b - a), a + GOLDEN * (b - a)
-    fc, fd = f(c), f(d)
-    for _ in range(iters):
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - GOLDEN * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + GOLDEN * (b - a)
-            fd = f(d)
-    return (a + b) / 2
 
 
 def _hop_samples(tg: TaskGraph, deps: Deps, worker: np.ndarray, ws, st, en) -> np.ndarray:

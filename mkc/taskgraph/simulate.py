@@ -299,13 +299,14 @@ class _Sim:
         self.write(t, "logits", ((0, B), (r0, r1)), logits)
         self.write(t, "amax_part", ((0, B), (k, k + 1)), logits.max(dim=-1).values)
         self.write(t, "amax_idx", ((0, B), (k, k + 1)), r0 + _first_argmax(logits))
-        # the filtered sampler's candidates: the tile's largest logits (fp32 bits, index) after a
-        # count and the order key of the smallest kept one when the tile was cut (unused slots -1;
-        # the device's order within a tile is any: the simulator decodes greedily)
+        # the filtered sampler's candidates (sampling.cuh lm_candidates): the tile's largest logits
+        # (fp32 bits, index) after a count and the order key of the smallest kept one when the tile
+        # was cut; unused slots (0, -1). The device's order within a tile is any.
         C = LM_CAND
         n = min(C, r1 - r0)
         top = logits.float().topk(n, dim=-1)
-        cand = torch.full((B, C, 2), -1, dtype=torch.int32)
+        cand = torch.zeros((B, C, 2), dtype=torch.int32)
+        cand[:, :, 1] = -1
         cand[:, :n, 0] = top.values.contiguous().view(torch.int32)
         cand[:, :n, 1] = (r0 + top.indices).int()
         u = top.values[:, -1:].contiguous().view(torch.int32).long() & 0xFFFFFFFF

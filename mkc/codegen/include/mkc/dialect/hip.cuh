@@ -117,7 +117,8 @@ __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return _
 // the filtered sampler's last filter draws in a pass of its own: drawing while it collects adds the
 // random numbers' registers to a kernel already at 256 VGPRs, which then needs scratch
 #define MKC_SAMPLE_FUSED_DRAW 0
-// the filtered sampler reads the LM-head tiles' candidates for a top-k (lm_candidates) (AMD: the whole row, for the same reason)
+// the filtered sampler reads the whole row for a top-k too, not the LM-head tiles' candidates
+// (lm_candidates), for the same reason
 #define MKC_SAMPLE_CAND 0
 // --- data movement ---
 // weights never change during a launch and are read once per step: 16-byte streaming loads
