@@ -101,6 +101,13 @@ VARIANTS.update({f"{v}-noahead": (*VARIANTS[v][:4], {**VARIANTS[v][4], "task_ahe
 # relaxed counter polls and one acquire fence per wait (CodegenOptions.acquire_once, docs/sync.md)
 VARIANTS.update({f"{v}-acq1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "acquire_once": True})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "q8-b8-atomic")})
+# lean tails (CodegenOptions.lean_tail, on by default) against the tails as before; the producer's
+# L2 lookahead of the next task's first bytes (CodegenOptions.pipe_l2_ahead)
+VARIANTS.update({f"{v}-nolean": (*VARIANTS[v][:4], {**VARIANTS[v][4], "lean_tail": False})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
+for kb in (32, 64, 128, 256):
+    VARIANTS.update({f"{v}-l2a{kb}k": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_l2_ahead": kb * 1024})
+                     for v in ("b1-atomic", "q8-b1-atomic")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

@@ -93,6 +93,13 @@ class CodegenOptions:
     # H200 (llama-3.2-1b b1, same call): 0.881 ms/token with it, 0.877 without, so it is off; the
     # tensor-core kernels have no registers for it anyway (spills at batch 32)
     task_ahead: bool = False
+    # a GEMV task's loads that need no result of its own leave its tail: o-proj's residual and split
+    # weights go out with its input (one round trip to L2 after the wait instead of three), down's
+    # residual too, qkv's RoPE angles before the wait. The weight-pipeline path (batch 1) has it
+    lean_tail: bool = True
+    # the weight pipeline's producer pulls the next GEMV task's first bytes into L2 (at most this many
+    # per task, 0: off) when it starts a task's pages, so HBM keeps streaming while the pages are full
+    pipe_l2_ahead: int = 0
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -186,7 +193,11 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     ATT_CH = plan.attn_chunk
     off = plan.offsets()
     mma_consts = dict(KCB=plan.kcb, XST=plan.kcb + 32, RING=ring) if mma else {}
-    pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=PIPE_ROWS, PIPE_COLS=PIPE_COLS)
+    # lean tails and the producer's L2 lookahead are parts of the pipeline path (its GEMV task alone
+    # calls the kinds' before/after-wait hooks); elsewhere they are off
+    pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=PIPE_ROWS, PIPE_COLS=PIPE_COLS,
+                       LEAN_TAIL=int(o.lean_tail and plan.pipe_slots > 0),
+                       PIPE_L2_AHEAD=o.pipe_l2_ahead if plan.pipe_slots > 0 else 0)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
@@ -212,7 +223,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead),  **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

@@ -7,6 +7,7 @@
 #include "mkc/kinds.cuh"
 #include "mkc/attention.cuh"
 #include "mkc/tokens.cuh"
+#include "mkc/prefetch.cuh"
 
 namespace mk {
 
@@ -115,6 +116,17 @@ __device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len,
     for (int i = 0; i < len; ++i) {
       const Task t = load_task(recs + (first + i) * T_SIZE);
       bool ok = true;
+      if constexpr (PIPE_L2_AHEAD > 0) {
+        // the first bytes of the next task with weights (the next step's, past the last one) go to
+        // L2 now: its pages will find them there even if HBM idled while every page was full
+        if (t.kind == K_QKV || t.kind == K_OPROJ || t.kind == K_GATEUP || t.kind == K_DOWN || t.kind == K_LMHEAD) {
+          for (int d = 1; d <= len; ++d) {
+            if (i + d >= len && s + 1 >= step0 + nsteps) break;  // past the launch's last step
+            const int j = (i + d) % len;
+            if (prefetch_task(c, load_task(recs + (first + j) * T_SIZE), (unsigned)PIPE_L2_AHEAD, lane_id(), WARP)) break;
+          }
+        }
+      }
       switch (t.kind) {
         case K_QKV: { QkvKind kd = qkv_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
         case K_OPROJ: { ResidKind<NH * HD> kd = oproj_kind(c, t); ok = pipe_issue<NH * HD>(c, kd, policy, abort_flag); break; }

@@ -168,6 +168,45 @@ __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* n
   }
 }
 
+// LEAN_TAIL, batch 1: o-proj's input from split attention staged in one round trip to L2. Each
+// thread loads the log-sum-exp of its head's splits together with the splits' outputs and weighs
+// them itself (attn_weights' arithmetic, in the same order, so the result is the same bits),
+// instead of a pass over the log-sum-exps, a barrier, then the outputs.
+template <int K>
+__device__ __forceinline__ void stage_x_comb(const float* x, const float* lse, float* xs) {
+  static_assert(B == 1 && K % 4 == 0 && HD % 4 == 0, "one batch row, whole float4s of a head");
+  constexpr int IT = (K / 4 + NT - 1) / NT;
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int i = mk_tid() + it * NT;
+    if (i >= K / 4) break;
+    const int k = 4 * i, h = k / HD;
+    float ls[ATT_SPLIT];
+    float4 a[ATT_SPLIT];
+#pragma unroll
+    for (int s = 0; s < ATT_SPLIT; ++s) {
+      ls[s] = mk_ld_act(lse + s * NH + h);
+      a[s] = mk_ld_act4(x + (size_t)s * K + k);
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < ATT_SPLIT; ++s) m = fmaxf(m, ls[s]);
+    float sum = 0.f;
+#pragma unroll
+    for (int s = 0; s < ATT_SPLIT; ++s) {
+      ls[s] = expf(ls[s] - m);
+      sum += ls[s];
+    }
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int s = 0; s < ATT_SPLIT; ++s) {
+      const float w = ls[s] / sum;
+      v.x = fmaf(w, a[s].x, v.x); v.y = fmaf(w, a[s].y, v.y); v.z = fmaf(w, a[s].z, v.z); v.w = fmaf(w, a[s].w, v.w);
+    }
+    *reinterpret_cast<float4*>(xs + k) = v;
+  }
+}
+
 // A GEMV task: rows in blocks that fit the output staging, K in chunks that fit the input staging.
 // The task's first weight loads go out before it waits on its inputs. Returns false to stop.
 template <int K, bool NORM, class Kind, bool COMB>
@@ -215,13 +254,19 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
   float* out = smem_f(OFF_OUT);
   float* rs = smem_f(OFF_RS);
   float* ssp = smem_f(OFF_SSP);
+  if constexpr (LEAN_TAIL) kd.before_wait(c, kd.begin(0));
   if (!wait_task(c, t, s_abort)) return false;
+  if constexpr (LEAN_TAIL) kd.after_wait(c, kd.begin(0));
   if constexpr (NORM) {
     for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
     mk_barrier();
   }
-  attn_weights<COMB>(lse);
-  stage_x<K, K, NORM, COMB>(x, 0, K, nw, xs, ssp, true);
+  if constexpr (LEAN_TAIL && COMB) {
+    stage_x_comb<K>(x, lse, xs);  // the splits' weights computed where they are used: one round trip
+  } else {
+    attn_weights<COMB>(lse);
+    stage_x<K, K, NORM, COMB>(x, 0, K, nw, xs, ssp, true);
+  }
   mk_barrier();
   const int nblk = kd.blocks();
   for (int blk = 0; blk < nblk; ++blk) {
