@@ -4,17 +4,25 @@
 set -u
 source "$(dirname "$0")/gpu_env.sh"
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts  # instafail: each failure printed when it happens
-timeout ${MKC_TEST_S:-160} python3 -m pytest $(ls tests/test_gpu_*.py) \
+if [ "${MKC_TESTS:-}" != none ]; then
+timeout ${MKC_TEST_S:-160} python3 -m pytest ${MKC_TESTS:-$(ls tests/test_gpu_*.py)} \
   -m gpu -q -p no:cacheprovider -p instafail --timeout=120 -rfE > "$OUT/tests.log" 2>&1
 echo "tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
 grep -E "^\[failed" "$OUT/tests.log" | cut -c1-200 | head -20
+fi
+if [ "${MKC_AB:-}" != none ]; then
 timeout ${MKC_AB_S:-110} python3 scripts/gpu_bench.py --variants ${MKC_AB:-b1-atomic,b1-atomic-nopipe,q8-b1-atomic} \
   --report "$OUT/ab.jsonl" > "$OUT/ab.log" 2>&1
 echo "ab rc=$?"; grep -A 12 "^benchmark" "$OUT/ab.log"
+fi
+if [ -z "${MKC_NO_TOKENS:-}" ]; then
 timeout 45 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
 echo "tokens rc=$?"; tail -n 8 "$OUT/tokens.log"
+fi
+if [ -z "${MKC_NO_PEER:-}" ]; then
 HAZY_PREBUILT_SO=$PWD/.peer/mk_llama.cpython-312-x86_64-linux-gnu.so OUT=$OUT/peer timeout 90 bash .peer/run.sh > "$OUT/peer.log" 2>&1
 echo "peer: $(tail -n 1 "$OUT/peer.log")"
+fi
 if [ -n "${MKC_TRACE:-}" ]; then
   timeout ${MKC_TRACE_S:-45} python3 -m mkc run .builds/llama-b1 --max-new-tokens 24 --trace "$OUT/trace.json" > "$OUT/trace.log" 2>&1
   echo "trace rc=$?"; tail -n 6 "$OUT/trace.log"
