@@ -57,6 +57,7 @@ from mkc.taskgraph.ir import TASK_KINDS, TaskGraph
 
 DEFAULT_SPIN_LIMIT = 1 << 24  # polls (with up to 256 ns sleep each) before a wait gives up: ~5-10 s
 TRACE_STEPS = 8  # CodegenOptions(trace=True): the first steps of each launch that are stamped
+TRACE_STAMPS = 8  # stamps per task: wait start, start, end and 5 marks inside it (kernel.j2's TRACE_STAMPS)
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ class Megakernel:
         self._alloc(weights)
         self.trace_steps = int(trace_steps) if self.cfg.trace else 0
         # [steps][tasks][wait_start, start, end] timer ns (int64 holds them: ns since boot < 2^63)
-        self.trace_buf = self.driver.empty((self.trace_steps, len(tg.tasks), 3), "i64") if self.cfg.trace else None
+        self.trace_buf = self.driver.empty((self.trace_steps, len(tg.tasks), TRACE_STAMPS), "i64") if self.cfg.trace else None
         self._traced_steps = 0
         self.reset()
 
@@ -525,15 +526,24 @@ class Megakernel:
         outputs were published. A task that never ran (a fault) reads NaN."""
         if self.trace_buf is None:
             raise MkcError("this Megakernel was built without the trace: pass options=CodegenOptions(trace=True)")
-        n = len(self.tg.tasks)
-        raw = self.driver.tensor(self.trace_buf, 0, (self.trace_steps, n, 3)).cpu().numpy()[: self._traced_steps]
-        if raw.size == 0:
-            empty = np.zeros((0, n))
-            return empty, empty.copy(), empty.copy()
-        valid = raw > 0
-        t0 = raw[valid].min() if valid.any() else 0
-        us = np.where(valid, (raw - t0) / 1e3, np.nan)
+        us = self._trace_us()
         return us[..., 0], us[..., 1], us[..., 2]
+
+    def trace_marks(self) -> np.ndarray:
+        """The marks inside each task of the last launch (``trace()``'s clock): float64 [steps, tasks,
+        TRACE_STAMPS - 3], NaN where a kind sets no such mark (``mkc.trace.MARKS`` names them)."""
+        return self._trace_us()[..., 3:]
+
+    def _trace_us(self) -> np.ndarray:
+        if self.trace_buf is None:
+            raise MkcError("this Megakernel was built without the trace: pass options=CodegenOptions(trace=True)")
+        n = len(self.tg.tasks)
+        raw = self.driver.tensor(self.trace_buf, 0, (self.trace_steps, n, TRACE_STAMPS)).cpu().numpy()[: self._traced_steps]
+        if raw.size == 0:
+            return np.zeros((0, n, TRACE_STAMPS))
+        valid = raw > 0
+        t0 = raw[..., :3][valid[..., :3]].min() if valid[..., :3].any() else 0
+        return np.where(valid, (raw - t0) / 1e3, np.nan)
 
     @classmethod
     def from_build_dir(cls, bdir: str | Path, weights: dict, **kw) -> "Megakernel":

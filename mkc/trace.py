@@ -63,6 +63,45 @@ def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None)
                 per_kind=per_kind, slowest=slowest, missing_tasks=missing)
 
 
+# what the marks inside a task (Megakernel.trace_marks, stamps 3.. of a record) are, per kind
+GEMV_MARKS = ("input staged", "first block's dot products", "epilogues")
+MARKS = {"qkv": GEMV_MARKS, "oproj": GEMV_MARKS, "gateup": GEMV_MARKS, "down": GEMV_MARKS, "lmhead": GEMV_MARKS,
+         "attn": ("q staged", "positions", "outputs")}
+
+
+def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dict:
+    """Per kind, the mean time (us) from a task's start (its waits satisfied) to each of its marks
+    and to its end (signalled), over the tasks of ``step`` (the last recorded by default) that set
+    them: where a task's busy time goes."""
+    ws, st, en = _as_steps(measured, len(tg.tasks))
+    marks = np.asarray(marks, dtype=np.float64)
+    marks = marks[None] if marks.ndim == 2 else marks
+    if marks.shape[:2] != st.shape:
+        raise ValueError(f"marks must be [steps, {len(tg.tasks)}, k], got {marks.shape}")
+    step = st.shape[0] - 1 if step is None else step
+    out = {}
+    for kind, names in MARKS.items():
+        ids = [t.id for t in tg.tasks if t.kind == kind]
+        if not ids:
+            continue
+        row = {}
+        for k, name in enumerate(names[: marks.shape[2]]):
+            d = marks[step, ids, k] - st[step, ids]
+            if np.isfinite(d).any():
+                row[name] = float(np.nanmean(d))
+        if row:
+            row["end"] = float(np.nanmean(en[step, ids] - st[step, ids]))
+            out[kind] = row
+    return out
+
+
+def format_marks(m: dict) -> str:
+    lines = ["inside the tasks (mean us after the waits end, to each mark and to the signal):"]
+    for kind, row in m.items():
+        lines.append(f"  {kind:8s} " + ", ".join(f"{name} {v:.2f}" for name, v in row.items()))
+    return "\n".join(lines)
+
+
 def calibration(tg: TaskGraph, sched: Schedule, measured, base_scale: dict[str, float] | None = None,
                 step: int | None = None) -> dict:
     """The calibration file's contents (``mkc.schedule.cost.load_calibration`` reads them).

@@ -297,3 +297,28 @@ def test_calibration_file_carries_the_pipeline_and_old_files_still_load(tmp_path
     assert set(p["per_kind"]) == {t.kind for t in tg.tasks}
     text = format_prediction(p)
     assert "pipelined model (1.00x)" in text and "scheduler's model" in text and "busy time per kind" in text
+
+
+def test_mark_summary_averages_each_kinds_marks_after_the_waits(llama_tg):
+    from mkc.trace import MARKS, format_marks, mark_summary
+
+    n = len(llama_tg.tasks)
+    ws = np.zeros((2, n))
+    st = np.full((2, n), 1.0)
+    en = np.full((2, n), 6.0)
+    marks = np.full((2, n, 5), np.nan)
+    kinds = [t.kind for t in llama_tg.tasks]
+    oproj = [i for i, k in enumerate(kinds) if k == "oproj"]
+    attn = [i for i, k in enumerate(kinds) if k == "attn"]
+    marks[1, oproj, 0] = 2.0
+    marks[1, oproj[0], 0] = 4.0  # one slow task moves the mean
+    marks[1, oproj, 2] = 5.0
+    marks[1, attn, 1] = 3.0
+    m = mark_summary(llama_tg, (ws, st, en), marks)
+    want = 1.0 + 2.0 / len(oproj)
+    assert m["oproj"] == pytest.approx({"input staged": want, "epilogues": 4.0, "end": 5.0})
+    assert m["attn"] == pytest.approx({"positions": 2.0, "end": 5.0})
+    assert "qkv" not in m and "embed" not in MARKS  # no marks: no row
+    assert "oproj" in format_marks(m) and "positions 2.00" in format_marks(m)
+    with pytest.raises(ValueError):
+        mark_summary(llama_tg, (ws, st, en), marks[:, :3])

@@ -179,6 +179,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
       reinterpret_cast<float4*>(q_s)[i] = mk_ld_act4(q + 4 * i);
   }
   mk_barrier();
+  trace_mark(c, 0);  // q staged
   if constexpr (QK_NORM) {
     // the new key into the cache at pos; this task reads it from k_s (rounded as the cache holds it)
     unsigned* kcw = lptr<unsigned>(c, l, R_KC, 0) + (head_off + (size_t)c.pos * HD) / 2;
@@ -301,6 +302,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
     }
   }
   mk_barrier();
+  trace_mark(c, 1);  // scores, softmax and the weighted sum over the split's positions
   if constexpr (ATT_SPLIT == 1) {
     float* o = lptr<float>(c, l, R_ATTN, c.par) + (size_t)b * NH * HD + g * NREP * HD;
     for (int i = tid; i < NREP * HD; i += NT) {
@@ -321,6 +323,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
     float* lse = lptr<float>(c, l, R_ALSE, c.par) + ((size_t)b * ATT_SPLIT + split) * NH + g * NREP;
     if (tid < NREP) put_f32(lse + tid, l_s[tid] > 0.f ? m_s[tid] + logf(l_s[tid]) : -INFINITY);
   }
+  trace_mark(c, 2);  // outputs written
   return true;
 }
 

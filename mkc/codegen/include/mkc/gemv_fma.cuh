@@ -268,13 +268,16 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
     stage_x<K, K, NORM, COMB>(x, 0, K, nw, xs, ssp, true);
   }
   mk_barrier();
+  trace_mark(c, 0);  // input staged
   const int nblk = kd.blocks();
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);
     pipe_rows<K>(c, nr, xs, out);
     mk_barrier();
+    if (blk == 0) trace_mark(c, 1);  // the first block's dot products
     gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
   }
+  trace_mark(c, 2);  // epilogues done
   return true;
 }
 #endif
