@@ -103,8 +103,14 @@ VARIANTS.update({f"{v}-acq1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "acquire_onc
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "q8-b8-atomic")})
 # lean tails (CodegenOptions.lean_tail, on by default) against the tails as before; the producer's
 # L2 lookahead of the next task's first bytes (CodegenOptions.pipe_l2_ahead)
-VARIANTS.update({f"{v}-nolean": (*VARIANTS[v][:4], {**VARIANTS[v][4], "lean_tail": False})
+LEAN_OFF = {"lean_resid": False, "lean_comb": False, "lean_rope": False}
+VARIANTS.update({f"{v}-nolean": (*VARIANTS[v][:4], {**VARIANTS[v][4], **LEAN_OFF})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
+for part in ("resid", "comb", "rope"):
+    VARIANTS.update({f"{v}-no{part}": (*VARIANTS[v][:4], {**VARIANTS[v][4], f"lean_{part}": False})
+                     for v in ("b1-atomic", "q8-b1-atomic")})
+    VARIANTS.update({f"{v}-only{part}": (*VARIANTS[v][:4], {**VARIANTS[v][4], **LEAN_OFF, f"lean_{part}": True})
+                     for v in ("b1-atomic", "q8-b1-atomic")})
 for kb in (32, 64, 128, 256):
     VARIANTS.update({f"{v}-l2a{kb}k": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_l2_ahead": kb * 1024})
                      for v in ("b1-atomic", "q8-b1-atomic")})

@@ -93,10 +93,13 @@ class CodegenOptions:
     # H200 (llama-3.2-1b b1, same call): 0.881 ms/token with it, 0.877 without, so it is off; the
     # tensor-core kernels have no registers for it anyway (spills at batch 32)
     task_ahead: bool = False
-    # a GEMV task's loads that need no result of its own leave its tail: o-proj's residual and split
-    # weights go out with its input (one round trip to L2 after the wait instead of three), down's
-    # residual too, qkv's RoPE angles before the wait. The weight-pipeline path (batch 1) has it
-    lean_tail: bool = True
+    # a GEMV task's loads that need no result of its own leave its tail (the weight-pipeline path,
+    # batch 1, has them): o-proj's and down's residual loaded right after the wait (lean_resid),
+    # o-proj's split outputs loaded while the split weights are computed (lean_comb: one round trip
+    # to L2 after the wait instead of two), qkv's RoPE angles before the wait (lean_rope)
+    lean_resid: bool = True
+    lean_comb: bool = True
+    lean_rope: bool = True
     # the weight pipeline's producer pulls the next GEMV task's first bytes into L2 (at most this many
     # per task, 0: off) when it starts a task's pages, so HBM keeps streaming while the pages are full
     pipe_l2_ahead: int = 0
@@ -196,7 +199,9 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # lean tails and the producer's L2 lookahead are parts of the pipeline path (its GEMV task alone
     # calls the kinds' before/after-wait hooks); elsewhere they are off
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=PIPE_ROWS, PIPE_COLS=PIPE_COLS,
-                       LEAN_TAIL=int(o.lean_tail and plan.pipe_slots > 0),
+                       LEAN_RESID=int(o.lean_resid and plan.pipe_slots > 0),
+                       LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0),
+                       LEAN_ROPE=int(o.lean_rope and plan.pipe_slots > 0),
                        PIPE_L2_AHEAD=o.pipe_l2_ahead if plan.pipe_slots > 0 else 0)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:

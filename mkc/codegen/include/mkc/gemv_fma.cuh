@@ -168,42 +168,55 @@ __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* n
   }
 }
 
-// LEAN_TAIL, batch 1: o-proj's input from split attention staged in one round trip to L2. Each
-// thread loads the log-sum-exp of its head's splits together with the splits' outputs and weighs
-// them itself (attn_weights' arithmetic, in the same order, so the result is the same bits),
-// instead of a pass over the log-sum-exps, a barrier, then the outputs.
+// LEAN_COMB, batch 1: o-proj's input from split attention staged in one round trip to L2: every
+// thread issues its loads of the splits' outputs first, then the first NH threads load the
+// log-sum-exps and compute the split weights into shared memory (attn_weights' arithmetic, so the
+// same bits) while those loads are in flight; a barrier, and each thread combines its values.
 template <int K>
 __device__ __forceinline__ void stage_x_comb(const float* x, const float* lse, float* xs) {
-  static_assert(B == 1 && K % 4 == 0 && HD % 4 == 0, "one batch row, whole float4s of a head");
+  static_assert(B == 1 && K % 4 == 0 && HD % 4 == 0 && NH <= NT, "one batch row, whole float4s of a head");
   constexpr int IT = (K / 4 + NT - 1) / NT;
+  const int tid = mk_tid();
+  float4 a[IT][ATT_SPLIT];
 #pragma unroll
   for (int it = 0; it < IT; ++it) {
-    const int i = mk_tid() + it * NT;
-    if (i >= K / 4) break;
-    const int k = 4 * i, h = k / HD;
-    float ls[ATT_SPLIT];
-    float4 a[ATT_SPLIT];
+    const int i = tid + it * NT;
 #pragma unroll
-    for (int s = 0; s < ATT_SPLIT; ++s) {
-      ls[s] = mk_ld_act(lse + s * NH + h);
-      a[s] = mk_ld_act4(x + (size_t)s * K + k);
-    }
+    for (int s = 0; s < ATT_SPLIT; ++s)
+      a[it][s] = i < K / 4 ? mk_ld_act4(x + (size_t)s * K + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  float* aw = smem_f(OFF_AW);
+  if (tid < NH) {
+    float ls[ATT_SPLIT];
     float m = -INFINITY;
 #pragma unroll
-    for (int s = 0; s < ATT_SPLIT; ++s) m = fmaxf(m, ls[s]);
+    for (int s = 0; s < ATT_SPLIT; ++s) {
+      ls[s] = mk_ld_act(lse + s * NH + tid);
+      m = fmaxf(m, ls[s]);
+    }
     float sum = 0.f;
 #pragma unroll
     for (int s = 0; s < ATT_SPLIT; ++s) {
       ls[s] = expf(ls[s] - m);
       sum += ls[s];
     }
+#pragma unroll
+    for (int s = 0; s < ATT_SPLIT; ++s) aw[s * NH + tid] = ls[s] / sum;
+  }
+  mk_barrier();
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int i = tid + it * NT;
+    if (i >= K / 4) break;
+    const float* w = aw + (4 * i) / HD;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int s = 0; s < ATT_SPLIT; ++s) {
-      const float w = ls[s] / sum;
-      v.x = fmaf(w, a[s].x, v.x); v.y = fmaf(w, a[s].y, v.y); v.z = fmaf(w, a[s].z, v.z); v.w = fmaf(w, a[s].w, v.w);
+      const float ws = w[s * NH];
+      v.x = fmaf(ws, a[it][s].x, v.x); v.y = fmaf(ws, a[it][s].y, v.y);
+      v.z = fmaf(ws, a[it][s].z, v.z); v.w = fmaf(ws, a[it][s].w, v.w);
     }
-    *reinterpret_cast<float4*>(xs + k) = v;
+    *reinterpret_cast<float4*>(xs + 4 * i) = v;
   }
 }
 
@@ -254,15 +267,15 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
   float* out = smem_f(OFF_OUT);
   float* rs = smem_f(OFF_RS);
   float* ssp = smem_f(OFF_SSP);
-  if constexpr (LEAN_TAIL) kd.before_wait(c, kd.begin(0));
+  if constexpr (LEAN_ROPE) kd.before_wait(c, kd.begin(0));
   if (!wait_task(c, t, s_abort)) return false;
-  if constexpr (LEAN_TAIL) kd.after_wait(c, kd.begin(0));
+  if constexpr (LEAN_RESID) kd.after_wait(c, kd.begin(0));
   if constexpr (NORM) {
     for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
     mk_barrier();
   }
-  if constexpr (LEAN_TAIL && COMB) {
-    stage_x_comb<K>(x, lse, xs);  // the splits' weights computed where they are used: one round trip
+  if constexpr (LEAN_COMB && COMB) {
+    stage_x_comb<K>(x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
   } else {
     attn_weights<COMB>(lse);
     stage_x<K, K, NORM, COMB>(x, 0, K, nw, xs, ssp, true);

@@ -13,7 +13,7 @@ namespace mk {
 struct QkvKind {
   const unsigned short *wq, *wk, *wv;
   int layer, h0, h1, p0, p1, hr, hb;
-  float rc = 1.0f, rs = 0.0f;  // LEAN_TAIL: this thread's first RoPE cos/sin, taken before the wait
+  float rc = 1.0f, rs = 0.0f;  // LEAN_ROPE: this thread's first RoPE cos/sin, taken before the wait
   __device__ int per_block() const { return max(1, QKV_ROWS / hr); }  // heads per output block
   __device__ int blocks() const { return (h1 - h0 + per_block() - 1) / per_block(); }
   __device__ int begin(int blk) { hb = h0 + blk * per_block(); return min(per_block(), h1 - hb) * hr; }
@@ -29,11 +29,11 @@ struct QkvKind {
     if (head < NH + NKV) return wk + (size_t)((head - NH) * HD + r) * H;
     return wv + (size_t)((head - NH - NKV) * HD + r) * H;
   }
-  // LEAN_TAIL, before the task waits (begin(0) done): the angle of this thread's first RoPE pair of
+  // LEAN_ROPE, before the task waits (begin(0) done): the angle of this thread's first RoPE pair of
   // block 0 depends on the position and inv_freq only, so its load and sincosf leave the tail
   __device__ void before_wait(const Ctx& c, int nr) {
     const int n = p1 - p0, tid = mk_tid();
-    if (!QK_NORM && tid < (nr / hr) * B * n) {
+    if (LEAN_ROPE && !QK_NORM && tid < (nr / hr) * B * n) {
       sincosf((float)c.pos * gptr<const float>(c, S_INV_FREQ, 0)[p0 + tid % n], &rs, &rc);
       rc *= c.rope_scaling;
       rs *= c.rope_scaling;
@@ -59,7 +59,7 @@ struct QkvKind {
       const int i = idx % n, hb2 = idx / n, b = hb2 % B, hh = hb2 / B;
       if (hb + hh >= NH + NKV) continue;
       float sn, cs;
-      if (LEAN_TAIL && hb == h0 && idx == tid) {
+      if (LEAN_ROPE && hb == h0 && idx == tid) {
         cs = rc;
         sn = rs;
       } else {
@@ -107,7 +107,7 @@ struct ResidKind {
   const float* resid;
   float* y;
   int r0, r1, rb;
-  float rv = 0.0f;  // LEAN_TAIL: this thread's first residual of block 0, loaded right after the wait
+  float rv = 0.0f;  // LEAN_RESID: this thread's first residual of block 0, loaded right after the wait
   __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
   __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * K; }
@@ -116,13 +116,13 @@ struct ResidKind {
   // on), so its load goes out with the input's instead of after the dot products (begin(0) done)
   __device__ void after_wait(const Ctx& c, int nr) {
     const int idx = mk_tid();
-    if (idx < nr * B) rv = mk_ld_act(resid + (size_t)(idx / nr) * H + rb + idx % nr);
+    if (LEAN_RESID && idx < nr * B) rv = mk_ld_act(resid + (size_t)(idx / nr) * H + rb + idx % nr);
   }
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
     for (int idx = mk_tid(); idx < nr * B; idx += NT) {
       const int b = idx / nr, j = idx % nr;
       const size_t o = (size_t)b * H + rb + j;  // both outputs are [B, H]
-      put_f32(y + o, ((LEAN_TAIL && rb == r0 && idx == mk_tid()) ? rv : mk_ld_act(resid + o)) + out[j * B + b]);
+      put_f32(y + o, ((LEAN_RESID && rb == r0 && idx == mk_tid()) ? rv : mk_ld_act(resid + o)) + out[j * B + b]);
     }
   }
 };
