@@ -111,9 +111,9 @@ for part in ("resid", "comb", "rope"):
                      for v in ("b1-atomic", "q8-b1-atomic")})
     VARIANTS.update({f"{v}-only{part}": (*VARIANTS[v][:4], {**VARIANTS[v][4], **LEAN_OFF, f"lean_{part}": True})
                      for v in ("b1-atomic", "q8-b1-atomic")})
-for kb in (32, 64, 128, 256):
+for kb in (64, 128, 192, 256):
     VARIANTS.update({f"{v}-l2a{kb}k": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_l2_ahead": kb * 1024})
-                     for v in ("b1-atomic", "q8-b1-atomic")})
+                     for v in ("b1-atomic", "q8-b1-atomic", "b1-atomic-nolean", "q8-b1-atomic-nolean")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

@@ -100,8 +100,8 @@ class CodegenOptions:
     lean_resid: bool = True
     lean_comb: bool = True
     lean_rope: bool = True
-    # the weight pipeline's producer pulls the next GEMV task's first bytes into L2 (at most this many
-    # per task, 0: off) when it starts a task's pages, so HBM keeps streaming while the pages are full
+    # the weight pipeline's producer also walks its pages this many bytes ahead of its copies and pulls
+    # their rows into L2 (0: off), so HBM keeps streaming while every page of the ring is full
     pipe_l2_ahead: int = 0
 
     def knobs(self) -> PlanKnobs:
