@@ -101,19 +101,12 @@ VARIANTS.update({f"{v}-noahead": (*VARIANTS[v][:4], {**VARIANTS[v][4], "task_ahe
 # relaxed counter polls and one acquire fence per wait (CodegenOptions.acquire_once, docs/sync.md)
 VARIANTS.update({f"{v}-acq1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "acquire_once": True})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "q8-b8-atomic")})
-# lean tails (CodegenOptions.lean_tail, on by default) against the tails as before; the producer's
-# L2 lookahead of the next task's first bytes (CodegenOptions.pipe_l2_ahead)
-LEAN_OFF = {"lean_resid": False, "lean_comb": False, "lean_rope": False}
-VARIANTS.update({f"{v}-nolean": (*VARIANTS[v][:4], {**VARIANTS[v][4], **LEAN_OFF})
+# o-proj's early combine (CodegenOptions.lean_comb, on by default) against the combine after the
+# split weights; attention's scores by lanes per position (attn_lanes) against a thread per position
+VARIANTS.update({f"{v}-nocomb": (*VARIANTS[v][:4], {**VARIANTS[v][4], "lean_comb": False})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
-for part in ("resid", "comb", "rope"):
-    VARIANTS.update({f"{v}-no{part}": (*VARIANTS[v][:4], {**VARIANTS[v][4], f"lean_{part}": False})
-                     for v in ("b1-atomic", "q8-b1-atomic")})
-    VARIANTS.update({f"{v}-only{part}": (*VARIANTS[v][:4], {**VARIANTS[v][4], **LEAN_OFF, f"lean_{part}": True})
-                     for v in ("b1-atomic", "q8-b1-atomic")})
-for kb in (64, 128, 192, 256):
-    VARIANTS.update({f"{v}-l2a{kb}k": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_l2_ahead": kb * 1024})
-                     for v in ("b1-atomic", "q8-b1-atomic", "b1-atomic-nolean", "q8-b1-atomic-nolean")})
+VARIANTS.update({f"{v}-thread": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_lanes": False})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "q8-b8-atomic")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

@@ -93,16 +93,12 @@ class CodegenOptions:
     # H200 (llama-3.2-1b b1, same call): 0.881 ms/token with it, 0.877 without, so it is off; the
     # tensor-core kernels have no registers for it anyway (spills at batch 32)
     task_ahead: bool = False
-    # a GEMV task's loads that need no result of its own leave its tail (the weight-pipeline path,
-    # batch 1, has them): o-proj's and down's residual loaded right after the wait (lean_resid),
-    # o-proj's split outputs loaded while the split weights are computed (lean_comb: one round trip
-    # to L2 after the wait instead of two), qkv's RoPE angles before the wait (lean_rope)
-    lean_resid: bool = True
+    # batch 1 (the weight-pipeline path): o-proj loads the split attention outputs before the
+    # split weights are computed, so its input costs one round trip to L2 after the wait instead of
+    # two (H200, llama-3.2-1b b1: 0.870 against 0.877 ms/token, same call). Measured and dropped:
+    # loading o-proj's and down's residual right after the wait (qwen3-8b +0.9 %), qkv's RoPE angles
+    # before the wait (+1 %), an L2 prefetch of the pages ahead of the producer's copies (+28 %)
     lean_comb: bool = True
-    lean_rope: bool = True
-    # the weight pipeline's producer also walks its pages this many bytes ahead of its copies and pulls
-    # their rows into L2 (0: off), so HBM keeps streaming while every page of the ring is full
-    pipe_l2_ahead: int = 0
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -196,13 +192,9 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     ATT_CH = plan.attn_chunk
     off = plan.offsets()
     mma_consts = dict(KCB=plan.kcb, XST=plan.kcb + 32, RING=ring) if mma else {}
-    # lean tails and the producer's L2 lookahead are parts of the pipeline path (its GEMV task alone
-    # calls the kinds' before/after-wait hooks); elsewhere they are off
+    # the early combine is part of the pipeline path (its GEMV task alone has it)
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=PIPE_ROWS, PIPE_COLS=PIPE_COLS,
-                       LEAN_RESID=int(o.lean_resid and plan.pipe_slots > 0),
-                       LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0),
-                       LEAN_ROPE=int(o.lean_rope and plan.pipe_slots > 0),
-                       PIPE_L2_AHEAD=o.pipe_l2_ahead if plan.pipe_slots > 0 else 0)
+                       LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

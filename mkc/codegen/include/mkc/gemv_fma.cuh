@@ -172,6 +172,9 @@ __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* n
 // thread issues its loads of the splits' outputs first, then the first NH threads load the
 // log-sum-exps and compute the split weights into shared memory (attn_weights' arithmetic, so the
 // same bits) while those loads are in flight; a barrier, and each thread combines its values.
+// Only where a thread's loads fit in COMB_EARLY_MAX float4 registers (llama-3.2-1b, 8 splits: 16;
+// qwen3-8b's 4096 columns need 32, and measured 1.2 % slower on the H200 with them in flight).
+constexpr int COMB_EARLY_MAX = 16;
 template <int K>
 __device__ __forceinline__ void stage_x_comb(const float* x, const float* lse, float* xs) {
   static_assert(B == 1 && K % 4 == 0 && HD % 4 == 0 && NH <= NT, "one batch row, whole float4s of a head");
@@ -267,14 +270,12 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
   float* out = smem_f(OFF_OUT);
   float* rs = smem_f(OFF_RS);
   float* ssp = smem_f(OFF_SSP);
-  if constexpr (LEAN_ROPE) kd.before_wait(c, kd.begin(0));
   if (!wait_task(c, t, s_abort)) return false;
-  if constexpr (LEAN_RESID) kd.after_wait(c, kd.begin(0));
   if constexpr (NORM) {
     for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
     mk_barrier();
   }
-  if constexpr (LEAN_COMB && COMB) {
+  if constexpr (LEAN_COMB && COMB && (K / 4 + NT - 1) / NT * ATT_SPLIT <= COMB_EARLY_MAX) {
     stage_x_comb<K>(x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
   } else {
     attn_weights<COMB>(lse);

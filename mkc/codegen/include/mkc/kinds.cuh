@@ -13,7 +13,6 @@ namespace mk {
 struct QkvKind {
   const unsigned short *wq, *wk, *wv;
   int layer, h0, h1, p0, p1, hr, hb;
-  float rc = 1.0f, rs = 0.0f;  // LEAN_ROPE: this thread's first RoPE cos/sin, taken before the wait
   __device__ int per_block() const { return max(1, QKV_ROWS / hr); }  // heads per output block
   __device__ int blocks() const { return (h1 - h0 + per_block() - 1) / per_block(); }
   __device__ int begin(int blk) { hb = h0 + blk * per_block(); return min(per_block(), h1 - hb) * hr; }
@@ -29,17 +28,6 @@ struct QkvKind {
     if (head < NH + NKV) return wk + (size_t)((head - NH) * HD + r) * H;
     return wv + (size_t)((head - NH - NKV) * HD + r) * H;
   }
-  // LEAN_ROPE, before the task waits (begin(0) done): the angle of this thread's first RoPE pair of
-  // block 0 depends on the position and inv_freq only, so its load and sincosf leave the tail
-  __device__ void before_wait(const Ctx& c, int nr) {
-    const int n = p1 - p0, tid = mk_tid();
-    if (LEAN_ROPE && !QK_NORM && tid < (nr / hr) * B * n) {
-      sincosf((float)c.pos * gptr<const float>(c, S_INV_FREQ, 0)[p0 + tid % n], &rs, &rc);
-      rc *= c.rope_scaling;
-      rs *= c.rope_scaling;
-    }
-  }
-  __device__ void after_wait(const Ctx& c, int nr) {}
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
     const int nhb = nr / hr, n = p1 - p0, tid = mk_tid(), lane = lane_id();
     if constexpr (QKV_BIAS) {
@@ -59,14 +47,9 @@ struct QkvKind {
       const int i = idx % n, hb2 = idx / n, b = hb2 % B, hh = hb2 / B;
       if (hb + hh >= NH + NKV) continue;
       float sn, cs;
-      if (LEAN_ROPE && hb == h0 && idx == tid) {
-        cs = rc;
-        sn = rs;
-      } else {
-        sincosf((float)c.pos * inv[p0 + i], &sn, &cs);
-        cs *= c.rope_scaling;
-        sn *= c.rope_scaling;
-      }
+      sincosf((float)c.pos * inv[p0 + i], &sn, &cs);
+      cs *= c.rope_scaling;
+      sn *= c.rope_scaling;
       float* o1 = out + (hh * hr + i) * B + b;
       float* o2 = out + (hh * hr + n + i) * B + b;
       const float x1 = *o1, x2 = *o2;
@@ -107,22 +90,14 @@ struct ResidKind {
   const float* resid;
   float* y;
   int r0, r1, rb;
-  float rv = 0.0f;  // LEAN_RESID: this thread's first residual of block 0, loaded right after the wait
   __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
   __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * K; }
-  __device__ void before_wait(const Ctx& c, int nr) {}
-  // the residual is complete once the task's waits are (its writer precedes what this task waits
-  // on), so its load goes out with the input's instead of after the dot products (begin(0) done)
-  __device__ void after_wait(const Ctx& c, int nr) {
-    const int idx = mk_tid();
-    if (LEAN_RESID && idx < nr * B) rv = mk_ld_act(resid + (size_t)(idx / nr) * H + rb + idx % nr);
-  }
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
     for (int idx = mk_tid(); idx < nr * B; idx += NT) {
       const int b = idx / nr, j = idx % nr;
       const size_t o = (size_t)b * H + rb + j;  // both outputs are [B, H]
-      put_f32(y + o, ((LEAN_RESID && rb == r0 && idx == mk_tid()) ? rv : mk_ld_act(resid + o)) + out[j * B + b]);
+      put_f32(y + o, mk_ld_act(resid + o) + out[j * B + b]);
     }
   }
 };
@@ -137,8 +112,6 @@ struct GateUpKind {
   __device__ const unsigned short* row(int j) const {
     return j < nb ? wg + (size_t)(rb + j) * H : wu + (size_t)(rb + j - nb) * H;
   }
-  __device__ void before_wait(const Ctx& c, int nr) {}
-  __device__ void after_wait(const Ctx& c, int nr) {}
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
     for (int idx = mk_tid(); idx < nb * B; idx += NT) {
       const int b = idx / nb, j = idx % nb;
@@ -156,8 +129,6 @@ struct LmHeadKind {
   __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
   __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * H; }
-  __device__ void before_wait(const Ctx& c, int nr) {}
-  __device__ void after_wait(const Ctx& c, int nr) {}
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
     for (int idx = mk_tid(); idx < nr * B; idx += NT) {
       const int b = idx / nr, j = idx % nr;

@@ -129,10 +129,6 @@ __device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, in
   if (tid == 0 && bytes >= 16u)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes & ~15u) : "memory");
 }
-// the calling lane asks the copy engine to pull [p, p + bytes) into L2 (16-byte aligned)
-__device__ __forceinline__ void mk_prefetch_l2_lane(const void* p, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes & ~15u) : "memory");
-}
 #else
 // every thread prefetches a share of the 128-byte lines of [p, p + bytes) into L2
 __device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {
