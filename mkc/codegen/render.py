@@ -70,6 +70,9 @@ class CodegenOptions:
     # attention loads its first K/V rows, pointers and q/k-norm immutables before waiting on q
     # (docs/sync.md "Attention's loads before its wait"); False: after it, the baseline to measure against
     attn_early: bool = True
+    # attention's scores: ATT_D8 lanes per position (one 16-byte key word each, shuffles add them);
+    # False: one thread per position, as before
+    attn_lanes: bool = True
     spin_hot: int = 64  # polls before the spin starts to sleep
     spin_max_ns: int = 256  # longest sleep between polls
     mma: bool | None = None  # tensor-core GEMV; None = where the batch is >= 2 and the target has a bf16 MMA
@@ -220,7 +223,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead),  **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), ATT_LANES=int(o.attn_lanes), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead),  **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

@@ -13,6 +13,8 @@ constexpr int ATT_VG = NT / ATT_D8;
 // (taskgraph/plan.py attn_partials sizes OFF_AKV for ATT_NPART of them)
 constexpr int ATT_GRP = ATT_D8 < WARP ? WARP : ATT_D8;
 constexpr int ATT_NPART = NT / ATT_GRP;
+// positions a pass of the scores takes (ATT_D8 lanes each)
+constexpr int ATT_SPP = NT / ATT_D8;
 // 16-byte loads per thread of the K (and of the V) rows loaded before the wait (ATT_PRE positions)
 constexpr int ATT_PRE_LD = (ATT_PRE * ATT_D8 + NT - 1) / NT;
 // preloaded K rows are stored with word e of row r at e ^ (r & ATT_KSW): the scores read one row per
@@ -25,6 +27,7 @@ constexpr int ATT_NR = ATT_NV / 2 > 0 ? ATT_NV / 2 : 1;
 
 static_assert(NT % ATT_D8 == 0 && NT % (HD / 2) == 0, "a block is whole position groups and rotary pairs");
 static_assert(ATT_GRP % ATT_D8 == 0, "a warp holds whole position groups, or a group whole warps");
+static_assert(ATT_D8 <= WARP && (ATT_D8 & (ATT_D8 - 1)) == 0, "a key's 16-byte words are lanes of one warp");
 static_assert(ATT_PRE <= ATT_CH, "the preloaded positions lie in the first tile");
 static_assert(!QK_NORM || (HD / 2) % WARP == 0 || (HD <= WARP && (HD & (HD - 1)) == 0),
               "q/k norm: a rotary pair is in one lane, or in lanes HD/2 apart");
@@ -195,6 +198,43 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   const int pre_end = lo + npre;  // positions [lo, pre_end) are in shared memory
   for (int t0 = lo; t0 < hi; t0 += ATT_CH) {
     const int n = min(ATT_CH, hi - t0);
+    if constexpr (ATT_LANES) {
+    // scores: ATT_D8 lanes per position, one 16-byte word of the key each (q's matching words
+    // broadcast from shared memory), the lanes' partial dot products added with shuffles in a fixed
+    // order; NT / ATT_D8 positions a pass (a thread per position left one warp doing a whole short
+    // split's work in series)
+    for (int tt0 = 0; tt0 < n; tt0 += ATT_SPP) {
+      const int tt = tt0 + tid / ATT_D8, p = t0 + tt, e8 = tid % ATT_D8;
+      uint4 w = make_uint4(0u, 0u, 0u, 0u);
+      if (tt < n) {
+        if (p < pre_end) {
+          w = kv_s[tt * ATT_D8 + (e8 ^ (tt & ATT_KSW))];
+        } else if (QK_NORM && p == c.pos) {  // the new key: written by this task, read from its copy
+          const float* ks = k_s + 8 * e8;
+          w = make_uint4((unsigned)mk_f32_to_bf16(ks[0]) | ((unsigned)mk_f32_to_bf16(ks[1]) << 16),
+                         (unsigned)mk_f32_to_bf16(ks[2]) | ((unsigned)mk_f32_to_bf16(ks[3]) << 16),
+                         (unsigned)mk_f32_to_bf16(ks[4]) | ((unsigned)mk_f32_to_bf16(ks[5]) << 16),
+                         (unsigned)mk_f32_to_bf16(ks[6]) | ((unsigned)mk_f32_to_bf16(ks[7]) << 16));
+        } else {
+          w = mk_ld_cache16(kc + (size_t)p * HD + 8 * e8);
+        }
+      }
+      float sc[NREP];
+#pragma unroll
+      for (int h = 0; h < NREP; ++h) {
+        const float4* qp = reinterpret_cast<const float4*>(q_s + h * HD + 8 * e8);
+        sc[h] = dot8(w, qp[0], qp[1], 0.f);
+      }
+#pragma unroll
+      for (int m = ATT_D8 / 2; m >= 1; m >>= 1)
+#pragma unroll
+        for (int h = 0; h < NREP; ++h) sc[h] += mk_shfl_xor(sc[h], m);
+      if (e8 == 0 && tt < n) {
+#pragma unroll
+        for (int h = 0; h < NREP; ++h) p_s[h * ATT_CH + tt] = sc[h] * c.attn_scale;
+      }
+    }
+    } else {
     // scores: one position per thread, 16-byte loads along head_dim, q broadcast from smem
     for (int tt = tid; tt < n; tt += NT) {
       const int p = t0 + tt;
@@ -231,6 +271,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
       }
 #pragma unroll
       for (int h = 0; h < NREP; ++h) p_s[h * ATT_CH + tt] = sc[h] * c.attn_scale;
+    }
     }
     mk_barrier();
     for (int h = warp; h < NREP; h += NW) {
