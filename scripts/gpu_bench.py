@@ -107,10 +107,6 @@ VARIANTS.update({f"{v}-nocomb": (*VARIANTS[v][:4], {**VARIANTS[v][4], "lean_comb
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
 VARIANTS.update({f"{v}-thread": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_lanes": False})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "q8-b8-atomic")})
-# the producer's L2 walk ahead of its copies (CodegenOptions.pipe_l2_ahead), line prefetches
-for kb in (64, 128, 256):
-    VARIANTS.update({f"{v}-l2L{kb}k": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_l2_ahead": kb * 1024})
-                     for v in ("b1-atomic", "q8-b1-atomic")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

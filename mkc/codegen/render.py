@@ -102,9 +102,6 @@ class CodegenOptions:
     # loading o-proj's and down's residual right after the wait (qwen3-8b +0.9 %), qkv's RoPE angles
     # before the wait (+1 %), an L2 prefetch of the pages ahead of the producer's copies (+28 %)
     lean_comb: bool = True
-    # the weight pipeline's producer also walks its pages this many bytes ahead of its copies and has
-    # its lanes prefetch their rows' lines into L2 (0: off): HBM keeps streaming while the ring is full
-    pipe_l2_ahead: int = 0
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -200,8 +197,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     mma_consts = dict(KCB=plan.kcb, XST=plan.kcb + 32, RING=ring) if mma else {}
     # the early combine is part of the pipeline path (its GEMV task alone has it)
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=PIPE_ROWS, PIPE_COLS=PIPE_COLS,
-                       LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0),
-                       PIPE_L2_AHEAD=o.pipe_l2_ahead if plan.pipe_slots > 0 else 0)
+                       LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

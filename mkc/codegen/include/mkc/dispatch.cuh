@@ -102,73 +102,12 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
 }
 
 #if MKC_HAS_BULK_COPY
-// PIPE_L2_AHEAD: a second walk over the producer's pages (the same tasks, steps and page order), by
-// groups of PIPE_ROWS rows (a group is its K / PIPE_COLS pages), that asks the copy engine to pull
-// each group's rows into L2 (the lanes' line prefetches). It stays PIPE_L2_AHEAD bytes of
-// pages ahead of the producer's copies: while every page of the ring is full (the consumers wait on
-// an event), HBM still streams that far, and those pages' copies then come from L2.
-struct L2Ahead {
-  const Ctx* c;
-  const int* recs;
-  int first, len, step_end;
-  int s, i, blk, r0;
-  unsigned n;  // the producer's page count at the walk's position
-
-  template <int K, class Kind>
-  __device__ bool group(Kind kd, int lane) {  // false past the task's last group
-    if (blk >= kd.blocks()) return false;
-    const int nr = kd.begin(blk), rows = min(PIPE_ROWS, nr - r0);
-    // every lane a share of the group's 128-byte lines (a prefetch instruction each, not the copy
-    // engine: its bulk prefetches queue with the pages' copies)
-    for (int r = 0; r < rows; ++r) {
-      const char* p = reinterpret_cast<const char*>(kd.row(r0 + r));
-      for (int off = 128 * lane; off < K * 2; off += 128 * WARP) mk_prefetch_line_l2(p + off);
-    }
-    n += (unsigned)((K + PIPE_COLS - 1) / PIPE_COLS);
-    r0 += PIPE_ROWS;
-    if (r0 >= nr) { r0 = 0; ++blk; }
-    return true;
-  }
-  __device__ void to(unsigned target) {
-    const int lane = lane_id();
-    while (n < target && s < step_end) {
-      const Task t = load_task(recs + (first + i) * T_SIZE);
-      bool more = false;
-      switch (t.kind) {
-        case K_QKV: more = group<H>(qkv_kind(*c, t), lane); break;
-        case K_OPROJ: more = group<NH * HD>(oproj_kind(*c, t), lane); break;
-        case K_GATEUP: more = group<H>(gateup_kind(*c, t), lane); break;
-        case K_DOWN: more = group<I>(down_kind(*c, t), lane); break;
-        case K_LMHEAD: more = group<H>(lmhead_kind(*c, t), lane); break;
-        default: break;
-      }
-      if (!more) {
-        blk = r0 = 0;
-        if (++i == len) { i = 0; ++s; }
-      }
-    }
-  }
-};
-
-template <int K, class Kind>
-__device__ __forceinline__ bool produce_task(const Ctx& c, Kind& kd, unsigned long long policy, volatile int* s_abort,
-                                             L2Ahead& l2) {
-  if constexpr (PIPE_L2_AHEAD > 0) {
-    return pipe_issue<K>(c, kd, policy, s_abort, l2);
-  } else {
-    NoAhead none;
-    return pipe_issue<K>(c, kd, policy, s_abort, none);
-  }
-}
-
 // The weight pipeline's producer warp (pipe.cuh): every GEMV task of the worker's queue, step after
 // step, in the order the consumers run them. It returns when the block aborts.
 __device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len, int step0, int nsteps, int* s_abort) {
   Ctx c = c0;
   volatile int* abort_flag = s_abort;
   const unsigned long long policy = mk_policy_stream();
-  // (weights do not depend on the step: the walk builds its kinds from c0)
-  L2Ahead l2{&c0, recs, first, len, step0 + nsteps, step0, 0, 0, 0, 0u};
   for (int s = step0; s < step0 + nsteps; ++s) {
     c.step = s;
     c.pos = c0.pos + (s - step0);
@@ -177,11 +116,11 @@ __device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len,
       const Task t = load_task(recs + (first + i) * T_SIZE);
       bool ok = true;
       switch (t.kind) {
-        case K_QKV: { QkvKind kd = qkv_kind(c, t); ok = produce_task<H>(c, kd, policy, abort_flag, l2); break; }
-        case K_OPROJ: { ResidKind<NH * HD> kd = oproj_kind(c, t); ok = produce_task<NH * HD>(c, kd, policy, abort_flag, l2); break; }
-        case K_GATEUP: { GateUpKind kd = gateup_kind(c, t); ok = produce_task<H>(c, kd, policy, abort_flag, l2); break; }
-        case K_DOWN: { ResidKind<I> kd = down_kind(c, t); ok = produce_task<I>(c, kd, policy, abort_flag, l2); break; }
-        case K_LMHEAD: { LmHeadKind kd = lmhead_kind(c, t); ok = produce_task<H>(c, kd, policy, abort_flag, l2); break; }
+        case K_QKV: { QkvKind kd = qkv_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
+        case K_OPROJ: { ResidKind<NH * HD> kd = oproj_kind(c, t); ok = pipe_issue<NH * HD>(c, kd, policy, abort_flag); break; }
+        case K_GATEUP: { GateUpKind kd = gateup_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
+        case K_DOWN: { ResidKind<I> kd = down_kind(c, t); ok = pipe_issue<I>(c, kd, policy, abort_flag); break; }
+        case K_LMHEAD: { LmHeadKind kd = lmhead_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
         default: break;
       }
       if (!ok) return;

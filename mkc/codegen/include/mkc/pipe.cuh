@@ -56,15 +56,8 @@ __device__ void pipe_drain(const Ctx& c, unsigned n) {
 
 // The producer's side of one GEMV task: kd's rows (Kind: blocks/begin/row as kinds.cuh), K columns
 // each. False when the consumers stopped (an abort, or decode's early exit: they free no more pages).
-//
-// Ahead (PIPE_L2_AHEAD, dispatch.cuh's L2Ahead): after each page, ahead.to(n) pulls into L2 the rows
-// of the pages up to n = this page + PIPE_L2_AHEAD / page bytes, so the copies in flight reach past
-// the pages the ring holds; NoAhead does nothing.
-struct NoAhead {
-  __device__ void to(unsigned) {}
-};
-template <int K, class Kind, class Ahead = NoAhead>
-__device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, volatile int* s_abort, Ahead& ahead) {
+template <int K, class Kind>
+__device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, volatile int* s_abort) {
   constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
   const int lane = lane_id();
   const int nblk = kd.blocks();
@@ -92,7 +85,6 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
         if (lane < rows)
           mk_bulk_copy(pipe_page(slot) + lane * PIPE_COLS * 2, kd.row(r0 + lane) + sl * PIPE_COLS, (unsigned)(kw * 2),
                        pipe_full(slot), policy);
-        ahead.to(n + 1u + (unsigned)(PIPE_L2_AHEAD / (PIPE_ROWS * PIPE_COLS * 2)));
       }
     }
   }

@@ -123,8 +123,6 @@ __device__ __forceinline__ uint4 mk_ld_cache16(const void* p) { return __ldcg(re
 __device__ __forceinline__ unsigned short mk_ld_cache_half(const unsigned short* p) { return __ldcg(p); }
 __device__ __forceinline__ uint2 mk_ld_cache_word2(const unsigned* p) { return __ldcg(reinterpret_cast<const uint2*>(p)); }
 __device__ __forceinline__ int mk_ld_table(const int* p) { return __ldg(p); }
-// one 128-byte line into L2 (no register written, nothing waited for)
-__device__ __forceinline__ void mk_prefetch_line_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
 #if MKC_SM >= 90
 // one thread asks the copy engine to pull [p, p + bytes) into L2 (16-byte aligned, multiple of 16)
 __device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {
