@@ -91,6 +91,8 @@ class CodegenOptions:
     # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (batch 1
     # on NVIDIA sm_90+), False: off (weights through registers, as before), True: required
     pipe: bool | None = None
+    # at most this many pages in the pipeline (0: as many as the shared memory holds, up to 12)
+    pipe_pages: int = 0
     # each task's record and its thread's wait/signal entries are read while the task before it runs
     # (off: at the task's start); the step loop then holds two records in registers. Measured on the
     # H200 (llama-3.2-1b b1, same call): 0.881 ms/token with it, 0.877 without, so it is off; the
@@ -106,7 +108,8 @@ class CodegenOptions:
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
         return PlanKnobs(mma=self.mma, ring_stages=self.ring_stages, rows_per_warp=self.rows_per_warp,
-                         loads_in_flight=self.loads_in_flight, attn_chunk=self.attn_chunk, pipe=self.pipe)
+                         loads_in_flight=self.loads_in_flight, attn_chunk=self.attn_chunk, pipe=self.pipe,
+                         pipe_pages=self.pipe_pages)
 
 
 @dataclass(frozen=True)

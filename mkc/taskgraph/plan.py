@@ -43,6 +43,7 @@ class PlanKnobs:
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0: by batch size
     attn_chunk: int = 256  # positions per attention tile
     pipe: bool | None = None  # the cross-task weight pipeline; None: where planned (batch 1, bulk copies)
+    pipe_pages: int = 0  # the pipeline's pages at most; 0: as many as fit, up to PIPE_MAX_SLOTS
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,7 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         # pages and their mbarriers (full, empty) first, disjoint from both task layouts, in what
         # the block's shared memory leaves (at most PIPE_MAX_SLOTS pages)
         free = target.smem_per_block - flag - 16
-        pipe_slots = min(PIPE_MAX_SLOTS, free // (PIPE_PAGE + 16))
+        pipe_slots = min(o.pipe_pages or PIPE_MAX_SLOTS, PIPE_MAX_SLOTS, free // (PIPE_PAGE + 16))
         if pipe_slots >= 2:
             base = _align(pipe_slots * PIPE_PAGE + 2 * 8 * pipe_slots)
             regions = [("OFF_PIPE", 0, pipe_slots * PIPE_PAGE), ("OFF_MBAR", pipe_slots * PIPE_PAGE, 16 * pipe_slots)] + \
