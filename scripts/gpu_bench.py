@@ -109,7 +109,7 @@ VARIANTS.update({f"{v}-thread": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_lane
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "q8-b8-atomic")})
 # fewer pages in the weight pipeline (CodegenOptions.pipe_pages): fewer bytes queued at HBM per SM
 VARIANTS.update({f"{v}-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_pages": n})
-                 for v in ("b1-atomic", "q8-b1-atomic") for n in (4, 6, 8)})
+                 for v in ("b1-atomic", "q8-b1-atomic") for n in (4, 6, 8, 10, 11, 12)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

@@ -91,7 +91,7 @@ class CodegenOptions:
     # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (batch 1
     # on NVIDIA sm_90+), False: off (weights through registers, as before), True: required
     pipe: bool | None = None
-    # at most this many pages in the pipeline (0: as many as the shared memory holds, up to 12)
+    # at most this many pages in the pipeline, up to 12 (0: 8, taskgraph/plan.py PIPE_DEFAULT_PAGES)
     pipe_pages: int = 0
     # each task's record and its thread's wait/signal entries are read while the task before it runs
     # (off: at the task's start); the step loop then holds two records in registers. Measured on the

@@ -56,6 +56,18 @@ class PipeCost:
     hop_us: float = HOP_US  # per dependency hop between workers
     task_overhead_us: float = TASK_OVERHEAD_US  # fixed cost of every task
     hbm_fraction: float = HBM_FRACTION  # of the datasheet bandwidth, shared by every SM
+    # how long a page's bytes are queued at HBM once the producer asks for them: of the pages'
+    # bytes, bandwidth x this much is in flight and cannot be ahead of the tasks (Little's law)
+    page_latency_us: float = 0.0
+    # a piped GEMV task's time after its last weight byte (its epilogue and signal), which the
+    # stream cannot hide; task_overhead_us is the part before that can overlap the stream
+    tail_us: float = 0.0
+    # from a task's end (its signal) to the next task of its worker starting to wait: reading the
+    # next task's record and entries
+    dispatch_us: float = 0.0
+    # how much later than their median the last of an event's producers signals (tasks of one phase
+    # do not end together on the device; the model's do): added to the hop of a many-producer event
+    straggle_us: float = 0.0
     # kind -> factor on the work (not the overhead) of tasks that stream their own bytes
     kind_scale: dict[str, float] = field(default_factory=dict)
 
@@ -127,7 +139,9 @@ def load_calibration(path: str | Path) -> CostModel:
 
 
 # what a calibration file's pipeline constants may be: [lo, hi)
-PIPE_LIMITS = {"hop_us": (0.0, 1e3), "task_overhead_us": (0.0, 1e3), "hbm_fraction": (0.01, 2.0)}
+PIPE_LIMITS = {"hop_us": (0.0, 1e3), "task_overhead_us": (0.0, 1e3), "hbm_fraction": (0.01, 2.0),
+               "page_latency_us": (0.0, 1e3), "tail_us": (0.0, 1e3), "dispatch_us": (0.0, 1e3),
+               "straggle_us": (0.0, 1e3)}
 
 
 def _kind_scale(path: Path, what: str, scale) -> dict[str, float]:

@@ -8,7 +8,9 @@ in which every task has stamps, and its samples from the second of them on where
 - ``hop_us``: the median, over tasks whose worker reached them before their latest producer (on
   another worker) ended, of start less that end. A median: a poll that loses its slot to another
   warp is an outlier, not a change of the hop.
-- ``hbm_fraction`` and ``task_overhead_us``: least squares on the piped GEMV tasks' durations.
+- ``hbm_fraction``, ``task_overhead_us``, ``page_latency_us`` and ``tail_us``: least squares on
+  the piped GEMV tasks' durations, the latency over a grid (0 to 8 us, then a finer one around its
+  best point), the bandwidth for each latency as below, the tail the mean of what the rest leaves.
   Each worker's producer is replayed from the *measured* starts (``pipemodel.produce``), so the
   stream is fitted apart from the rest of the model's errors. For a bandwidth the overhead is the
   mean of duration - compute over the tasks whose weights had all arrived when they started (their
@@ -17,8 +19,11 @@ in which every task has stamps, and its samples from the second of them on where
   the bandwidth is not when no task waited for its stream (tiny models prefetch everything), and
   the overhead is not when no task had all its weights at its start (big tasks on qwen3-8b never
   do: their durations are the stream's alone).
-- ``kind_scale``: for each of ``CALIBRATED_KINDS`` whose tasks stream their own bytes, the median of
-  (duration - overhead) / work.
+- ``dispatch_us``: the median gap from a task's end to its worker's next task's wait start.
+- ``straggle_us``: the median, over the events of ``STRAGGLE_PRODUCERS`` producers or more and the
+  steps, of the last producer's end less the producers' median end.
+- ``kind_scale``: for each kind whose tasks stream their own bytes (attention included, at the
+  traced context), the median of (duration - overhead) / work.
 
 Constants a trace cannot determine keep the prior's values; ``fitted`` says which were fitted.
 """
@@ -32,7 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mkc.schedule.cost import DEFAULT_COST, PIPE_LIMITS, CostModel, PipeCost
-from mkc.schedule.pipemodel import Parts, produce, task_parts
+from mkc.schedule.pipemodel import STRAGGLE_PRODUCERS, Parts, effective_capacity, produce, task_parts
 from mkc.schedule.timeline import Deps
 from mkc.target import Target
 from mkc.taskgraph.ir import TaskGraph
@@ -73,23 +78,57 @@ def fit_pipe(tg: TaskGraph, queues: Sequence[Sequence[int]], target: Target, sta
         fitted.append("hop_us")
         samples["hop_us"] = int(hops.size)
 
+    # the dispatch gap: a worker's task end to its next task's wait start (medians, as the hop)
+    gaps = np.concatenate([(ws[first:, q[1:]] - en[first:, q[:-1]]).ravel() for q in queues if len(q) > 1] or [np.zeros(0)])
+    gaps = gaps[np.isfinite(gaps)]
+    if gaps.size:
+        pc = replace(pc, dispatch_us=_clip("dispatch_us", max(0.0, float(np.median(gaps)))))
+        fitted.append("dispatch_us")
+        samples["dispatch_us"] = int(gaps.size)
+
+    # the straggle: per many-producer event and step, its last producer's end less their median end
+    deps = Deps.from_taskgraph(tg)
+    lag = [en[first:, list(p)].max(1) - np.median(en[first:, list(p)], 1) for p in deps.prod if len(p) >= STRAGGLE_PRODUCERS]
+    lag = np.concatenate(lag) if lag else np.zeros(0)
+    lag = lag[np.isfinite(lag)]
+    if lag.size:
+        pc = replace(pc, straggle_us=_clip("straggle_us", float(np.median(lag))))
+        fitted.append("straggle_us")
+        samples["straggle_us"] = int(lag.size)
+
     parts = task_parts(tg, target, prior, pipe_slots)
     bw_of = lambda frac: prior.bw_per_sm(target, frac)  # noqa: E731
     rms = math.nan
     piped = np.asarray(parts.pipe_bytes) > 0
     if parts.capacity and piped.any():
         stream = _Stream(parts, queues, piped, ws, st, en, first)
-        loss = lambda f: stream.loss(bw_of(f), pc.task_overhead_us)[0]  # noqa: E731
-        lo, hi = PIPE_LIMITS["hbm_fraction"]
-        grid = np.geomspace(0.05, min(hi, 1.5), 32)
-        i = int(np.argmin([loss(f) for f in grid]))
-        fine = np.linspace(grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)], 65)  # then around the best
-        frac = float(fine[int(np.argmin([loss(f) for f in fine]))])
-        sse, o, n_ready, n_bound = stream.loss(bw_of(frac), pc.task_overhead_us)
+
+        def fit_bw(lat: float) -> tuple[float, float]:  # (squared error, fraction) at a page latency
+            def loss(f: float) -> float:
+                bw = bw_of(f)
+                return stream.loss(bw, pc.task_overhead_us, effective_capacity(parts.capacity, bw, lat))[0]
+
+            lo, hi = PIPE_LIMITS["hbm_fraction"]
+            grid = np.geomspace(0.05, min(hi, 1.5), 32)
+            i = int(np.argmin([loss(f) for f in grid]))
+            fine = np.linspace(grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)], 65)  # then around the best
+            f = float(fine[int(np.argmin([loss(x) for x in fine]))])
+            return loss(f), f
+
+        lats = np.arange(0.0, 8.01, 1.0)
+        errs = [fit_bw(x) for x in lats]
+        j = int(np.argmin([e for e, _ in errs]))
+        near = np.arange(max(0.0, lats[j] - 0.75), lats[j] + 0.76, 0.25)
+        lat, (_, frac) = min(((x, fit_bw(x)) for x in near), key=lambda r: r[1][0])
+        bw = bw_of(frac)
+        sse, o, tail, n_ready, n_bound = stream.fit_at(bw, pc.task_overhead_us, effective_capacity(parts.capacity, bw, lat))
         if n_bound:
-            pc = replace(pc, hbm_fraction=_clip("hbm_fraction", frac))
-            fitted.append("hbm_fraction")
-            samples["hbm_fraction"] = n_bound
+            pc = replace(pc, tail_us=_clip("tail_us", tail))
+            fitted.append("tail_us")
+            samples["tail_us"] = n_bound
+            pc = replace(pc, hbm_fraction=_clip("hbm_fraction", frac), page_latency_us=_clip("page_latency_us", lat))
+            fitted += ["hbm_fraction", "page_latency_us"]
+            samples["hbm_fraction"] = samples["page_latency_us"] = n_bound
         if n_ready:
             pc = replace(pc, task_overhead_us=_clip("task_overhead_us", o))
             fitted.append("task_overhead_us")
@@ -99,7 +138,10 @@ def fit_pipe(tg: TaskGraph, queues: Sequence[Sequence[int]], target: Target, sta
     work = parts.work(bw_of(pc.hbm_fraction))
     dur = (en - st)[first:]
     scale = dict(pc.kind_scale)
-    for kind in CALIBRATED_KINDS:
+    # every kind whose tasks stream their own bytes, attention too (its factor holds at the traced
+    # context: the scheduler's model leaves it uncalibrated for that reason, the replay of a trace
+    # needs it)
+    for kind in dict.fromkeys(t.kind for t in tg.tasks if not piped[t.id]):
         ids = [t.id for t in tg.tasks if t.kind == kind and not piped[t.id] and work[t.id] > 0]
         if ids:
             r = np.median((dur[:, ids] - pc.task_overhead_us) / work[ids])
@@ -182,25 +224,42 @@ class _Stream:
         self.n = int(self.sample.sum())
         self.capacity = parts.capacity
 
-    def stream_us(self, bw: float) -> np.ndarray:
-        """[W, M]: from each task's start to the arrival of its last weight byte, at ``bw``."""
+    def stream_us(self, bw: float, capacity: float | None = None) -> np.ndarray:
+        """[W, M]: from each task's start to the arrival of its last weight byte, at ``bw``, with
+        ``capacity`` bytes that can be ahead (the pages', by default)."""
+        capacity = self.capacity if capacity is None else capacity
         W, M = self.start.shape
         t0, a0, through = self.t0.copy(), np.zeros(W), np.zeros(W)
         out = np.zeros((W, M))
         for j in range(M):
             s = self.start[:, j]
-            a0, through, last = produce(t0, a0, through, s, self.nbytes[:, j], self.capacity, bw)
+            a0, through, last = produce(t0, a0, through, s, self.nbytes[:, j], capacity, bw)
             t0 = s
             out[:, j] = last - s
         return out
 
-    def loss(self, bw: float, o_prior: float) -> tuple[float, float, int, int]:
-        """(squared error, overhead, tasks it was fitted from, tasks bound by the stream) at ``bw``.
-        The overhead is the least squares one of the tasks whose weights had all arrived when they
-        started (their duration is overhead + compute), ``o_prior`` without any."""
-        a = self.stream_us(bw)[self.sample]
+    def loss(self, bw: float, o_prior: float, capacity: float | None = None) -> tuple[float, float, int, int]:
+        """(squared error, overhead, tasks it was fitted from, tasks bound by the stream) at ``bw``."""
+        sse, o, _, n_ready, n_bound = self.fit_at(bw, o_prior, capacity)
+        return sse, o, n_ready, n_bound
+
+    def fit_at(self, bw: float, o_prior: float, capacity: float | None = None):
+        """(squared error, overhead, tail, tasks the overhead was fitted from, tasks whose stream
+        ended after overhead + compute) at ``bw``. A duration is max(overhead + compute, stream) +
+        tail: the overhead from the tasks whose weights had all arrived at their start, the tail
+        from those the stream held up, alternately (without the latter the tail is 0 and the
+        overhead holds both; without the former the overhead is ``o_prior``)."""
+        a = self.stream_us(bw, capacity)[self.sample]
         c = np.maximum(self.own / bw, self.flop)[self.sample]
         d = self.dur[self.sample]
         ready = a <= 0
-        o = float(np.mean((d - c)[ready])) if ready.any() else o_prior
-        return float(((np.maximum(o + c, a) - d) ** 2).sum()), o, int(ready.sum()), int((a > o + c).sum())
+        o, tail = (float(np.mean((d - c)[ready])) if ready.any() else o_prior), 0.0
+        for _ in range(4):
+            bound = a > o + c
+            if not bound.any():
+                break
+            tail = max(0.0, float(np.mean((d - a)[bound])))
+            if ready.any():
+                o = float(np.mean((d - c - tail)[ready]))
+        pred = np.maximum(o + c, a) + tail
+        return float(((pred - d) ** 2).sum()), o, tail, int(ready.sum()), int((a > o + c).sum())

@@ -9,10 +9,16 @@ a free page, so a GEMV task's weights partly arrive during the waits and tasks b
 
 - the producer streams the weight bytes of the worker's GEMV tasks at the worker's share of the
   bandwidth, holding at most ``pipe_slots * PIPE_PAGE`` bytes that their task has not consumed; a
-  started task consumes its bytes as they arrive, which frees their pages;
-- a task starts when its worker is free and every event it waits on has fired, plus ``hop_us`` when
+  started task consumes its bytes as they arrive, which frees their pages. Of those pages, the
+  bandwidth times ``page_latency_us`` are still queued at HBM at any time, so the bytes that can be
+  ahead of the tasks are the pages' capacity less that (``effective_capacity``): on the H200 every
+  SM keeps its pages queued and a page waits ~6 us, which leaves little ahead;
+- a task starts when its worker is free (``dispatch_us`` after its previous task ended) and every
+  event it waits on has fired (an event of ``STRAGGLE_PRODUCERS`` or more producers ``straggle_us``
+  later: on the device the last of a phase's tasks ends after the others), plus ``hop_us`` when
   the latest producer ran on another worker (a worker's own release is behind it already);
-- a pipelined GEMV task ends at max(start + overhead + compute, arrival of its last weight byte);
+- a pipelined GEMV task ends at max(start + overhead + compute, arrival of its last weight byte)
+  + ``tail_us`` (its epilogue and signal, after the last byte);
   every other task, and every task of a plan without the pipeline, streams its own bytes after it
   starts: start + overhead + kind factor x max(bytes / bandwidth, flops / flop rate);
 - step s + 1's first tasks (``STEP_START_KINDS``) also wait for every ``STEP_END_KINDS`` task of
@@ -42,6 +48,9 @@ from mkc.target import Target
 from mkc.taskgraph.ir import TaskGraph
 from mkc.taskgraph.kinds import GEMV_KINDS, STEP_END_KINDS, STEP_START_KINDS
 from mkc.taskgraph.plan import PIPE_PAGE
+
+
+STRAGGLE_PRODUCERS = 8  # events with this many producers or more get ``straggle_us``
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,11 @@ def task_parts(tg: TaskGraph, target: Target, cost: CostModel | None = None, pip
     return Parts(tuple(piped), tuple(own), tuple(flop), float(pipe_slots * PIPE_PAGE))
 
 
+def effective_capacity(capacity: float, bw: float, page_latency_us: float) -> float:
+    """The pages' bytes that can have arrived ahead of the tasks: the rest are in flight."""
+    return max(0.0, capacity - bw * page_latency_us) if capacity else 0.0
+
+
 def produce(t0, a0, through, start, nbytes, capacity: float, bw: float):
     """One piped task starting at ``start``: the producer had delivered ``a0`` cumulative bytes at
     ``t0`` (the worker's previous piped start) and holds at most ``capacity`` bytes past ``through``
@@ -113,8 +127,10 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
     parts = task_parts(tg, target, cost, pipe_slots)
     bw = cost.bw_per_sm(target, pc.hbm_fraction)
     work = parts.work(bw).tolist()
+    capacity = effective_capacity(parts.capacity, bw, pc.page_latency_us)
     deps = Deps.from_taskgraph(tg)
     n, W, ne = len(tg.tasks), len(queues), len(deps.prod)
+    many = [len(p) >= STRAGGLE_PRODUCERS for p in deps.prod]
     kind = [t.kind for t in tg.tasks]
     scale = [pc.kind_scale.get(k, 1.0) for k in kind]
     loop_waiters = {t.id for t in tg.tasks if t.kind in STEP_START_KINDS}
@@ -135,14 +151,16 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
             for w, q in enumerate(queues):
                 while head[w] < len(q) and all(left[e] == 0 for e in deps.waits[q[head[w]]]):
                     t = q[head[w]]
-                    s = free[w]
+                    s = free[w] = free[w] + (pc.dispatch_us if head[w] else 0.0)
                     waits = [fire[e] for e in deps.waits[t]] + ([loop] if k and t in loop_waiters else [])
                     for best, at, other in waits:
                         s = max(s, best, (other if at == w else best) + pc.hop_us)
+                    if pc.straggle_us and any(many[e] for e in deps.waits[t]):
+                        s = max(s, max(fire[e][0] for e in deps.waits[t] if many[e]) + pc.hop_us + pc.straggle_us)
                     if parts.pipe_bytes[t]:
-                        a, thru, last = produce(t0[w], a0[w], through[w], s, parts.pipe_bytes[t], parts.capacity, bw)
+                        a, thru, last = produce(t0[w], a0[w], through[w], s, parts.pipe_bytes[t], capacity, bw)
                         t0[w], a0[w], through[w] = s, float(a), float(thru)
-                        e_ = max(s + pc.task_overhead_us + work[t], float(last))
+                        e_ = max(s + pc.task_overhead_us + work[t], float(last)) + pc.tail_us
                     else:
                         e_ = s + pc.task_overhead_us + scale[t] * work[t]
                     arrive[t], start[t], end[t] = free[w], s, e_

@@ -30,6 +30,10 @@ GEMV_MMA, GEMV_FMA = "mma", "fma"
 PIPE_ROWS, PIPE_COLS = 8, 1024
 PIPE_PAGE = PIPE_ROWS * PIPE_COLS * 2
 PIPE_MAX_SLOTS = 12
+# pages unless asked for more (PlanKnobs.pipe_pages): every SM's pages are queued at HBM at once, so
+# a deeper ring also makes each page wait longer there (H200, llama-3.2-1b b1, same call: 4 pages
+# 0.888 ms/token, 6 0.868, 8 0.855, 11 0.868)
+PIPE_DEFAULT_PAGES = 8
 PIPE_REGIONS = ("OFF_PIPE", "OFF_MBAR")
 
 
@@ -43,7 +47,7 @@ class PlanKnobs:
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0: by batch size
     attn_chunk: int = 256  # positions per attention tile
     pipe: bool | None = None  # the cross-task weight pipeline; None: where planned (batch 1, bulk copies)
-    pipe_pages: int = 0  # the pipeline's pages at most; 0: as many as fit, up to PIPE_MAX_SLOTS
+    pipe_pages: int = 0  # the pipeline's pages at most (up to PIPE_MAX_SLOTS); 0: PIPE_DEFAULT_PAGES
 
 
 @dataclass(frozen=True)
@@ -228,9 +232,9 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
     flag = max(gemv_end, at)
     if can_pipe and o.pipe is not False:
         # pages and their mbarriers (full, empty) first, disjoint from both task layouts, in what
-        # the block's shared memory leaves (at most PIPE_MAX_SLOTS pages)
+        # the block's shared memory leaves (at most PIPE_DEFAULT_PAGES, or the pages asked for)
         free = target.smem_per_block - flag - 16
-        pipe_slots = min(o.pipe_pages or PIPE_MAX_SLOTS, PIPE_MAX_SLOTS, free // (PIPE_PAGE + 16))
+        pipe_slots = min(o.pipe_pages or PIPE_DEFAULT_PAGES, PIPE_MAX_SLOTS, free // (PIPE_PAGE + 16))
         if pipe_slots >= 2:
             base = _align(pipe_slots * PIPE_PAGE + 2 * 8 * pipe_slots)
             regions = [("OFF_PIPE", 0, pipe_slots * PIPE_PAGE), ("OFF_MBAR", pipe_slots * PIPE_PAGE, 16 * pipe_slots)] + \
