@@ -174,7 +174,7 @@ __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* n
 // same bits) while those loads are in flight; a barrier, and each thread combines its values.
 // Only where a thread's loads fit in COMB_EARLY_MAX float4 registers (llama-3.2-1b, 8 splits: 16;
 // qwen3-8b's 4096 columns need 32, and measured 1.2 % slower on the H200 with them in flight).
-constexpr int COMB_EARLY_MAX = 16;
+[[maybe_unused]] constexpr int COMB_EARLY_MAX = 16;
 template <int K>
 __device__ __forceinline__ void stage_x_comb(const float* x, const float* lse, float* xs) {
   static_assert(B == 1 && K % 4 == 0 && HD % 4 == 0 && NH <= NT, "one batch row, whole float4s of a head");
