@@ -65,8 +65,8 @@ def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None)
 
 # what the marks inside a task (Megakernel.trace_marks, stamps 3.. of a record) are, per kind
 GEMV_MARKS = ("input staged", "first block's dot products", "epilogues")
-MARKS = {"qkv": GEMV_MARKS, "oproj": GEMV_MARKS, "gateup": GEMV_MARKS, "down": GEMV_MARKS, "lmhead": GEMV_MARKS,
-         "attn": ("q staged", "positions", "outputs")}
+MARKS = {"qkv": GEMV_MARKS + ("RoPE",), "oproj": GEMV_MARKS, "gateup": GEMV_MARKS, "down": GEMV_MARKS,
+         "lmhead": GEMV_MARKS, "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax")}
 
 
 def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dict:

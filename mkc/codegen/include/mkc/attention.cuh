@@ -274,6 +274,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
     }
     }
     mk_barrier();
+    if (t0 == lo) trace_mark(c, 3);  // the first tile's scores
     for (int h = warp; h < NREP; h += NW) {
       float mx = -INFINITY;
       for (int tt = lane; tt < n; tt += WARP) mx = fmaxf(mx, p_s[h * ATT_CH + tt]);
@@ -294,6 +295,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
       }
     }
     mk_barrier();
+    if (t0 == lo) trace_mark(c, 4);  // the first tile's softmax
     // the weighted sum over V: 16-byte words, AV_BATCH in flight per thread
 #pragma unroll
     for (int h = 0; h < NREP; ++h)

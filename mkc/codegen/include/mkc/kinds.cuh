@@ -57,6 +57,7 @@ struct QkvKind {
       *o2 = x2 * cs + x1 * sn;
     }
     mk_barrier();
+    trace_mark(c, 3);  // RoPE
     // q rows -> q buffer (fp32); k/v rows -> cache at pos (bf16 pairs: rows 2m, 2m+1 are adjacent
     // columns of the head, as p0 and p1 are even)
     float* q = lptr<float>(c, layer, R_Q, c.par);
