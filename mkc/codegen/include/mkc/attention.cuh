@@ -14,7 +14,7 @@ constexpr int ATT_VG = NT / ATT_D8;
 constexpr int ATT_GRP = ATT_D8 < WARP ? WARP : ATT_D8;
 constexpr int ATT_NPART = NT / ATT_GRP;
 // positions a pass of the scores takes (ATT_D8 lanes each)
-constexpr int ATT_SPP = NT / ATT_D8;
+[[maybe_unused]] constexpr int ATT_SPP = NT / ATT_D8;
 // 16-byte loads per thread of the K (and of the V) rows loaded before the wait (ATT_PRE positions)
 constexpr int ATT_PRE_LD = (ATT_PRE * ATT_D8 + NT - 1) / NT;
 // preloaded K rows are stored with word e of row r at e ^ (r & ATT_KSW): the scores read one row per
