@@ -130,4 +130,12 @@ __device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float
   return acc;
 }
 
+// A mark inside a traced task (TRACE builds): stamp 3 + k of its record, thread 0 (mkc.trace.MARKS
+// names what each kind marks).
+__device__ __forceinline__ void trace_mark(const Ctx& c, int k) {
+  if constexpr (TRACE) {
+    if (mk_tid() == 0 && c.trace_rec != nullptr) c.trace_rec[3 + k] = mk_globaltimer();
+  }
+}
+
 }  // namespace mk

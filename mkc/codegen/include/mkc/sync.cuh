@@ -179,14 +179,6 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
   return true;
 }
 
-// A mark inside a traced task (TRACE builds): stamp 3 + k of its record, thread 0 (mkc.trace.MARKS
-// names what each kind marks).
-__device__ __forceinline__ void trace_mark(const Ctx& c, int k) {
-  if constexpr (TRACE) {
-    if (mk_tid() == 0 && c.trace_rec != nullptr) c.trace_rec[3 + k] = mk_globaltimer();
-  }
-}
-
 // Publish task t: every thread's outputs are written; one release add per signalled event.
 __device__ void signal_task(const Ctx& c, const Task& t) {
   mk_barrier();
