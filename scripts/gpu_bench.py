@@ -102,11 +102,9 @@ VARIANTS.update({f"{v}-noahead": (*VARIANTS[v][:4], {**VARIANTS[v][4], "task_ahe
 VARIANTS.update({f"{v}-acq1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "acquire_once": True})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "q8-b8-atomic")})
 # o-proj's early combine (CodegenOptions.lean_comb, on by default) against the combine after the
-# split weights; attention's scores by lanes per position (attn_lanes) against a thread per position
+# split weights
 VARIANTS.update({f"{v}-nocomb": (*VARIANTS[v][:4], {**VARIANTS[v][4], "lean_comb": False})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
-VARIANTS.update({f"{v}-thread": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_lanes": False})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "q8-b8-atomic")})
 # fewer pages in the weight pipeline (CodegenOptions.pipe_pages): fewer bytes queued at HBM per SM
 VARIANTS.update({f"{v}-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_pages": n})
                  for v in ("b1-atomic", "q8-b1-atomic") for n in (4, 6, 8, 10, 11, 12)})

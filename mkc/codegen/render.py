@@ -55,6 +55,12 @@ def sample_sizes(batch: int, warps: int, room: int) -> tuple[int, int]:
     return hists, nb
 
 
+# o-proj's early combine keeps a thread's loads of the split outputs in registers: at most this
+# many float4s (llama-3.2-1b, 8 splits: 16; qwen3-8b's 4,096 columns need 32 and measured 1.2 %
+# slower on the H200 with them in flight)
+COMB_EARLY_MAX = 16
+
+
 @dataclass(frozen=True)
 class CodegenOptions:
     """Knobs of the emitted code (defaults are what the tests and benchmarks use)."""
@@ -70,9 +76,6 @@ class CodegenOptions:
     # attention loads its first K/V rows, pointers and q/k-norm immutables before waiting on q
     # (docs/sync.md "Attention's loads before its wait"); False: after it, the baseline to measure against
     attn_early: bool = True
-    # attention's scores: ATT_D8 lanes per position (one 16-byte key word each, shuffles add them);
-    # False: one thread per position, as before
-    attn_lanes: bool = True
     spin_hot: int = 64  # polls before the spin starts to sleep
     spin_max_ns: int = 256  # longest sleep between polls
     mma: bool | None = None  # tensor-core GEMV; None = where the batch is >= 2 and the target has a bf16 MMA
@@ -198,9 +201,12 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     ATT_CH = plan.attn_chunk
     off = plan.offsets()
     mma_consts = dict(KCB=plan.kcb, XST=plan.kcb + 32, RING=ring) if mma else {}
-    # the early combine is part of the pipeline path (its GEMV task alone has it)
+    # the early combine: the pipeline path's o-proj (batch 1) over split attention, where a
+    # thread's loads of the splits' outputs fit in COMB_EARLY_MAX float4 registers
+    comb_loads = -(-NH * HD // 4 // NT) * ATT_SPLIT
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=PIPE_ROWS, PIPE_COLS=PIPE_COLS,
-                       LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0))
+                       LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and ATT_SPLIT > 1
+                                     and comb_loads <= COMB_EARLY_MAX))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
@@ -226,7 +232,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), ATT_LANES=int(o.attn_lanes), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead),  **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

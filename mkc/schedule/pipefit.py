@@ -41,7 +41,7 @@ from mkc.schedule.pipemodel import STRAGGLE_PRODUCERS, Parts, effective_capacity
 from mkc.schedule.timeline import Deps
 from mkc.target import Target
 from mkc.taskgraph.ir import TaskGraph
-from mkc.taskgraph.kinds import CALIBRATED_KINDS, STEP_END_KINDS, STEP_START_KINDS
+from mkc.taskgraph.kinds import STEP_END_KINDS, STEP_START_KINDS
 
 
 

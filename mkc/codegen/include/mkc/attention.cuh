@@ -14,7 +14,7 @@ constexpr int ATT_VG = NT / ATT_D8;
 constexpr int ATT_GRP = ATT_D8 < WARP ? WARP : ATT_D8;
 constexpr int ATT_NPART = NT / ATT_GRP;
 // positions a pass of the scores takes (ATT_D8 lanes each)
-[[maybe_unused]] constexpr int ATT_SPP = NT / ATT_D8;
+constexpr int ATT_SPP = NT / ATT_D8;
 // 16-byte loads per thread of the K (and of the V) rows loaded before the wait (ATT_PRE positions)
 constexpr int ATT_PRE_LD = (ATT_PRE * ATT_D8 + NT - 1) / NT;
 // preloaded K rows are stored with word e of row r at e ^ (r & ATT_KSW): the scores read one row per
@@ -198,7 +198,6 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   const int pre_end = lo + npre;  // positions [lo, pre_end) are in shared memory
   for (int t0 = lo; t0 < hi; t0 += ATT_CH) {
     const int n = min(ATT_CH, hi - t0);
-    if constexpr (ATT_LANES) {
     // scores: ATT_D8 lanes per position, one 16-byte word of the key each (q's matching words
     // broadcast from shared memory), the lanes' partial dot products added with shuffles in a fixed
     // order; NT / ATT_D8 positions a pass (a thread per position left one warp doing a whole short
@@ -233,45 +232,6 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
 #pragma unroll
         for (int h = 0; h < NREP; ++h) p_s[h * ATT_CH + tt] = sc[h] * c.attn_scale;
       }
-    }
-    } else {
-    // scores: one position per thread, 16-byte loads along head_dim, q broadcast from smem
-    for (int tt = tid; tt < n; tt += NT) {
-      const int p = t0 + tt;
-      float sc[NREP];
-#pragma unroll
-      for (int h = 0; h < NREP; ++h) sc[h] = 0.f;
-      uint4 kw[ATT_D8];
-      if (p < pre_end) {
-#pragma unroll
-        for (int e = 0; e < ATT_D8; ++e) kw[e] = kv_s[tt * ATT_D8 + (e ^ (tt & ATT_KSW))];
-      } else if (QK_NORM && p == c.pos) {  // the new key: written by this task, read from its copy
-#pragma unroll
-        for (int e = 0; e < ATT_D8; ++e) {
-          const float* ks = k_s + 8 * e;
-          kw[e] = make_uint4((unsigned)mk_f32_to_bf16(ks[0]) | ((unsigned)mk_f32_to_bf16(ks[1]) << 16),
-                             (unsigned)mk_f32_to_bf16(ks[2]) | ((unsigned)mk_f32_to_bf16(ks[3]) << 16),
-                             (unsigned)mk_f32_to_bf16(ks[4]) | ((unsigned)mk_f32_to_bf16(ks[5]) << 16),
-                             (unsigned)mk_f32_to_bf16(ks[6]) | ((unsigned)mk_f32_to_bf16(ks[7]) << 16));
-        }
-      } else {
-        const unsigned short* krow = kc + (size_t)p * HD;
-#pragma unroll
-        for (int e = 0; e < ATT_D8; ++e) kw[e] = mk_ld_cache16(krow + 8 * e);
-      }
-#pragma unroll
-      for (int e8 = 0; e8 < ATT_D8; ++e8) {
-        const int e = 8 * e8;
-        const uint4 w = kw[e8];
-#pragma unroll
-        for (int h = 0; h < NREP; ++h) {
-          const float4* qp = reinterpret_cast<const float4*>(q_s + h * HD + e);
-          sc[h] = dot8(w, qp[0], qp[1], sc[h]);
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < NREP; ++h) p_s[h * ATT_CH + tt] = sc[h] * c.attn_scale;
-    }
     }
     mk_barrier();
     if (t0 == lo) trace_mark(c, 3);  // the first tile's scores

@@ -172,9 +172,7 @@ __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* n
 // thread issues its loads of the splits' outputs first, then the first NH threads load the
 // log-sum-exps and compute the split weights into shared memory (attn_weights' arithmetic, so the
 // same bits) while those loads are in flight; a barrier, and each thread combines its values.
-// Only where a thread's loads fit in COMB_EARLY_MAX float4 registers (llama-3.2-1b, 8 splits: 16;
-// qwen3-8b's 4096 columns need 32, and measured 1.2 % slower on the H200 with them in flight).
-[[maybe_unused]] constexpr int COMB_EARLY_MAX = 16;
+// (render.py sets LEAN_COMB only where a thread's loads fit in registers.)
 template <int K>
 __device__ __forceinline__ void stage_x_comb(const float* x, const float* lse, float* xs) {
   static_assert(B == 1 && K % 4 == 0 && HD % 4 == 0 && NH <= NT, "one batch row, whole float4s of a head");
@@ -275,7 +273,7 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
     for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
     mk_barrier();
   }
-  if constexpr (LEAN_COMB && COMB && (K / 4 + NT - 1) / NT * ATT_SPLIT <= COMB_EARLY_MAX) {
+  if constexpr (LEAN_COMB && COMB) {
     stage_x_comb<K>(x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
   } else {
     attn_weights<COMB>(lse);
