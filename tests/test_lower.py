@@ -17,7 +17,7 @@ from mkc.errors import IRCheckError
 from mkc.taskgraph import Region, TaskGraph, lower, summary
 from mkc.taskgraph.lower import SAMPLER_ONLY
 from mkc.taskgraph.events import OwnerGrid, coalesce
-from mkc.taskgraph.tiling import head_tiles, qkv_tiles, row_tiles
+from mkc.taskgraph.tiling import head_tiles, qkv_segments, qkv_tiles, row_tiles
 
 LLAMA_1B = ModelInfo("LlamaForCausalLM", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 1e-5, True, False, False)
 QWEN3_8B = ModelInfo("Qwen3ForCausalLM", "qwen3", 4096, 12288, 36, 32, 8, 128, 151936, 1e-6, False, False, True)
@@ -108,8 +108,9 @@ def test_h200_tiles():
     per = {}
     for t in tg.tasks:
         per.setdefault((t.layer, t.kind), []).append(t)
-    # 48 heads of 64 rows, each in two slices of 16 RoPE pairs (32 rows): 96 tasks on 132 SMs
-    assert [t.args for t in per[(0, "qkv")]] == [(h, h + 1, p, p + 16) for h in range(48) for p in (0, 16)]
+    # 48 heads of 32 RoPE pairs: 128 runs of 12 pairs (24 rows) on 132 SMs, a third of them crossing
+    # a head boundary, rather than 96 slices of 16 pairs (32 rows)
+    assert [t.args for t in per[(0, "qkv")]] == [run_args(s, s + 12, 32) for s in range(0, 48 * 32, 12)]
     # attention: 8 kv heads x 4 splits of the 256-position cache (132 // 8 = 16 would fit; 256 / 64 = 4)
     assert tg.dim("attn_split") == 4 and [t.args for t in per[(0, "attn")]] == [(0, g, s) for g in range(8) for s in range(4)]
     for kind, n in (("oproj", 2048), ("gateup", 8192), ("down", 2048)):
@@ -128,64 +129,98 @@ def test_h200_tiles():
     assert sorted(r.buffer for r in ev["lmhead[*]>argmax"].regions) == ["amax_idx", "amax_part"]
 
 
+def run_args(s: int, e: int, pairs: int) -> tuple[int, int, int, int]:
+    """The (h0, h1, p0, p1) of the run of pairs [s, e) of the head-major pair space."""
+    h1 = (e - 1) // pairs + 1
+    return s // pairs, h1, s % pairs, e - (h1 - 1) * pairs
+
+
 @pytest.mark.parametrize("nh,nkv,hd", [(32, 8, 64), (32, 8, 128), (28, 4, 128), (16, 8, 128), (4, 2, 16),
                                         (8, 1, 64), (14, 2, 64), (64, 8, 128)])
-@pytest.mark.parametrize("workers", [1, 3, 20, 47, 108, 132, 148, 304])
-def test_qkv_tiles_cover_rows_once_and_fill_workers(nh, nkv, hd, workers):
-    tiles = qkv_tiles(nh, nkv, hd, workers)
+@pytest.mark.parametrize("workers", [1, 3, 13, 20, 47, 108, 132, 148, 304])
+@pytest.mark.parametrize("cross", [True, False])
+def test_qkv_tiles_cover_rows_once_and_fill_workers(nh, nkv, hd, workers, cross):
+    tiles = qkv_tiles(nh, nkv, hd, workers, cross=cross)
     n, half = nh + 2 * nkv, hd // 2
     taken = np.zeros((n, hd), int)
+    rows = 0
     for h0, h1, p0, p1 in tiles:
-        assert 0 <= h0 < h1 <= n and 0 <= p0 < p1 <= half
+        assert 0 <= h0 < h1 <= n and 0 <= p0 < half and 0 < p1 <= half
+        segs = qkv_segments(h0, h1, p0, p1, half)
         if (p0, p1) != (0, half):
-            assert h1 == h0 + 1 and p0 % 2 == 0 and p1 % 2 == 0  # one head, whole 32-bit cache words
-        for h in range(h0, h1):
-            if h < nh + nkv:
-                taken[h, p0:p1] += 1
-                taken[h, half + p0: half + p1] += 1
-            else:
-                taken[h, 2 * p0: 2 * p1] += 1
+            assert p0 % 2 == 0 and p1 % 2 == 0  # whole 32-bit cache words
+            # a slice of one head, or (cross) a run of at most half pairs over one head boundary
+            assert h1 == h0 + 1 or (cross and h1 == h0 + 2 and (half - p0) + p1 <= half)
+        assert [(a, b) for a, b, _, _ in segs] == sorted((a, b) for a, b, _, _ in segs)
+        assert segs[0][0] == h0 and segs[-1][1] == h1
+        rows = max(rows, sum((b - a) * 2 * (pb - pa) for a, b, pa, pb in segs))
+        for a, b, pa, pb in segs:
+            for h in range(a, b):
+                if h < nh + nkv:
+                    taken[h, pa:pb] += 1
+                    taken[h, half + pa: half + pb] += 1
+                else:
+                    taken[h, 2 * pa: 2 * pb] += 1
     assert (taken == 1).all()
-    rows = max((h1 - h0) * 2 * (p1 - p0) for h0, h1, p0, p1 in tiles)
     if n < workers:
         assert len(tiles) <= workers
         if len(tiles) > n:
-            # no other even slice size fits the workers with fewer rows per task
+            # no other even slice size fits the workers with fewer rows per task: neither slices of
+            # a head nor (cross) runs over the pair space
             for size in range(2, half, 2):
                 if 2 * size < rows:
                     assert n * -(-half // size) > workers
+                    if cross:
+                        assert -(-n * half // size) > workers
     else:
         assert tiles == [(h0, h1, 0, half) for h0, h1 in head_tiles(n, workers)]
 
 
 def test_qkv_tiles_of_real_models():
-    # llama-3.2-1b (48 heads of 64 rows) on 132 SMs: slices of 16 pairs, 96 tasks of 32 rows
-    assert len(qkv_tiles(32, 8, 64, 132)) == 96
-    assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 64, 132)} == {16}
-    # qwen3-8b (q/k norm or not): 96 tasks of 64 rows
-    assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 128, 132)} == {32}
+    # llama-3.2-1b (48 heads of 32 pairs) on 132 SMs: 128 runs of 12 pairs (24 rows) crossing heads;
+    # slices within a head only: 16 pairs, 96 tasks of 32 rows
+    assert qkv_tiles(32, 8, 64, 132) == [run_args(s, s + 12, 32) for s in range(0, 1536, 12)]
+    assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 64, 132, cross=False)} == {16}
+    assert len(qkv_tiles(32, 8, 64, 132, cross=False)) == 96
+    # qwen3-8b (q/k norm or not): 128 runs of 24 pairs (48 rows) instead of 96 tasks of 64 rows
+    assert qkv_tiles(32, 8, 128, 132) == [run_args(s, s + 24, 64) for s in range(0, 3072, 24)]
+    assert {p1 - p0 for _, _, p0, p1 in qkv_tiles(32, 8, 128, 132, cross=False)} == {32}
+    # qwen3-0.6b (32 heads of 64 pairs): slices of 16 pairs already fill 128 SMs; no run is shorter
+    assert qkv_tiles(16, 8, 128, 132) == [(h, h + 1, p, p + 16) for h in range(32) for p in range(0, 64, 16)]
     # 304 CUs: slices of 6 pairs (12 rows) beat the 8-pair ones (16 rows): 288 tasks
     t = qkv_tiles(32, 8, 64, 304)
     assert len(t) == 288 and max(p1 - p0 for _, _, p0, p1 in t) == 6
 
 
-def test_qkv_slices_write_exact_regions():
+def test_qkv_segments():
+    assert qkv_segments(3, 7, 0, 32, 32) == [(3, 7, 0, 32)]  # whole heads
+    assert qkv_segments(3, 4, 8, 20, 32) == [(3, 4, 8, 20)]  # a slice
+    assert qkv_segments(0, 2, 24, 4, 32) == [(0, 1, 24, 32), (1, 2, 0, 4)]  # a run over one boundary
+    assert qkv_segments(0, 4, 24, 4, 32) == [(0, 1, 24, 32), (1, 3, 0, 32), (3, 4, 0, 4)]
+
+
+def test_qkv_runs_write_exact_regions():
     tg = lower(graph_of(LLAMA_1B, layers=1), get_target("h200"))
     L = tg.max_seq_len
+    crossing = 0
     for t in (t for t in tg.tasks if t.kind == "qkv"):
-        h, _, p0, p1 = t.args
-        w = sorted((r.buffer, r.box) for r in t.writes)
-        if h < 32:
-            assert w == [("q.0", ((0, 1), (h * 64 + p0, h * 64 + p1))), ("q.0", ((0, 1), (h * 64 + 32 + p0, h * 64 + 32 + p1)))]
-        elif h < 40:
-            g = h - 32
-            assert w == [("k_cache.0", ((0, 1), (g, g + 1), (L - 1, L), (p0, p1))),
+        segs = qkv_segments(*t.args, 32)
+        crossing += len(segs) > 1
+        want = []
+        for h, _, p0, p1 in segs:
+            if h < 32:
+                want += [("q.0", ((0, 1), (h * 64 + p0, h * 64 + p1))), ("q.0", ((0, 1), (h * 64 + 32 + p0, h * 64 + 32 + p1)))]
+            elif h < 40:
+                g = h - 32
+                want += [("k_cache.0", ((0, 1), (g, g + 1), (L - 1, L), (p0, p1))),
                          ("k_cache.0", ((0, 1), (g, g + 1), (L - 1, L), (32 + p0, 32 + p1)))]
-        else:
-            g = h - 40
-            assert w == [("v_cache.0", ((0, 1), (g, g + 1), (L - 1, L), (2 * p0, 2 * p1)))]
+            else:
+                g = h - 40
+                want += [("v_cache.0", ((0, 1), (g, g + 1), (L - 1, L), (2 * p0, 2 * p1)))]
+        assert sorted((r.buffer, r.box) for r in t.writes) == sorted(want)
         weights = [r for r in t.reads if r.buffer.endswith("proj.weight")]
-        assert sum(r.size() for r in weights) == 2 * (p1 - p0) * 2048
+        assert sum(r.size() for r in weights) == 2 * 12 * 2048
+    assert crossing == 32  # 47 head boundaries inside the pair space; every third (96, 192 ..) ends a run
 
 
 def test_qk_norm_models_slice_heads_and_norm_keys_in_attention():
@@ -195,7 +230,8 @@ def test_qk_norm_models_slice_heads_and_norm_keys_in_attention():
     tg = lower(graph_of(QWEN3_8B, layers=1), get_target("h200"))
     L = tg.max_seq_len
     qkv = [t for t in tg.tasks if t.kind == "qkv"]
-    assert len(qkv) == 96 and {t.args[3] - t.args[2] for t in qkv} == {32}  # not 48 whole heads
+    assert qkv == sorted(qkv, key=lambda t: t.args) and len(qkv) == 128  # runs of 24 pairs, not 48 whole heads
+    assert {sum(2 * (b - a) * (pb - pa) for a, b, pa, pb in qkv_segments(*t.args, 64)) for t in qkv} == {48}
     assert not any(r.buffer.startswith("k_cache") for t in qkv for r in t.writes)
     assert not any("norm.weight" in r.buffer and "layernorm" not in r.buffer for t in qkv for r in t.reads)
     kr = {x.name: x for x in tg.buffers}["kr.0"]
@@ -268,7 +304,9 @@ def test_attention_waits_only_for_its_heads():
         if s == tg.dim("attn_split") - 1:
             heads |= {nh + g, nh + nkv + g}
         want = {q.id for q in tg.tasks if q.kind == "qkv" and q.layer == t.layer and set(range(*q.args[:2])) & heads}
-        assert deps[t.id] == want and len(want) == 2 * len(heads)  # two slices per head
+        # the runs of 12 pairs that touch those heads' 32 pairs each
+        runs = {p // 12 for h in heads for p in range(32 * h, 32 * h + 32)}
+        assert deps[t.id] == want and len(want) == len(runs)
         assert len(t.waits) == (2 if s == tg.dim("attn_split") - 1 else 1)
 
 

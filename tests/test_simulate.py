@@ -64,6 +64,9 @@ VARIANTS = {
     # 20 workers: every head in two slices of 4 RoPE pairs, with biases
     "qwen2_bias_sliced": (tiny("qwen2", qkv_bias=True), rope_inv_freq(16, 1e6), 1.0, toy(20)),
     "mistral_mqa": (tiny("mistral", n_kv_heads=1), rope_inv_freq(16, 1e6), 1.0, toy(7)),
+    # 13 workers: runs of 6 RoPE pairs over 8-pair heads, crossing head boundaries, q|k among them
+    "qwen2_bias_cross": (tiny("qwen2", qkv_bias=True), rope_inv_freq(16, 1e6), 1.0, toy(13)),
+    "qwen3_qknorm_cross": (tiny("qwen3", qk_norm=True), rope_inv_freq(16, 1e6), 1.0, toy(13)),
 }
 
 

@@ -13,11 +13,14 @@ Activation buffers are fp32 ``[B, N]``; caches are ``[B, nkv, L, hd]``; ``l`` is
 kind        args                   what it does
 ==========  =====================  ===================================================================
 embed       c0, c1                 x0[:, c0:c1] = embed_table[ids[b], c0:c1]  (ids: ``ids`` buffer)
-qkv         h0, h1, p0, p1         pairs [p0, p1) (of hd/2) of heads [h0, h1) of the concatenated
-                                   (q | k | v) head space (nh + 2*nkv heads of hd rows). Rows of a q/k
-                                   head: p0..p1 and hd/2+p0..hd/2+p1 (the RoPE pairs (i, i + hd/2));
-                                   of a v head: 2*p0..2*p1. Whole heads are (p0, p1) = (0, hd/2);
-                                   lowering slices only one head per task, into even pair counts.
+qkv         h0, h1, p0, p1         the pairs [h0*hd/2 + p0, (h1-1)*hd/2 + p1) of the concatenated
+                                   (q | k | v) head space (nh + 2*nkv heads of hd rows, hd/2 pairs
+                                   each): head h takes pairs [pa, pb), p0 in the first head, p1 in the
+                                   last, whole heads between (tiling.qkv_segments). Rows of a q/k head:
+                                   pa..pb and hd/2+pa..hd/2+pb (the RoPE pairs (i, i + hd/2)); of a v
+                                   head: 2*pa..2*pb. Whole heads are (p0, p1) = (0, hd/2); otherwise
+                                   a slice of one head or a run of at most hd/2 pairs crossing one
+                                   head boundary, in even pair counts.
                                    y = rmsnorm(x_in) @ W_rows.T (+bias); q/k heads: RoPE at ``pos``;
                                    q rows -> q[l][:, rows]; k/v rows -> k_cache[l] / v_cache[l] at pos.
                                    With q/k norm (Qwen3) the norm needs whole heads, so qkv leaves q

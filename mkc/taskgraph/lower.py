@@ -30,7 +30,7 @@ from mkc.taskgraph.ir import Buffer, Region, Task, TaskGraph
 from mkc.taskgraph.kinds import KIND, SMEM_ATTN, SMEM_GEMV, SMEM_SMALL
 from mkc.taskgraph.pattern import ModelSpec, match_graph
 from mkc.taskgraph.plan import device_plan
-from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_tiles, row_tiles
+from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_segments, qkv_tiles, row_tiles
 
 SMALL_SMEM = 1024  # embed and argmax stage nothing but a few reduction slots
 
@@ -55,25 +55,31 @@ def _no_gc():
             gc.enable()
 
 
-def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None) -> TaskGraph:
+def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
+          qkv_cross: bool = True, attn_split: int | None = None) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
-    case); ``name``: the model name recorded in the TaskGraph (default the transformers class).
+    case); ``name``: the model name recorded in the TaskGraph (default the transformers class);
+    ``qkv_cross``: qkv tiles may cross a head boundary where that shortens the phase (``qkv_tiles``);
+    ``attn_split``: attention splits per (batch row, kv head), default ``attn_splits``'s choice.
     """
     if isinstance(target, str):
         target = get_target(target)
     with _no_gc():
-        return _lower(graph, target, context, name)
+        return _lower(graph, target, context, name, qkv_cross, attn_split)
 
 
-def _lower(graph: Graph, target: Target, context: int | None, name: str | None) -> TaskGraph:
+def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool = True,
+           attn_split: int | None = None) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
         raise ValueError(f"context {ctx} must be in 1..max_seq_len={graph.max_seq_len}")
-    split = attn_splits(graph.batch, graph.model.n_kv_heads, graph.max_seq_len, target.sms)
-    drafts, plan = make_tasks(graph, spec, target, ctx, split)
+    split = attn_splits(graph.batch, graph.model.n_kv_heads, graph.max_seq_len, target.sms) if attn_split is None else attn_split
+    if not 1 <= split <= graph.max_seq_len:
+        raise ValueError(f"attn_split {split} must be in 1..max_seq_len={graph.max_seq_len}")
+    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
     buffers = make_buffers(graph, spec, n_lm_tiles, split)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
@@ -186,6 +192,7 @@ class _Lowering:
         self.n_rep, self.QD, self.NS = self.nh // self.nkv, self.nh * self.hd, target.sms
         self.plan = device_smem.smem_plan(target, self.B, max(self.H, self.I, self.QD))
         self.drafts: list[Draft] = []
+        self.qkv_cross = True  # qkv tiles may cross a head boundary (tiling.qkv_tiles)
         self._index: dict[tuple[int, str], int] = {}
 
     def add(self, kind: str, layer: int, args, reads, writes, flops, k: int | None = None) -> None:
@@ -215,9 +222,10 @@ SMEM_RULES = {
 }
 
 
-def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1):
+def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1, qkv_cross: bool = True):
     """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
     cx = _Lowering(graph, spec, target, context, S)
+    cx.qkv_cross = qkv_cross
     lower_embed(cx)
     for l in range(cx.info.n_layers):
         lower_qkv(cx, l)
@@ -245,35 +253,38 @@ def lower_qkv(cx: _Lowering, l: int) -> None:
     x_in = names.x_in(l)
     kc, vc = names.k_cache(l), names.v_cache(l)
     qkn = bool(cx.info.qk_norm)
-    for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, cx.NS):
+    for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, cx.NS, cross=cx.qkv_cross):
         reads = [cx.full(x_in, B, H), Region(W(l, "input_norm"), _box((0, H)))]
         writes = []
-        for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
-            a, b = max(h0, s0) - s0, min(h1, s1) - s0
-            if a >= b:
-                continue
-            spans = qkv_rows(a, b, p0, p1, hd, rotary=role != "v")  # row ranges within the role's matrix
-            reads += [cx.rows(W(l, role), r0, r1, H) for r0, r1 in spans]
-            if cx.info.qkv_bias:
-                reads += [Region(W(l, role + "_bias"), _box((r0, r1))) for r0, r1 in spans]
-            for r0, r1 in spans:
-                if role == "q":
-                    writes.append(cx.cols(f"q.{l}", r0, r1))
+        n_rows = roped = 0  # rows the task streams; rows RoPE rotates
+        for ha, hb, pa, pb in qkv_segments(h0, h1, p0, p1, hd // 2):
+            n_rows += (hb - ha) * 2 * (pb - pa)
+            for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
+                a, b = max(ha, s0) - s0, min(hb, s1) - s0
+                if a >= b:
                     continue
-                if role == "k" and qkn:
-                    writes.append(cx.cols(names.k_raw(l), r0, r1))
-                    continue
-                # whole kv heads, or columns of one kv head, at pos
-                g0, g1 = r0 // hd, -(-r1 // hd)
-                d0, d1 = (0, hd) if r0 % hd == 0 and r1 % hd == 0 else (r0 - g0 * hd, r1 - g0 * hd)
-                cache = kc if role == "k" else vc
-                writes.append(Region(cache, _box((0, B), (g0, g1), (L - 1, L), (d0, d1))))
-        roped = 0 if qkn else min(h1, nh + nkv) - h0
+                spans = qkv_rows(a, b, pa, pb, hd, rotary=role != "v")  # row ranges within the role's matrix
+                reads += [cx.rows(W(l, role), r0, r1, H) for r0, r1 in spans]
+                if cx.info.qkv_bias:
+                    reads += [Region(W(l, role + "_bias"), _box((r0, r1))) for r0, r1 in spans]
+                if role != "v" and not qkn:
+                    roped += (b - a) * 2 * (pb - pa)
+                for r0, r1 in spans:
+                    if role == "q":
+                        writes.append(cx.cols(f"q.{l}", r0, r1))
+                        continue
+                    if role == "k" and qkn:
+                        writes.append(cx.cols(names.k_raw(l), r0, r1))
+                        continue
+                    # whole kv heads, or columns of one kv head, at pos
+                    g0, g1 = r0 // hd, -(-r1 // hd)
+                    d0, d1 = (0, hd) if r0 % hd == 0 and r1 % hd == 0 else (r0 - g0 * hd, r1 - g0 * hd)
+                    cache = kc if role == "k" else vc
+                    writes.append(Region(cache, _box((0, B), (g0, g1), (L - 1, L), (d0, d1))))
         if roped > 0:
             reads.append(cx.full("inv_freq", hd // 2))
         reads.append(cx.full("pos", 1))
-        n_rows = (h1 - h0) * 2 * (p1 - p0)
-        flops = 2 * B * n_rows * H + 4 * B * H + 12 * B * max(roped, 0) * 2 * (p1 - p0)
+        flops = 2 * B * n_rows * H + 4 * B * H + 12 * B * roped
         cx.add("qkv", l, (h0, h1, p0, p1), reads, writes, flops, k=H)
 
 

@@ -16,6 +16,7 @@ Caches are fp32 ``[B, nkv, L, hd]`` tensors updated in place, as in ``mkc.captur
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 
 import torch
@@ -25,6 +26,7 @@ from mkc.taskgraph import names
 from mkc.taskgraph.lower import LM_CAND, LM_CAND_WORDS
 from mkc.taskgraph.ir import Task, TaskGraph
 from mkc.taskgraph.kinds import AttnArgs, EmbedArgs, LmheadArgs, NoArgs, QkvArgs, RowArgs, args_of
+from mkc.taskgraph.tiling import qkv_segments
 
 Box = tuple[tuple[int, int], ...]
 
@@ -176,14 +178,15 @@ class _Sim:
     def _qkv(self, t: Task, a: QkvArgs) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
         H, hd, nh, nkv, eps = d["H"], d["hd"], d["nh"], d["nkv"], self.c["rms_eps"]
-        h0, h1, p0, p1 = a.h0, a.h1, a.p0, a.p1
         half = hd // 2
-        whole = (p0, p1) == (0, half)
         xn = _rmsnorm(self.read(t, names.x_in(l), (0, B), (0, H)),
                       self.read(t, names.layer_weight(l, "input_norm"), (0, H)), eps)
         self.read(t, "pos", (0, 1))
-        for role, s0, s1 in (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv)):
-            for h in range(max(h0, s0) - s0, min(h1, s1) - s0):
+        for (ha, hb, p0, p1), (role, s0, s1) in itertools.product(
+                qkv_segments(a.h0, a.h1, a.p0, a.p1, half),
+                (("q", 0, nh), ("k", nh, nh + nkv), ("v", nh + nkv, nh + 2 * nkv))):
+            whole = (p0, p1) == (0, half)
+            for h in range(max(ha, s0) - s0, min(hb, s1) - s0):
                 # the head's rows in task order: [p0, p1) and [hd/2 + p0, hd/2 + p1), or [2p0, 2p1) for v
                 if whole:
                     spans = [(h * hd, (h + 1) * hd)]

@@ -8,9 +8,9 @@ edge) unless a multiple of 8 strictly shortens the most loaded worker (N = 2048 
 tiles of 8 rows instead of 128 of 16; on 108 SMs: 86 tiles of 24 rows instead of 64 of 32).
 
 The qkv op has more structure (``qkv_tiles``): RoPE mixes the pair (i, i + hd/2) of a head, so a
-task may take whole heads or a slice [p0, p1) of a head's hd/2 pairs. Slices are a multiple of
-QKV_PAIR_ALIGN pairs unless a multiple of 2 (whole 32-bit cache words) strictly shortens the
-most loaded worker, as for rows above.
+task takes pairs, not rows: whole heads, a slice [p0, p1) of a head's hd/2 pairs, or a run of
+pairs crossing one head boundary. Slices are a multiple of QKV_PAIR_ALIGN pairs unless a multiple
+of 2 (whole 32-bit cache words) strictly shortens the most loaded worker, as for rows above.
 """
 
 from __future__ import annotations
@@ -48,15 +48,19 @@ def head_tiles(n_heads: int, workers: int) -> list[tuple[int, int]]:
 QKV_PAIR_ALIGN = 8  # 8 pairs: 16 bf16 of a cache row in each rotary half
 
 
-def qkv_tiles(n_q: int, n_kv: int, head_dim: int, workers: int) -> list[tuple[int, int, int, int]]:
+def qkv_tiles(n_q: int, n_kv: int, head_dim: int, workers: int, cross: bool = True) -> list[tuple[int, int, int, int]]:
     """Tiles ``(h0, h1, p0, p1)`` of the q|k|v head space (n_q + 2 * n_kv heads, the last n_kv are v).
 
-    Each task covers the pair slice [p0, p1) of every head in [h0, h1) (ir.py says which rows that
-    is); either whole heads (p0, p1) == (0, hd/2) grouped several to a task, or a slice of one
-    head. The most loaded worker streams ``ceil(tasks / workers) * rows`` weight rows; we take the
-    smallest rows per task whose tiles fit on ``workers`` in one wave (the largest slices reaching
-    it: fewest tasks), else whole heads as ``head_tiles`` does. (A q/k RMSNorm over the head does not
-    stop the slicing: lowering leaves q and k raw then, and attention norms whole heads.)
+    A tile is the run of pairs [h0 * hd/2 + p0, (h1 - 1) * hd/2 + p1) of the head-major pair space
+    (``qkv_segments`` says which pairs of which heads): whole heads (p0, p1) == (0, hd/2) grouped
+    several to a task, a slice of one head, or (``cross``) a run of at most hd/2 pairs that crosses
+    one head boundary. The most loaded worker streams ``ceil(tasks / workers) * rows`` weight rows; we
+    take the smallest rows per task whose tiles fit on ``workers`` in one wave (the largest slices
+    reaching it: fewest tasks), else whole heads as ``head_tiles`` does. Slices within a head are
+    tried first; a run crossing heads is taken only where it strictly shortens the most loaded
+    worker (llama-3.2-1b on 132 SMs: 128 runs of 12 pairs, 24 rows, instead of 96 slices of 32
+    rows). (A q/k RMSNorm over the head does not stop the slicing: lowering leaves q and k raw
+    then, and attention norms whole heads.)
     """
     pairs = head_dim // 2
     n_heads = n_q + 2 * n_kv
@@ -69,7 +73,25 @@ def qkv_tiles(n_q: int, n_kv: int, head_dim: int, workers: int) -> list[tuple[in
 
     size = smallest(QKV_PAIR_ALIGN) if pairs % QKV_PAIR_ALIGN == 0 else pairs
     size = min(size, smallest(2))  # a multiple of 2 pairs only where it is strictly smaller
+    total = n_heads * pairs
+    run = 2 * _cdiv(_cdiv(total, workers), 2)  # even: whole 32-bit cache words
+    if cross and run < size:
+        out = []
+        for s, e in _split(total, run):
+            h1 = (e - 1) // pairs + 1
+            out.append((s // pairs, h1, s % pairs, e - (h1 - 1) * pairs))
+        return out
     return [(h, h + 1, p0, p1) for h in range(n_heads) for p0, p1 in _split(pairs, size)]
+
+
+def qkv_segments(h0: int, h1: int, p0: int, p1: int, pairs: int) -> list[tuple[int, int, int, int]]:
+    """A qkv tile as runs ``(ha, hb, pa, pb)`` of heads that take the same pairs [pa, pb): one run
+    for whole heads or a slice of one head; for a tile crossing heads, its first head's tail, the
+    whole heads between, its last head's start."""
+    if h1 - h0 == 1 or (p0, p1) == (0, pairs):
+        return [(h0, h1, p0, p1)]
+    mid = [(h0 + 1, h1 - 1, 0, pairs)] if h1 - 1 > h0 + 1 else []
+    return [(h0, h0 + 1, p0, pairs), *mid, (h1 - 1, h1, 0, p1)]
 
 
 def embed_tiles(batch: int, hidden: int, workers: int, elem_bytes: int) -> list[tuple[int, int]]:

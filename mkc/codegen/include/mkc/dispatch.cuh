@@ -13,6 +13,7 @@ namespace mk {
 // The GEMV kinds of a task record: run_task and the weight pipeline's producer build the same ones.
 __device__ __forceinline__ QkvKind qkv_kind(const Ctx& c, const Task& t) {
   const int l = t.layer;
+  // hr: the rows of a head of a uniform tile (QkvKind::uniform; unused for a tile crossing heads)
   return QkvKind{wptr(c, l, R_WQ), wptr(c, l, R_WK), wptr(c, l, R_WV), l, t.a0, t.a1, t.a2, t.a3, 2 * (t.a3 - t.a2), t.a0};
 }
 __device__ __forceinline__ ResidKind<NH * HD> oproj_kind(const Ctx& c, const Task& t) {

@@ -6,52 +6,87 @@
 
 namespace mk {
 
-// qkv: pairs [p0, p1) of heads [h0, h1) of the q|k|v head space (ir.py): rmsnorm -> linear (+bias)
-// -> q/k norm (whole heads) -> RoPE -> q buffer / KV cache at pos. A head brings HR = 2 (p1 - p0)
-// rows in task order: a q/k head its rotary halves p0..p1 then HD/2+p0..HD/2+p1 (so RoPE pairs
-// out row i with row i + HR/2), a v head rows 2p0..2p1.
+// qkv: the pairs [h0 * HD/2 + p0, (h1 - 1) * HD/2 + p1) of the q|k|v head space (ir.py): rmsnorm ->
+// linear (+bias) -> q/k norm (whole heads) -> RoPE -> q buffer / KV cache at pos. Head h takes its
+// pairs [pa(h), pb(h)): p0 in the first head, p1 in the last, whole heads between. A head brings
+// 2 (pb - pa) rows in task order: a q/k head its rotary halves pa..pb then HD/2+pa..HD/2+pb (so
+// RoPE pairs out row i with row i + n, n = pb - pa), a v head rows 2pa..2pb. Uniform tiles (whole
+// heads, or a slice of one head) hold hr rows per head, QKV_ROWS / hr heads per block; a tile
+// crossing a head boundary (at most HD/2 pairs, HD rows <= QKV_ROWS) is one block.
 struct QkvKind {
   const unsigned short *wq, *wk, *wv;
   int layer, h0, h1, p0, p1, hr, hb;
-  __device__ int per_block() const { return max(1, QKV_ROWS / hr); }  // heads per output block
+  __device__ bool uniform() const { return h1 - h0 == 1 || (p0 == 0 && p1 == HD / 2); }
+  __device__ int pa(int head) const { return head == h0 ? p0 : 0; }
+  __device__ int pb(int head) const { return head == h1 - 1 ? p1 : HD / 2; }
+  __device__ int per_block() const { return uniform() ? max(1, QKV_ROWS / hr) : h1 - h0; }  // heads per output block
   __device__ int blocks() const { return (h1 - h0 + per_block() - 1) / per_block(); }
-  __device__ int begin(int blk) { hb = h0 + blk * per_block(); return min(per_block(), h1 - hb) * hr; }
-  // the row within its head's hd rows of the r-th row (0 <= r < hr) the task takes of `head`
+  __device__ int begin(int blk) {
+    hb = h0 + blk * per_block();
+    return uniform() ? min(per_block(), h1 - hb) * hr : 2 * ((h1 - 1 - h0) * (HD / 2) + p1 - p0);
+  }
+  // the head of the block's j-th row and the row's index r among that head's rows
+  __device__ void locate(int j, int& head, int& r) const {
+    if (uniform()) {
+      head = hb + j / hr;
+      r = j % hr;
+      return;
+    }
+    r = j;
+    head = h1 - 1;
+    for (int h = h0; h < h1 - 1; ++h) {
+      const int n2 = 2 * (pb(h) - pa(h));
+      if (r < n2) {
+        head = h;
+        return;
+      }
+      r -= n2;
+    }
+  }
+  // the row within its head's hd rows of the r-th row the task takes of `head`
   __device__ int head_row(int head, int r) const {
-    if (head >= NH + NKV) return 2 * p0 + r;
-    const int n = p1 - p0;
-    return r < n ? p0 + r : HD / 2 + p0 + (r - n);
+    const int a = pa(head);
+    if (head >= NH + NKV) return 2 * a + r;
+    const int n = pb(head) - a;
+    return r < n ? a + r : HD / 2 + a + (r - n);
   }
   __device__ const unsigned short* row(int j) const {
-    const int head = hb + j / hr, r = head_row(head, j % hr);
+    int head, r;
+    locate(j, head, r);
+    r = head_row(head, r);
     if (head < NH) return wq + (size_t)(head * HD + r) * H;
     if (head < NH + NKV) return wk + (size_t)((head - NH) * HD + r) * H;
     return wv + (size_t)((head - NH - NKV) * HD + r) * H;
   }
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
-    const int nhb = nr / hr, n = p1 - p0, tid = mk_tid(), lane = lane_id();
+    const int tid = mk_tid();
     if constexpr (QKV_BIAS) {
       for (int idx = tid; idx < nr * B; idx += NT) {
-        const int j = idx / B, head = hb + j / hr, r = head_row(head, j % hr);
+        int head, r;
+        locate(idx / B, head, r);
         const unsigned short* bias = head < NH ? wptr(c, layer, R_BQ) + head * HD
                                    : head < NH + NKV ? wptr(c, layer, R_BK) + (head - NH) * HD
                                    : wptr(c, layer, R_BV) + (head - NH - NKV) * HD;
-        out[idx] += mk_bf16_to_f32(bias[r]);
+        out[idx] += mk_bf16_to_f32(bias[head_row(head, r)]);
       }
       mk_barrier();
     }
-    // RoPE (rotate-half) on q and k heads, angle pos * inv_freq, cos/sin times the scaling. With q/k
-    // norm (over the whole head, which this task may hold a slice of) attention does both instead.
+    // RoPE (rotate-half) on q and k heads, angle pos * inv_freq, cos/sin times the scaling: the
+    // thread of a first-half row rotates it with its partner n rows on. With q/k norm (over the
+    // whole head, which this task may hold a slice of) attention does both instead.
     const float* inv = gptr<const float>(c, S_INV_FREQ, 0);
-    for (int idx = tid; idx < (QK_NORM ? 0 : nhb * B * n); idx += NT) {
-      const int i = idx % n, hb2 = idx / n, b = hb2 % B, hh = hb2 / B;
-      if (hb + hh >= NH + NKV) continue;
+    for (int idx = tid; idx < (QK_NORM ? 0 : nr * B); idx += NT) {
+      const int j = idx / B, b = idx % B;
+      int head, r;
+      locate(j, head, r);
+      const int n = pb(head) - pa(head);
+      if (head >= NH + NKV || r >= n) continue;
       float sn, cs;
-      sincosf((float)c.pos * inv[p0 + i], &sn, &cs);
+      sincosf((float)c.pos * inv[pa(head) + r], &sn, &cs);
       cs *= c.rope_scaling;
       sn *= c.rope_scaling;
-      float* o1 = out + (hh * hr + i) * B + b;
-      float* o2 = out + (hh * hr + n + i) * B + b;
+      float* o1 = out + j * B + b;
+      float* o2 = out + (j + n) * B + b;
       const float x1 = *o1, x2 = *o2;
       *o1 = x1 * cs - x2 * sn;
       *o2 = x2 * cs + x1 * sn;
@@ -59,26 +94,30 @@ struct QkvKind {
     mk_barrier();
     trace_mark(c, 3);  // RoPE
     // q rows -> q buffer (fp32); k/v rows -> cache at pos (bf16 pairs: rows 2m, 2m+1 are adjacent
-    // columns of the head, as p0 and p1 are even)
+    // columns of one head, as every head's pa and pb are even)
     float* q = lptr<float>(c, layer, R_Q, c.par);
     unsigned* kc = lptr<unsigned>(c, layer, R_KC, 0);
     unsigned* vc = lptr<unsigned>(c, layer, R_VC, 0);
-    for (int idx = tid; idx < nhb * B * hr; idx += NT) {
-      const int r = idx % hr, hb2 = idx / hr, b = hb2 % B, hh = hb2 / B, head = hb + hh;
-      if (head < NH) put_f32(q + (size_t)b * NH * HD + head * HD + head_row(head, r), out[(hh * hr + r) * B + b]);
+    for (int idx = tid; idx < nr * B; idx += NT) {
+      const int j = idx % nr, b = idx / nr;
+      int head, r;
+      locate(j, head, r);
+      if (head < NH) put_f32(q + (size_t)b * NH * HD + head * HD + head_row(head, r), out[j * B + b]);
       // q/k norm: raw keys (fp32) for attention to norm, rotate and append
       if (QK_NORM && head >= NH && head < NH + NKV)
         put_f32(lptr<float>(c, layer, R_KR, c.par) + (size_t)b * NKV * HD + (head - NH) * HD + head_row(head, r),
-                out[(hh * hr + r) * B + b]);
+                out[j * B + b]);
     }
-    for (int idx = tid; idx < nhb * B * n; idx += NT) {
-      const int r2 = idx % n, hb2 = idx / n, b = hb2 % B, hh = hb2 / B, head = hb + hh;
+    for (int idx = tid; idx < nr / 2 * B; idx += NT) {
+      const int j = 2 * (idx % (nr / 2)), b = idx / (nr / 2);
+      int head, r;
+      locate(j, head, r);
       if (head < NH || (QK_NORM && head < NH + NKV)) continue;
       const bool is_k = head < NH + NKV;
       const int g = is_k ? head - NH : head - NH - NKV;
       unsigned* cache = is_k ? kc : vc;
-      const size_t word = (((size_t)(b * NKV + g) * L + c.pos) * HD + head_row(head, 2 * r2)) / 2;
-      put_bf16x2(cache + word, out[(hh * hr + 2 * r2) * B + b], out[(hh * hr + 2 * r2 + 1) * B + b]);
+      const size_t word = (((size_t)(b * NKV + g) * L + c.pos) * HD + head_row(head, r)) / 2;
+      put_bf16x2(cache + word, out[j * B + b], out[(j + 1) * B + b]);
     }
   }
 };
