@@ -246,8 +246,9 @@ def lower_embed(cx: _Lowering) -> None:
 
 
 def lower_qkv(cx: _Lowering, l: int) -> None:
-    """RMSNorm + QKV + RoPE + KV append: whole heads, or a pair slice of one head. With q/k norm (a
-    norm over the whole head) q and k leave raw and attention norms and rotates them."""
+    """RMSNorm + QKV + RoPE + KV append: whole heads, a pair slice of one head, or a run of pairs over
+    one head boundary (tiling.qkv_tiles). With q/k norm (a norm over the whole head) q and k leave
+    raw and attention norms and rotates them."""
     B, H, L, nh, nkv, hd = cx.B, cx.H, cx.L, cx.nh, cx.nkv, cx.hd
     W = names.layer_weight
     x_in = names.x_in(l)
