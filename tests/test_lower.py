@@ -192,6 +192,20 @@ def test_qkv_tiles_of_real_models():
     assert len(t) == 288 and max(p1 - p0 for _, _, p0, p1 in t) == 6
 
 
+def test_qkv_runs_cross_heads_where_they_paid():
+    from mkc.taskgraph.lower import qkv_cross_pays
+
+    assert qkv_cross_pays(1) and qkv_cross_pays(1, "atomic") and not qkv_cross_pays(1, "nan")
+    assert not qkv_cross_pays(8)
+
+    def crossing(tg):
+        return sum(t.args[1] - t.args[0] > 1 and t.args[2:] != (0, 32) for t in tg.tasks if t.kind == "qkv")
+
+    assert crossing(lower(graph_of(LLAMA_1B, layers=1), get_target("h200"))) == 32  # the default at batch 1
+    assert crossing(lower(graph_of(LLAMA_1B, batch=8, layers=1), get_target("h200"))) == 0
+    assert crossing(lower(graph_of(LLAMA_1B, layers=1), get_target("h200"), qkv_cross=False)) == 0
+
+
 def test_qkv_segments():
     assert qkv_segments(3, 7, 0, 32, 32) == [(3, 7, 0, 32)]  # whole heads
     assert qkv_segments(3, 4, 8, 20, 32) == [(3, 4, 8, 20)]  # a slice
@@ -292,7 +306,7 @@ def test_consumers_wait_exactly_on_what_they_read(info, target, batch):
 
 def test_attention_waits_only_for_its_heads():
     m = LLAMA_1B
-    tg = lower(graph_of(m, batch=2, layers=2), get_target("h200"))
+    tg = lower(graph_of(m, batch=2, layers=2), get_target("h200"), qkv_cross=True)
     nh, nkv, n_rep = m.n_heads, m.n_kv_heads, m.n_heads // m.n_kv_heads
     deps = producers_of_waits(tg)
     for t in tg.tasks:

@@ -56,18 +56,29 @@ def _no_gc():
 
 
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
-          qkv_cross: bool = True, attn_split: int | None = None) -> TaskGraph:
+          qkv_cross: bool | None = None, attn_split: int | None = None) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
     case); ``name``: the model name recorded in the TaskGraph (default the transformers class);
-    ``qkv_cross``: qkv tiles may cross a head boundary where that shortens the phase (``qkv_tiles``);
+    ``qkv_cross``: qkv tiles may cross a head boundary where that shortens the phase (``qkv_tiles``),
+    default ``qkv_cross_pays(batch)``;
     ``attn_split``: attention splits per (batch row, kv head), default ``attn_splits``'s choice.
     """
     if isinstance(target, str):
         target = get_target(target)
+    if qkv_cross is None:
+        qkv_cross = qkv_cross_pays(graph.batch)
     with _no_gc():
         return _lower(graph, target, context, name, qkv_cross, attn_split)
+
+
+def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
+    """Where qkv runs crossing a head boundary measured faster on the H200 (BENCHMARKS.md, sixth
+    session, same calls): batch 1 with counters (llama-3.2-1b 0.868 -> 0.854 ms, qwen3-8b 4.402 ->
+    4.229); not with NaN sentinels (llama-3.2-1b 1.517-1.527 -> 1.572-1.595: each attention task
+    then waits for 11-12 producers' words instead of 8), not at batch 8 (1.326-1.352 either way)."""
+    return batch == 1 and sync != "nan"
 
 
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool = True,
