@@ -45,3 +45,13 @@ def test_small_campaign_agrees(bases):
 def test_oracle_shares_no_code_with_the_verifier():
     src = inspect.getsource(oracle)
     assert "verify" not in src.replace("verifier", "").replace("verify.py", "")
+
+
+def test_sampler_scratch_is_in_the_layout_both_checks_paint(bases):
+    """The argmax task's sampler scratch is a region of the device plan (what codegen emits as
+    SAMPLE_BASE): moved onto the pipeline's pages or the flag word it is unsafe, onto the GEMV
+    layout safe, and the verifier says what the oracle says."""
+    summary = run_campaign(24, seed=5, bases=bases, oracle_seeds=2, kinds=("sample_layout",))
+    row = summary.rows["sample_layout"]
+    assert row.total == 24 and 0 < row.unsafe < row.total, summary.text()
+    assert row.unsafe_accepted == 0 and row.safe_rejected == 0, summary.text()

@@ -29,30 +29,13 @@ from mkc.target import Target, get_target
 from mkc.taskgraph.ir import TaskGraph
 from mkc.taskgraph.kinds import args_of
 from mkc.taskgraph.lower import LM_CAND, LM_CAND_WORDS
-from mkc.taskgraph.plan import PIPE_COLS, PIPE_REGIONS, PIPE_ROWS, DevicePlan, PlanKnobs, attn_preload, device_plan
+from mkc.taskgraph.plan import (PIPE_COLS, PIPE_ROWS, DevicePlan, PlanKnobs, attn_preload, device_plan, sample_region,
+                               sample_sizes, sample_smem)
 from mkc.codegen import tables as T
 from mkc.codegen.source import inline
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 KERNEL_TEMPLATE = "kernel.j2"
-
-
-def sample_smem(batch: int, hists: int, nb: int) -> int:
-    """The argmax task's shared-memory scratch from SAMPLE_BASE (sampling.cuh SM_*): one region for
-    either ``hists`` copies of 256 u64 radix bins or the histogram select's ``nb`` bins and collected
-    tokens (32 B each), then per-warp (score, index) pairs, result words, the select's levels, a token and a maximum per row."""
-    return max(hists * 256 * 8, 32 * nb) + 512 + 96 + 8 * batch
-
-
-def sample_sizes(batch: int, warps: int, room: int) -> tuple[int, int]:
-    """(radix histogram copies, histogram-select bins) for the ``room`` below the flag word: one radix
-    copy per warp (fewer serialised adds) and 512 bins where they fit, at least 1 and 64."""
-    free = room - sample_smem(batch, 0, 0)
-    hists = max(1, min(warps, free // 2048))
-    nb = 512
-    while nb > 64 and 32 * nb > free:
-        nb //= 2
-    return hists, nb
 
 
 # o-proj's early combine keeps a thread's loads of the split outputs in registers: at most this
@@ -211,16 +194,15 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
                             f"{target.smem_per_block} {target.name} allows (batch {B}, K-chunk {KC})")
-    # the argmax task's scratch lies in the task layouts' bytes: after the weight pipeline's pages
-    # (which the producer fills while argmax runs), below the flag word
-    sample_base = max((o_ + n_ for name, o_, n_ in plan.regions if name in PIPE_REGIONS), default=0)
-    sample_base = -(-sample_base // 16) * 16
-    room = off.get("OFF_FLAG", 0) - sample_base
-    SAMPLE_HISTS, SAMPLE_NB = sample_sizes(B, NT // WARP, room)
+    # the argmax task's scratch (the plan's OFF_SAMPLE region, emitted as SAMPLE_BASE; a plan saved
+    # before it had the region gets it here)
+    sample_base, sample_bytes = off.pop("OFF_SAMPLE", None), dict((n, k) for n, _, k in plan.regions).get("OFF_SAMPLE")
+    if sample_base is None:
+        _, sample_base, sample_bytes = sample_region(plan.regions, B, NT // WARP)
+    SAMPLE_HISTS, SAMPLE_NB = sample_sizes(B, NT // WARP, off.get("OFF_FLAG", 0) - sample_base)
     SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS, SAMPLE_NB)
-    if room < SAMPLE_SMEM:
-        raise ScheduleError(f"the sampler's {SAMPLE_SMEM} B of shared-memory scratch (between byte {sample_base} and "
-                            f"the flag word) do not fit this layout (flag at {off.get('OFF_FLAG', 0)})")
+    if SAMPLE_SMEM != sample_bytes:
+        raise IRCheckError(f"the device plan's sampler region holds {sample_bytes} B, the sampler needs {SAMPLE_SMEM}")
     # the LM-head tiles' candidates (sampling.cuh lm_candidates) need their logits' keys in the
     # sampler's region A; without room, or on AMD, the filtered sampler always reads the whole row
     lm_rows = max((args_of(t).r1 - args_of(t).r0 for t in tg.tasks if t.kind == "lmhead"), default=0)

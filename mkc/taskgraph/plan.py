@@ -50,6 +50,38 @@ class PlanKnobs:
     pipe_pages: int = 0  # the pipeline's pages at most (up to PIPE_MAX_SLOTS); 0: PIPE_DEFAULT_PAGES
 
 
+def sample_smem(batch: int, hists: int, nb: int) -> int:
+    """The argmax task's shared-memory scratch from SAMPLE_BASE (the OFF_SAMPLE region; sampling.cuh SM_*): one region for
+    either ``hists`` copies of 256 u64 radix bins or the histogram select's ``nb`` bins and collected
+    tokens (32 B each), then per-warp (score, index) pairs, result words, the select's levels, a token and a maximum per row."""
+    return max(hists * 256 * 8, 32 * nb) + 512 + 96 + 8 * batch
+
+
+def sample_sizes(batch: int, warps: int, room: int) -> tuple[int, int]:
+    """(radix histogram copies, histogram-select bins) for the ``room`` below the flag word: one radix
+    copy per warp (fewer serialised adds) and 512 bins where they fit, at least 1 and 64."""
+    free = room - sample_smem(batch, 0, 0)
+    hists = max(1, min(warps, free // 2048))
+    nb = 512
+    while nb > 64 and 32 * nb > free:
+        nb //= 2
+    return hists, nb
+
+
+def sample_region(regions, batch: int, warps: int) -> tuple[str, int, int]:
+    """The argmax task's scratch as a region of the layout: in the task layouts' bytes (a block runs
+    one task at a time), after the weight pipeline's pages (which the producer fills while argmax
+    runs), below the flag word."""
+    base = max((o + n for name, o, n in regions if name in PIPE_REGIONS), default=0)
+    base = -(-base // 16) * 16
+    room = dict((n, o) for n, o, _ in regions).get("OFF_FLAG", 0) - base
+    need = sample_smem(batch, *sample_sizes(batch, warps, room))
+    if room < need:
+        raise ScheduleError(f"the sampler's {need} B of shared-memory scratch (between byte {base} and the flag "
+                            f"word) do not fit this layout (flag at {base + room})")
+    return "OFF_SAMPLE", base, need
+
+
 @dataclass(frozen=True)
 class DevicePlan:
     threads: int  # per block
@@ -99,8 +131,9 @@ class DevicePlan:
         # the pipeline's pages and mbarriers are written by the producer while any task runs: they
         # belong to both layouts
         pipe = [r for r in self.regions if r[0] in PIPE_REGIONS]
-        groups = {"gemv": [r for r in self.regions if r[0] not in ATTN_REGIONS and r[0] != "OFF_FLAG"],
-                  "attention": [r for r in self.regions if r[0] in ATTN_REGIONS] + pipe}
+        groups = {"gemv": [r for r in self.regions if r[0] not in ATTN_REGIONS and r[0] not in ("OFF_FLAG", "OFF_SAMPLE")],
+                  "attention": [r for r in self.regions if r[0] in ATTN_REGIONS] + pipe,
+                  "argmax": [r for r in self.regions if r[0] == "OFF_SAMPLE"] + pipe}
         for group, regs in groups.items():
             regs = sorted(regs, key=lambda r: r[1])
             for (na, oa, sa), (nb, ob, _) in zip(regs, regs[1:]):
@@ -245,6 +278,7 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         else:
             pipe_slots = 0
     regions.append(("OFF_FLAG", flag, 16))
+    regions.append(sample_region(regions, B, NW))
     return DevicePlan(
         threads=NT, warp=WARP, gemv=GEMV_MMA if mma else GEMV_FMA, ring=ring, kc=KC, kcb=kcb, rows_per_warp=G,
         loads_in_flight=U, batch_rows=min(B, 8), out_cap=out_cap, attn_split=split, attn_chunk=o.attn_chunk,

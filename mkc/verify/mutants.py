@@ -295,6 +295,26 @@ def m_pipe_layout(b: Base, rng: random.Random):
     return tg, b.sched, f"the weight pipeline's pages {how} ([{off}, {off + n}) -> [{new[0]}, {new[0] + new[1]}))"
 
 
+def m_sample_layout(b: Base, rng: random.Random):
+    """The argmax task's sampler scratch moved onto the pipeline's pages or the flag word (a race
+    with the producer or with every task), or onto the GEMV layout (safe: one task at a time)."""
+    plan = b.tg.plan
+    if plan is None or "OFF_SAMPLE" not in plan.offsets():
+        return None
+    regs = dict((n, (o, k)) for n, o, k in plan.regions)
+    off, n = regs["OFF_SAMPLE"]
+    choice = rng.random()
+    if choice < 0.4 and plan.pipe_slots:
+        new, how = (regs["OFF_PIPE"][0] + rng.choice([0, 16384]), n), "onto the pipeline's pages"
+    elif choice < 0.7:
+        new, how = (regs["OFF_FLAG"][0] - n + rng.choice([16, 1024]), n), "over the flag word"
+    else:
+        new, how = (regs[rng.choice(["OFF_OUT", "OFF_PART"])][0], n), "onto the GEMV layout"
+    regions = tuple((nm, *new) if nm == "OFF_SAMPLE" else (nm, o, k) for nm, o, k in plan.regions)
+    tg = dataclasses.replace(b.tg, plan=dataclasses.replace(plan, regions=regions))
+    return tg, b.sched, f"the sampler's scratch moved {how} ([{off}, {off + n}) -> [{new[0]}, {new[0] + new[1]}))"
+
+
 def m_skip_rearm(b: Base, rng: random.Random):
     if b.sched.sync != "nan":
         return None
@@ -467,6 +487,7 @@ MUTATORS: dict[str, Callable] = {
     "resize_smem": m_resize_smem,
     "grow_task_smem": m_grow_task_smem,
     "pipe_layout": m_pipe_layout,
+    "sample_layout": m_sample_layout,
     "skip_rearm": m_skip_rearm,
     "workers": m_workers,
     "small_table": m_small_table,

@@ -382,19 +382,23 @@ _ATTENTION_SMEM = ("OFF_AQ", "OFF_AK", "OFF_AP", "OFF_AM", "OFF_AKV", "OFF_ARED"
 
 def layout_problems(tg: TaskGraph, target: Target) -> list[str]:
     """The kernel's shared-memory layout painted byte by byte: a block runs one task at a time, so
-    the GEMV and the attention regions may share bytes with each other but not within their own
-    layout, and the weight pipeline's pages and mbarriers (filled while any task runs) with nothing."""
+    the GEMV, the attention and the argmax task's (sampler) regions may share bytes with each other
+    but not within their own layout, and the weight pipeline's pages and mbarriers (filled while any
+    task runs) and the flag word with nothing."""
     layout = tg.plan
     if layout is None:
         return []
     size = max([o + n for _, o, n in layout.regions] + [layout.smem_bytes])
     if size > target.smem_per_block:
         return [f"the shared-memory layout reaches byte {size} > {target.smem_per_block} per block"]
-    owner = {"pipe": bytearray(size), "gemv": bytearray(size), "attention": bytearray(size)}
+    shared = ("pipe", "flag")  # bytes no other region may touch
+    owner = {g: bytearray(size) for g in ("pipe", "flag", "gemv", "attention", "argmax")}
     out = []
     for name, off, n in layout.regions:
-        group = "pipe" if name in ("OFF_PIPE", "OFF_MBAR") else "attention" if name in _ATTENTION_SMEM else "gemv"
-        clash = [g for g, paint in owner.items() if (g == group or "pipe" in (g, group)) and any(paint[off:off + n])]
+        group = ("pipe" if name in ("OFF_PIPE", "OFF_MBAR") else "flag" if name == "OFF_FLAG" else
+                 "argmax" if name == "OFF_SAMPLE" else "attention" if name in _ATTENTION_SMEM else "gemv")
+        clash = [g for g, paint in owner.items()
+                 if (g == group or g in shared or group in shared) and any(paint[off:off + n])]
         if clash:
             out.append(f"shared-memory region {name} [{off}, {off + n}) overlaps the {', '.join(clash)} layout")
         owner[group][off:off + n] = b"\x01" * n
