@@ -1,6 +1,6 @@
 """Build, on the CPU machine, the cubins a GPU run will need, so the device call only runs them.
 
-    MKC_CACHE_DIR=.cache/mkc python scripts/prebuild.py [--tests] [--bench llama-3.2-1b:1,8,32 ...] [--trace]
+    MKC_CACHE_DIR=.cache/mkc python scripts/prebuild.py [--tests] [--folders] [--bench llama-3.2-1b:1,8,32 ...] [--trace]
         [--variants b1-atomic,b1-atomic-acq1] [--ptxas-report]
 
 ``--trace`` adds the CodegenOptions(trace=True) kernels: those of the gpu trace test (with --tests)
@@ -75,6 +75,32 @@ def bench_sources(specs, max_seq_len: int, trace: bool = False):
                 yield f"bench {model} b{b} trace", src, cfg.arch
 
 
+def folder_sources():
+    """The kernels of the gpu tests that compile saved model folders on the GPU machine
+    (tests/test_gpu_checkpoint.py, tests/test_gpu_text.py): the same folders and compile options."""
+    from test_gpu_checkpoint import _save_folder
+    from text_fixtures import save_text_model
+
+    from mkc.codegen.render import generate
+    from mkc.pipeline import Options, StageLog, compile_model
+    from mkc.schedule.ir import Schedule
+    from mkc.target import get_target
+    from mkc.taskgraph.ir import TaskGraph
+
+    root = Path(tempfile.mkdtemp(prefix="mkc-prebuild-folders-"))
+    folders = [(_save_folder(m, root / m / "download" / m), (1,), 64) for m in ("tiny-llama", "tiny-qwen3")]
+    text = root / "text" / "download" / "tiny-text-llama"
+    save_text_model(text)
+    folders.append((text, (1, 4), 128))  # mkc compile DIR --batch 1,4 --max-seq-len 128
+    for folder, batches, seq in folders:
+        out = folder.parent.parent / "build"
+        compile_model(str(folder), out, Options(batches=batches, max_seq_len=seq), StageLog(quiet=True))
+        for b in batches:
+            tg = TaskGraph.load(out / f"b{b}" / "tasks.json")
+            src, cfg, _ = generate(tg, Schedule.load(out / f"b{b}" / "schedule.json"), get_target("h200"))
+            yield f"folder {folder.name} b{b}", src, cfg.arch
+
+
 def variant_sources(variants, max_seq: int = 512):
     """The kernels of scripts/gpu_bench.py --variants (its max_seq 512)."""
     from gpu_bench import variant_plan
@@ -92,6 +118,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tests", action="store_true",
                     help="the kernels of tests/test_gpu_megakernel.py and tests/test_gpu_tokens.py")
+    ap.add_argument("--folders", action="store_true",
+                    help="the kernels of tests/test_gpu_checkpoint.py and tests/test_gpu_text.py (saved folders)")
     ap.add_argument("--bench", nargs="*", default=[], help="MODEL:B1,B2 as given to scripts/gpu_all.sh")
     ap.add_argument("--max-seq-len", type=int, default=1024)
     ap.add_argument("--trace", action="store_true", help="also the per-task trace kernels (mkc run --trace)")
@@ -105,6 +133,7 @@ def main() -> None:
 
     jobs = (list(test_sources(a.trace)) if a.tests else []) + list(bench_sources(a.bench, a.max_seq_len, a.trace))
     jobs += list(variant_sources([v for v in a.variants.split(",") if v]))
+    jobs += list(folder_sources()) if a.folders else []
 
     def build(job):
         t = time.time()

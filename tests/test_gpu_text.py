@@ -76,20 +76,10 @@ def folder(tmp_path_factory):
     import torch
     import transformers
 
-    from text_fixtures import save_tokenizer
+    from text_fixtures import save_text_model
 
-    d = save_tokenizer(tmp_path_factory.mktemp("download") / "tiny-text-llama")
-    tok = transformers.AutoTokenizer.from_pretrained(d, local_files_only=True)
-    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                                   tie_word_embeddings=False, bos_token_id=None, eos_token_id=tok.eos_token_id,
-                                   pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg)
-    with torch.no_grad():  # realistic magnitudes: the default init leaves norms at 1 and matrices tiny
-        for _, p in model.named_parameters():
-            p.copy_(1 + 0.05 * torch.randn_like(p) if p.dim() == 1 else 0.05 * torch.randn_like(p))
-    model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    d = tmp_path_factory.mktemp("download") / "tiny-text-llama"
+    tok = save_text_model(d)
     m16 = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16).cuda().eval()
     m32 = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).cuda().eval()
     hf = (m16, m32)

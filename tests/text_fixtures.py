@@ -39,3 +39,25 @@ def save_tokenizer(folder: Path, vocab_size: int = 300, chat: bool = True) -> Pa
     folder.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(folder)
     return folder
+
+
+def save_text_model(folder: Path):
+    """The tokenizer above and a 4-layer Llama over its vocabulary with seeded random bf16 weights,
+    saved into ``folder`` as ``save_pretrained`` does (tests/test_gpu_text.py; scripts/prebuild.py
+    builds its kernels ahead). Returns the tokenizer."""
+    import torch
+    import transformers
+
+    save_tokenizer(folder)
+    tok = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                   tie_word_embeddings=False, bos_token_id=None, eos_token_id=tok.eos_token_id,
+                                   pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg)
+    with torch.no_grad():  # realistic magnitudes: the default init leaves norms at 1 and matrices tiny
+        for _, p in model.named_parameters():
+            p.copy_(1 + 0.05 * torch.randn_like(p) if p.dim() == 1 else 0.05 * torch.randn_like(p))
+    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+    return tok
