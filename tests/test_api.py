@@ -62,3 +62,17 @@ def test_run_of_an_amd_build_without_an_amd_gpu_exits_2(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "AMD GPU" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("sync,crossing", [("atomic", 32), ("nan", 0)])
+def test_compile_crosses_qkv_heads_only_with_counters(tmp_path, sync, crossing):
+    """mkc compile applies lower.qkv_cross_pays with the build's sync mode: llama-3.2-1b's qkv runs
+    cross head boundaries at batch 1 with counters, not with NaN sentinels (measured slower there)."""
+    from mkc.taskgraph.ir import TaskGraph
+
+    out = compile_model("llama-3.2-1b", tmp_path / "b", Options(max_seq_len=64, sync=sync, stop_after="lower"),
+                        StageLog(quiet=True))
+    tg = TaskGraph.load(out / "b1" / "tasks.json")
+    runs = [t.args for t in tg.tasks if t.kind == "qkv" and t.layer == 0]
+    assert sum(h1 - h0 > 1 for h0, h1, _, _ in runs) == crossing
+    assert len(runs) == (128 if crossing else 96)
