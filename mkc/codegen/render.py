@@ -194,11 +194,11 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
                             f"{target.smem_per_block} {target.name} allows (batch {B}, K-chunk {KC})")
-    # the argmax task's scratch (the plan's OFF_SAMPLE region, emitted as SAMPLE_BASE; a plan saved
+    # the argmax task's scratch: the plan's OFF_SAMPLE region, emitted as SAMPLE_BASE (a plan saved
     # before it had the region gets it here)
-    sample_base, sample_bytes = off.pop("OFF_SAMPLE", None), dict((n, k) for n, _, k in plan.regions).get("OFF_SAMPLE")
-    if sample_base is None:
-        _, sample_base, sample_bytes = sample_region(plan.regions, B, NT // WARP)
+    off.pop("OFF_SAMPLE", None)
+    _, sample_base, sample_bytes = next((r for r in plan.regions if r[0] == "OFF_SAMPLE"), None) or \
+        sample_region(plan.regions, B, NT // WARP)
     SAMPLE_HISTS, SAMPLE_NB = sample_sizes(B, NT // WARP, off.get("OFF_FLAG", 0) - sample_base)
     SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS, SAMPLE_NB)
     if SAMPLE_SMEM != sample_bytes:

@@ -76,13 +76,14 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
 def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
     """Where qkv runs crossing a head boundary measured faster on the H200 (BENCHMARKS.md, sixth
     session, same calls): batch 1 with counters (llama-3.2-1b 0.868 -> 0.854 ms, qwen3-8b 4.402 ->
-    4.229); not with NaN sentinels (llama-3.2-1b 1.517-1.527 -> 1.572-1.595: each attention task
-    then waits for 11-12 producers' words instead of 8), not at batch 8 (1.326-1.352 either way)."""
+    4.229); not with NaN sentinels (llama-3.2-1b 1.517-1.527 -> 1.572-1.595; not traced: each
+    attention task then has 11-12 qkv producers instead of 8), not at batch 8 (1.326-1.352 either
+    way)."""
     return batch == 1 and sync != "nan"
 
 
-def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool = True,
-           attn_split: int | None = None) -> TaskGraph:
+def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
+           attn_split: int | None) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -195,7 +196,7 @@ def qkv_rows(a: int, b: int, p0: int, p1: int, hd: int, rotary: bool) -> list[tu
 class _Lowering:
     """What every ``lower_<kind>`` needs: the model's sizes, the target's workers, the drafts so far."""
 
-    def __init__(self, graph: Graph, spec: ModelSpec, target: Target, context: int, S: int):
+    def __init__(self, graph: Graph, spec: ModelSpec, target: Target, context: int, S: int, qkv_cross: bool):
         info = graph.model
         self.graph, self.spec, self.info, self.context, self.S = graph, spec, info, context, S
         self.B, self.H, self.I, self.V, self.L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
@@ -203,7 +204,7 @@ class _Lowering:
         self.n_rep, self.QD, self.NS = self.nh // self.nkv, self.nh * self.hd, target.sms
         self.plan = device_smem.smem_plan(target, self.B, max(self.H, self.I, self.QD))
         self.drafts: list[Draft] = []
-        self.qkv_cross = True  # qkv tiles may cross a head boundary (tiling.qkv_tiles)
+        self.qkv_cross = qkv_cross  # qkv tiles may cross a head boundary (tiling.qkv_tiles)
         self._index: dict[tuple[int, str], int] = {}
 
     def add(self, kind: str, layer: int, args, reads, writes, flops, k: int | None = None) -> None:
@@ -235,8 +236,7 @@ SMEM_RULES = {
 
 def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1, qkv_cross: bool = True):
     """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
-    cx = _Lowering(graph, spec, target, context, S)
-    cx.qkv_cross = qkv_cross
+    cx = _Lowering(graph, spec, target, context, S, qkv_cross)
     lower_embed(cx)
     for l in range(cx.info.n_layers):
         lower_qkv(cx, l)
