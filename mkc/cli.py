@@ -318,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-seq-len", type=int, default=1024, help="KV cache length in tokens (default: 1024)")
     b.add_argument("--iters", type=int, default=200, help="timed iterations per measurement (default: 200)")
     b.add_argument("--out", default="bench-out", help="directory for JSON, markdown and PNG results")
+    b.add_argument("--autotune", action="store_true",
+                   help="also torch.compile(mode='max-autotune-no-cudagraphs') in a CUDA graph (minutes of autotuning)")
     return p
 
 

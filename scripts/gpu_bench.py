@@ -117,6 +117,11 @@ VARIANTS.update({f"{v}-cross": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_cross"
 # attention splits per kv head other than attn_splits' choice (lower(attn_split=N); 8 at batch 1, cache 512)
 VARIANTS.update({f"{v}-split{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_split": n})
                  for v in ("b1-atomic", "q8-b1-atomic") for n in (4, 12, 16)})
+# nan mode: the sentinel polls word by word (the baseline of the 16-byte polls) or more of them in flight
+VARIANTS.update({f"{v}-pollw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_vec": False})
+                 for v in ("b1-nan", "b8-nan")})
+VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_batch": n})
+                 for v in ("b1-nan", "b8-nan") for n in (4, 16)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 
@@ -177,7 +182,7 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
         mk(prompt[:, 0], t)
         calls.append((time.perf_counter() - c0) * 1e3)
     floor = (wbytes + kvbytes) / READ_BW * 1e3
-    return dict(test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method,
+    return dict(test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method, steps=steps, max_seq=max_seq,
                 ms_per_token=ms_tok, ms_per_call=statistics.median(calls[5:]), floor_ms=floor,
                 pct_of_bw=100 * floor / ms_tok, predicted_us=sched.makespan, sched_s=t_sched,
                 regs=mk.kernel.num_regs, smem=mk.cfg.smem_bytes, weight_bytes=wbytes, kv_bytes=kvbytes)
@@ -211,7 +216,8 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--report", default=os.environ.get("MKC_GPU_REPORT", ""))
-    ap.add_argument("--steps", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=256, help="steps of the timed launch, from position 0")
+    ap.add_argument("--max-seq", type=int, default=512, help="KV cache length of the kernels (>= --steps)")
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--variants", default=",".join(DEFAULT), help=f"comma-separated, of {', '.join(VARIANTS)}")
     args = ap.parse_args()
@@ -219,7 +225,7 @@ def main() -> None:
     if not args.no_bench:
         for v in args.variants.split(","):
             try:
-                r = bench(v, steps=args.steps, max_seq=512)
+                r = bench(v, steps=args.steps, max_seq=args.max_seq)
             except Exception as e:  # noqa: BLE001 - report and go on with the others
                 print(f"bench {v} failed: {type(e).__name__}: {e}", flush=True)
                 continue

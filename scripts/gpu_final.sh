@@ -11,16 +11,39 @@ echo "tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
 grep -E "^\[failed" "$OUT/tests.log" | cut -c1-200 | head -20
 fi
 if [ "${MKC_AB:-}" != none ]; then
-timeout ${MKC_AB_S:-110} python3 scripts/gpu_bench.py --variants ${MKC_AB:-b1-atomic,b1-atomic-nopipe,q8-b1-atomic} \
-  --report "$OUT/ab.jsonl" > "$OUT/ab.log" 2>&1
-echo "ab rc=$?"; grep -A 12 "^benchmark" "$OUT/ab.log"
+# groups separated by ";", each [STEPS@]variants: the timed launch's steps from position 0 (default 256);
+# kernels of MKC_AB_MAXSEQ positions (default 512; prebuild.py --variant-max-seq the same)
+IFS=';' read -ra groups <<< "${MKC_AB:-b1-atomic,b1-atomic-nopipe,q8-b1-atomic}"
+for g in "${groups[@]}"; do
+  steps=256; vs=$g; [[ $g == *@* ]] && { steps=${g%%@*}; vs=${g#*@}; }
+  timeout ${MKC_AB_S:-110} python3 scripts/gpu_bench.py --variants "$vs" --steps $steps --max-seq ${MKC_AB_MAXSEQ:-512} \
+    --report "$OUT/ab.jsonl" >> "$OUT/ab.log" 2>&1
+  echo "ab ($steps steps) rc=$?"; grep -A 12 "^benchmark" "$OUT/ab.log" | tail -n +1 > "$OUT/ab-last.txt"
+done
+grep -v "^{" "$OUT/ab.log" | grep -v "^  " | grep -v "^benchmark" | head -5
+python3 - "$OUT/ab.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print(f"  {r['variant']:<26} steps {r.get('steps', '?'):>5} {r['ms_per_token']:8.4f} ms/token {r['pct_of_bw']:5.1f} % regs {r['regs']}")
+PY
+fi
+if [ -n "${MKC_BENCH:-}" ]; then
+for spec in $MKC_BENCH; do
+  model=${spec%%:*}; batches=${spec#*:}
+  timeout ${MKC_BENCH_S:-200} python3 -m mkc bench "$model" --batch "$batches" --context 512 --max-seq-len 1024 \
+    --iters ${MKC_ITERS:-50} ${MKC_BENCH_ARGS:-} --out "$OUT/bench-$model" > "$OUT/bench-$model.log" 2>&1
+  echo "bench $model rc=$?"; grep -E "^\| |bandwidth" "$OUT/bench-$model.log" | head -20
+done
 fi
 if [ -z "${MKC_NO_TOKENS:-}" ]; then
 timeout 45 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
 echo "tokens rc=$?"; tail -n 8 "$OUT/tokens.log"
 fi
 if [ -z "${MKC_NO_PEER:-}" ]; then
-HAZY_PREBUILT_SO=$PWD/.peer/mk_llama.cpython-312-x86_64-linux-gnu.so OUT=$OUT/peer timeout 90 bash .peer/run.sh > "$OUT/peer.log" 2>&1
+HAZY_PREBUILT_SO=$PWD/.peer/mk_llama.cpython-312-x86_64-linux-gnu.so OUT=$OUT/peer timeout ${MKC_PEER_S:-90} bash .peer/run.sh \
+  ${MKC_PEER_ARGS:-} > "$OUT/peer.log" 2>&1
+mkdir -p "$OUT/peer-so" && cp .peer/src/*/demos/low-latency-llama/mk_llama*.so "$OUT/peer-so/" 2>/dev/null
 echo "peer: $(tail -n 1 "$OUT/peer.log")"
 fi
 if [ -n "${MKC_TRACE:-}" ]; then

@@ -47,6 +47,11 @@ def test_sources(trace: bool = False):
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200")
         yield f"test {m} b{b} {s}", src, cfg.arch
+    # test_teacher_forced_logits_other_attention_splits
+    for split, s in ((4, "atomic"), (4, "nan"), (16, "atomic")):
+        tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), attn_split=split)
+        src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200")
+        yield f"test llama-3.2-1b b1 {s} split {split}", src, cfg.arch
     for m, b, s in TRACE_TEST_CASES if trace else ():
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200", CodegenOptions(trace=True))
@@ -124,6 +129,7 @@ def main() -> None:
     ap.add_argument("--max-seq-len", type=int, default=1024)
     ap.add_argument("--trace", action="store_true", help="also the per-task trace kernels (mkc run --trace)")
     ap.add_argument("--variants", default="", help="comma-separated scripts/gpu_bench.py variants")
+    ap.add_argument("--variant-max-seq", type=int, default=512, help="as scripts/gpu_bench.py --max-seq")
     ap.add_argument("--ptxas-report", action="store_true",
                     help="also build each kernel with -Xptxas -v (outside the cache) and print its registers, "
                          "spills and warnings")
@@ -132,7 +138,7 @@ def main() -> None:
     from mkc.targets.nvidia.compiler import build_cubin
 
     jobs = (list(test_sources(a.trace)) if a.tests else []) + list(bench_sources(a.bench, a.max_seq_len, a.trace))
-    jobs += list(variant_sources([v for v in a.variants.split(",") if v]))
+    jobs += list(variant_sources([v for v in a.variants.split(",") if v], a.variant_max_seq))
     jobs += list(folder_sources()) if a.folders else []
 
     def build(job):

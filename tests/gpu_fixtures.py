@@ -85,12 +85,13 @@ def schedule_for(tg, sync: str, method: str | None = None):
     return schedule(tg, "h200", sync=sync, method=method, time_limit=10.0)
 
 
-def megakernel(hf: HF, batch: int, sync: str, **kw):
+def megakernel(hf: HF, batch: int, sync: str, lower_kw: dict | None = None, **kw):
+    """The megakernel of ``hf`` at ``batch``; ``lower_kw`` goes to the lowering (qkv_cross, attn_split)."""
     from mkc.runtime import Megakernel
     from mkc.target import get_target
     from mkc.taskgraph import lower
 
-    tg = lower(graph_of(hf, batch), get_target("h200"))
+    tg = lower(graph_of(hf, batch), get_target("h200"), **(lower_kw or {}))
     return Megakernel(tg, schedule_for(tg, sync), hf.weights, **kw)
 
 

@@ -94,3 +94,13 @@ def test_bench_without_gpu_is_a_clear_error(capsys):
         pytest.skip("a GPU is present")
     assert main(["bench", "tiny-llama"]) == 2
     assert "GPU" in capsys.readouterr().err
+
+
+def test_bench_cli_takes_autotune_and_says_it_needs_a_gpu(capsys):
+    """`mkc bench --autotune` parses (the max-autotune-no-cudagraphs baseline) and, without CUDA, exits 2 with a message."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this checks the CPU machine's message")
+    assert main(["bench", "tiny-llama", "--autotune", "--iters", "1"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

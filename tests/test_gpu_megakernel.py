@@ -21,10 +21,20 @@ CASES = [(m, b, s) for m in TINY + ["llama-3.2-1b", "qwen3-0.6b"] for b in (1, 8
 @pytest.mark.parametrize("name,batch,sync", CASES)
 def test_teacher_forced_logits(name, batch, sync):
     """64 decode steps: each step's logits within 2x HF-bf16's distance from the fp32 oracle, + 1e-3."""
+    _teacher_forced(name, batch, sync)
+
+
+@pytest.mark.parametrize("split,sync", [(4, "atomic"), (4, "nan"), (16, "atomic")])
+def test_teacher_forced_logits_other_attention_splits(split, sync):
+    """The same bound with 4 or 16 attention splits per kv head (lower(attn_split=...), not the default 8)."""
+    _teacher_forced("llama-3.2-1b", 1, sync, lower_kw={"attn_split": split})
+
+
+def _teacher_forced(name, batch, sync, lower_kw=None):
     import torch
 
     hf = hf_models(name)
-    mk = megakernel(hf, batch, sync)
+    mk = megakernel(hf, batch, sync, lower_kw=lower_kw)
     g = torch.Generator(device="cuda").manual_seed(1)
     ids = torch.randint(0, hf.vocab, (batch, STEPS), device="cuda", generator=g)
     with torch.no_grad():
@@ -39,7 +49,7 @@ def test_teacher_forced_logits(name, batch, sync):
         worst = max(worst, d_mk)
         worst_ratio = max(worst_ratio, d_mk / (2 * d_hf + 1e-3))
         agree += int((out.argmax(-1) == ref[:, t].argmax(-1)).sum())
-    record(dict(test="teacher_forced", model=name, batch=batch, sync=sync, worst_rel=worst,
+    record(dict(test="teacher_forced", model=name + (f" {lower_kw}" if lower_kw else ""), batch=batch, sync=sync, worst_rel=worst,
                 worst_ratio=worst_ratio, argmax_agree=agree / (STEPS * batch),
                 s_per_step=(time.perf_counter() - t0) / STEPS))
 

@@ -150,7 +150,7 @@ def _loops(src: str):
         yield kw, src[i + 1: j - 1], src[k:body_end]
 
 
-POLLS = ("mk_ld_acquire", "mk_ld_relaxed", "spin_geq", "spin_word")
+POLLS = ("mk_ld_acquire", "mk_ld_relaxed", "mk_ld_relaxed4", "spin_geq", "spin_word", "spin_word4")
 
 
 def _spin_problems(src: str) -> tuple[int, list[str]]:

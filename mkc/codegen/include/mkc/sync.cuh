@@ -54,6 +54,21 @@ __device__ bool spin_word(const Ctx& c, const Task& t, int event, const unsigned
   }
   return true;
 }
+__device__ __forceinline__ bool armed4(uint4 v) {
+  return v.x == SENTINEL || v.y == SENTINEL || v.z == SENTINEL || v.w == SENTINEL;
+}
+// The same for four words at p (16-byte aligned): until none of them is the sentinel.
+__device__ bool spin_word4(const Ctx& c, const Task& t, int event, const unsigned* p, unsigned where) {
+  uint4 v = mk_ld_relaxed4(p);
+  unsigned ns = 32;
+  for (int it = 0; armed4(v); ++it) {
+    if (it >= c.spin_limit) { report(c, t, event, SENTINEL, where); return false; }
+    if ((it & 31) == 31 && mk_ld_relaxed(c.ws + WS_ABORT)) return false;
+    if (it >= SPIN_HOT) { mk_sleep(ns); if (ns < SPIN_MAX_NS) ns <<= 1; }
+    v = mk_ld_relaxed4(p);
+  }
+  return true;
+}
 
 __device__ __forceinline__ Task load_task(const int* r) {
   Task t;
@@ -96,6 +111,59 @@ __device__ __forceinline__ unsigned* region_word(const Ctx& c, const int* rg, in
   return gptr<unsigned>(c, mk_ld_table(rg + RG_SLOT), (flags & RF_PARITY) ? par : 0) + off;
 }
 
+// A polled region decoded once (nan mode): word idx at p + i2 * s2 + i1 * s1 + i0, idx = (i2 * n1 + i1)
+// * run + i0; one run (n1 = n2 = 1) is contiguous. Polled in units of four words when every run,
+// stride and the start are 16-byte aligned (POLL_VEC), else word by word.
+struct PollRegion {
+  unsigned* p;
+  unsigned run, n1, s1, s2, n;
+  __device__ __forceinline__ unsigned* at(unsigned idx) const {
+    if (n == run) return p + idx;
+    const unsigned rn = run * n1, i2 = idx / rn, rem = idx - i2 * rn, i1 = rem / run;
+    return p + (size_t)i2 * s2 + (size_t)i1 * s1 + (rem - i1 * run);
+  }
+  __device__ __forceinline__ bool vec() const {
+    return POLL_VEC && ((run | s1 | s2) & 3u) == 0 && ((uintptr_t)p & 15u) == 0;
+  }
+};
+__device__ __forceinline__ PollRegion poll_region(const Ctx& c, const int* rg, int par) {
+  PollRegion r;
+  r.p = region_word(c, rg, par, 0);
+  r.run = (unsigned)mk_ld_table(rg + RG_RUN); r.n1 = (unsigned)mk_ld_table(rg + RG_N1);
+  r.s1 = (unsigned)mk_ld_table(rg + RG_S1); r.s2 = (unsigned)mk_ld_table(rg + RG_S2);
+  r.n = r.run * r.n1 * (unsigned)mk_ld_table(rg + RG_N2);
+  return r;
+}
+// Every word of r until none holds the sentinel: POLL_BATCH independent polls in flight per thread
+// (16 bytes each where r.vec()), and only a unit still armed spins. False to stop.
+template <int W>
+__device__ __forceinline__ bool poll_words(const Ctx& c, const Task& t, int ev, const PollRegion& r) {
+  const unsigned units = r.n / W;
+  bool ok = true;
+  for (unsigned u0 = mk_tid(); u0 < units && ok; u0 += NT * POLL_BATCH) {
+    uint4 v[POLL_BATCH];
+#pragma unroll
+    for (int k = 0; k < POLL_BATCH; ++k) {
+      const unsigned u = u0 + k * NT;
+      v[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (u < units) {
+        if constexpr (W == 4) v[k] = mk_ld_relaxed4(r.at(u * 4));
+        else v[k].x = mk_ld_relaxed(r.at(u));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < POLL_BATCH; ++k) {
+      const unsigned u = u0 + k * NT;
+      if constexpr (W == 4) {
+        if (armed4(v[k]) && ok) ok = spin_word4(c, t, ev, r.at(u * 4), u * 4);
+      } else {
+        if (v[k].x == SENTINEL && ok) ok = spin_word(c, t, ev, r.at(u), u);
+      }
+    }
+  }
+  return ok;
+}
+
 // Wait for every event of task t, then (nan mode) re-arm the other parity of what t writes.
 // The re-arm comes after the waits: only they order this task after the previous step's readers
 // of that copy (through the previous step's argmax). Returns false (in every thread) to stop.
@@ -112,22 +180,8 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
         const int* wt = c.tab + mk_ld_table(c.tab + HDR_WAITS) + (t.wait_off + w) * WT_SIZE;
         const int ev = mk_ld_table(wt + WT_EVENT), r0 = mk_ld_table(wt + WT_REG_OFF), nr = mk_ld_table(wt + WT_N_REG);
         for (int r = 0; r < nr && ok; ++r) {
-          const int* rg = c.tab + mk_ld_table(c.tab + HDR_REGIONS) + (r0 + r) * RG_SIZE;
-          const unsigned n = region_words(rg);
-          // POLL_BATCH independent polls in flight per thread; only a word still armed spins
-          for (unsigned i0 = tid; i0 < n && ok; i0 += NT * POLL_BATCH) {
-            unsigned v[POLL_BATCH];
-#pragma unroll
-            for (int k = 0; k < POLL_BATCH; ++k) {
-              const unsigned i = i0 + k * NT;
-              v[k] = i < n ? mk_ld_relaxed(region_word(c, rg, c.par, i)) : 0u;
-            }
-#pragma unroll
-            for (int k = 0; k < POLL_BATCH; ++k) {
-              const unsigned i = i0 + k * NT;
-              if (v[k] == SENTINEL && ok) ok = spin_word(c, t, ev, region_word(c, rg, c.par, i), i);
-            }
-          }
+          const PollRegion pr = poll_region(c, c.tab + mk_ld_table(c.tab + HDR_REGIONS) + (r0 + r) * RG_SIZE, c.par);
+          ok = pr.vec() ? poll_words<4>(c, t, ev, pr) : poll_words<1>(c, t, ev, pr);
         }
       }
     } else {

@@ -55,6 +55,13 @@ __device__ __forceinline__ void mk_red_release_add(unsigned* p, unsigned v) {
 __device__ __forceinline__ unsigned mk_ld_relaxed(const unsigned* p) {
   unsigned v; asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
 }
+// four relaxed 32-bit reads in one 16-byte access (each word is its own single-copy-atomic read)
+__device__ __forceinline__ uint4 mk_ld_relaxed4(const unsigned* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ void mk_st_relaxed(unsigned* p, unsigned v) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }

@@ -79,6 +79,10 @@ __device__ __forceinline__ void mk_red_release_add(unsigned* p, unsigned v) {
 __device__ __forceinline__ unsigned mk_ld_relaxed(const unsigned* p) {
   return __hip_atomic_load(mk_g(p), __ATOMIC_RELAXED, MKC_SYNC_SCOPE);
 }
+// four relaxed 32-bit reads (HIP has no 16-byte atomic load; each word is read on its own)
+__device__ __forceinline__ uint4 mk_ld_relaxed4(const unsigned* p) {
+  return make_uint4(mk_ld_relaxed(p), mk_ld_relaxed(p + 1), mk_ld_relaxed(p + 2), mk_ld_relaxed(p + 3));
+}
 __device__ __forceinline__ void mk_st_relaxed(unsigned* p, unsigned v) {
   __hip_atomic_store(mk_g(p), v, __ATOMIC_RELAXED, MKC_SYNC_SCOPE);
 }
