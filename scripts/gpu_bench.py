@@ -122,6 +122,8 @@ VARIANTS.update({f"{v}-pollw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_vec":
                  for v in ("b1-nan", "b8-nan")})
 VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_batch": n})
                  for v in ("b1-nan", "b8-nan") for n in (4, 16)})
+VARIANTS.update({f"{v}-rearmlate": (*VARIANTS[v][:4], {**VARIANTS[v][4], "rearm_late": True})
+                 for v in ("b1-nan", "b8-nan")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

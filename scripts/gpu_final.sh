@@ -46,8 +46,10 @@ HAZY_PREBUILT_SO=$PWD/.peer/mk_llama.cpython-312-x86_64-linux-gnu.so OUT=$OUT/pe
 mkdir -p "$OUT/peer-so" && cp .peer/src/*/demos/low-latency-llama/mk_llama*.so "$OUT/peer-so/" 2>/dev/null
 echo "peer: $(tail -n 1 "$OUT/peer.log")"
 fi
-if [ -n "${MKC_TRACE:-}" ]; then
-  timeout ${MKC_TRACE_S:-45} python3 -m mkc run .builds/llama-b1 --max-new-tokens 24 --trace "$OUT/trace.json" > "$OUT/trace.log" 2>&1
-  echo "trace rc=$?"; tail -n 6 "$OUT/trace.log"
-  gzip -9f "$OUT/trace.json" 2>/dev/null; rm -f "$OUT/trace.png"  # the raw trace comes back (too big unzipped)
+if [ -n "${MKC_TRACE:-}" ]; then  # build directories under .builds (MKC_TRACE=1: llama-b1)
+for d in $( [ "$MKC_TRACE" = 1 ] && echo llama-b1 || echo $MKC_TRACE ); do
+  timeout ${MKC_TRACE_S:-45} python3 -m mkc run .builds/$d --max-new-tokens 24 --trace "$OUT/trace-$d.json" > "$OUT/trace-$d.log" 2>&1
+  echo "trace $d rc=$?"; tail -n 6 "$OUT/trace-$d.log"
+  gzip -9f "$OUT/trace-$d.json" 2>/dev/null; rm -f "$OUT/trace-$d.png"  # the raw trace comes back (too big unzipped)
+done
 fi

@@ -80,6 +80,22 @@ def bench_sources(specs, max_seq_len: int, trace: bool = False):
                 yield f"bench {model} b{b} trace", src, cfg.arch
 
 
+def build_dir_sources(dirs, trace: bool = False):
+    """The kernels `mkc run DIR` (and with --trace, `mkc run DIR --trace`) loads for build directories
+    `mkc compile` made here."""
+    from mkc.codegen.render import CodegenOptions, generate
+    from mkc.schedule.ir import Schedule
+    from mkc.target import get_target
+    from mkc.taskgraph.ir import TaskGraph
+
+    for d in dirs:
+        for sub in sorted(Path(d).glob("b*/tasks.json")):
+            tg, sched = TaskGraph.load(sub), Schedule.load(sub.parent / "schedule.json")
+            for opts in [None] + ([CodegenOptions(trace=True)] if trace else []):
+                src, cfg, _ = generate(tg, sched, get_target(tg.target), opts)
+                yield f"dir {sub.parent}{' trace' if opts else ''}", src, cfg.arch
+
+
 def folder_sources():
     """The kernels of the gpu tests that compile saved model folders on the GPU machine
     (tests/test_gpu_checkpoint.py, tests/test_gpu_text.py): the same folders and compile options."""
@@ -127,6 +143,7 @@ def main() -> None:
                     help="the kernels of tests/test_gpu_checkpoint.py and tests/test_gpu_text.py (saved folders)")
     ap.add_argument("--bench", nargs="*", default=[], help="MODEL:B1,B2 as given to scripts/gpu_all.sh")
     ap.add_argument("--max-seq-len", type=int, default=1024)
+    ap.add_argument("--build-dirs", nargs="*", default=[], help="build directories made by mkc compile (their kernels)")
     ap.add_argument("--trace", action="store_true", help="also the per-task trace kernels (mkc run --trace)")
     ap.add_argument("--variants", default="", help="comma-separated scripts/gpu_bench.py variants")
     ap.add_argument("--variant-max-seq", type=int, default=512, help="as scripts/gpu_bench.py --max-seq")
@@ -140,6 +157,7 @@ def main() -> None:
     jobs = (list(test_sources(a.trace)) if a.tests else []) + list(bench_sources(a.bench, a.max_seq_len, a.trace))
     jobs += list(variant_sources([v for v in a.variants.split(",") if v], a.variant_max_seq))
     jobs += list(folder_sources()) if a.folders else []
+    jobs += list(build_dir_sources(a.build_dirs, a.trace))
 
     def build(job):
         t = time.time()

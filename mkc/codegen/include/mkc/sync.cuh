@@ -224,7 +224,8 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
         for (unsigned i = tid; i < n; i += NT) mk_st_relaxed(region_word(c, rg, c.par ^ 1, i), SENTINEL);
       }
       mk_barrier();
-      mk_fence();  // every thread: all re-arm stores before any of its output stores
+      // every thread: all re-arm stores before any of its output stores (REARM_LATE: rearm_fence)
+      if constexpr (!REARM_LATE) mk_fence();
     }
   }
   if constexpr (TRACE) {
