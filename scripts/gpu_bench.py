@@ -124,12 +124,6 @@ VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_bat
                  for v in ("b1-nan", "b8-nan") for n in (4, 16)})
 VARIANTS.update({f"{v}-rearmlate": (*VARIANTS[v][:4], {**VARIANTS[v][4], "rearm_late": True})
                  for v in ("b1-nan", "b8-nan")})
-VARIANTS.update({f"{v}-lead": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_lead": True})
-                 for v in ("b1-nan", "b8-nan")})
-VARIANTS.update({f"{v}-lead-poll4": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_lead": True, "poll_batch": 4})
-                 for v in ("b1-nan", "b8-nan")})
-VARIANTS.update({f"{v}-hot{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "spin_hot": n})
-                 for v in ("b1-nan", "b8-nan") for n in (0, 8)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

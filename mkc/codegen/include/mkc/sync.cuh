@@ -134,61 +134,10 @@ __device__ __forceinline__ PollRegion poll_region(const Ctx& c, const int* rg, i
   r.n = r.run * r.n1 * (unsigned)mk_ld_table(rg + RG_N2);
   return r;
 }
-template <int W>
-__device__ __forceinline__ bool unit_armed(uint4 v) {
-  if constexpr (W == 4) return armed4(v);
-  else return v.x == SENTINEL;
-}
-template <int W>
-__device__ __forceinline__ uint4 poll_unit(const PollRegion& r, unsigned u) {
-  if constexpr (W == 4) return mk_ld_relaxed4(r.at(u * 4));
-  else return make_uint4(mk_ld_relaxed(r.at(u)), 0u, 0u, 0u);
-}
-template <int W>
-__device__ __forceinline__ bool spin_unit(const Ctx& c, const Task& t, int ev, const PollRegion& r, unsigned u) {
-  if constexpr (W == 4) return spin_word4(c, t, ev, r.at(u * 4), u * 4);
-  else return spin_word(c, t, ev, r.at(u), u);
-}
-
-// POLL_LEAD: the same polls, but while units of a warp are still armed only one lane of the warp spins
-// (on the first armed unit); then every lane with an armed unit polls it once more, until none is.
-// Spinning consumers then load L2 with a poll per warp instead of one per thread. Warp-uniform loops:
-// every lane runs every iteration (the votes need them all).
-template <int W>
-__device__ __forceinline__ bool poll_words_lead(const Ctx& c, const Task& t, int ev, const PollRegion& r) {
-  const unsigned units = r.n / W;
-  const int lane = lane_id();
-  bool ok = true;
-  for (unsigned w0 = (unsigned)(mk_tid() - lane); w0 < units && ok; w0 += NT * POLL_BATCH) {
-    const unsigned u0 = w0 + lane;
-    uint4 v[POLL_BATCH];
-#pragma unroll
-    for (int k = 0; k < POLL_BATCH; ++k) {
-      const unsigned u = u0 + k * NT;
-      v[k] = u < units ? poll_unit<W>(r, u) : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (int k = 0; k < POLL_BATCH; ++k) {
-      const unsigned u = u0 + k * NT;
-      bool a = u < units && unit_armed<W>(v[k]);
-      for (int it = 0; ok && mk_any(a); ++it) {
-        if (it >= c.spin_limit) { report(c, t, ev, SENTINEL, u * W); ok = false; break; }
-        if ((it & 31) == 31 && mk_any(lane == 0 && mk_ld_relaxed(c.ws + WS_ABORT) != 0u)) { ok = false; break; }
-        bool sok = true;
-        if (lane == mk_first_lane(a)) sok = spin_unit<W>(c, t, ev, r, u);
-        ok = mk_all(sok);
-        if (ok && a) a = unit_armed<W>(poll_unit<W>(r, u));
-      }
-    }
-  }
-  return ok;
-}
-
 // Every word of r until none holds the sentinel: POLL_BATCH independent polls in flight per thread
 // (16 bytes each where r.vec()), and only a unit still armed spins. False to stop.
 template <int W>
 __device__ __forceinline__ bool poll_words(const Ctx& c, const Task& t, int ev, const PollRegion& r) {
-  if constexpr (POLL_LEAD != 0) return poll_words_lead<W>(c, t, ev, r);
   const unsigned units = r.n / W;
   bool ok = true;
   for (unsigned u0 = mk_tid(); u0 < units && ok; u0 += NT * POLL_BATCH) {

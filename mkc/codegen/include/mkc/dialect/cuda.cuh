@@ -81,10 +81,6 @@ __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, uns
 // the sampler (tokens.cuh): 32-bit lane broadcast, shared-memory histogram adds (integers, so the
 // sums do not depend on the order of the adds), and the host-mapped token stream (system scope)
 __device__ __forceinline__ unsigned mk_shfl_u32(unsigned v, int src) { return __shfl_sync(0xffffffffu, v, src); }
-// warp votes (every lane of the warp takes part): any lane, every lane, the lowest lane whose p holds (-1: none)
-__device__ __forceinline__ bool mk_any(bool p) { return __any_sync(0xffffffffu, p); }
-__device__ __forceinline__ bool mk_all(bool p) { return __all_sync(0xffffffffu, p); }
-__device__ __forceinline__ int mk_first_lane(bool p) { return __ffs(__ballot_sync(0xffffffffu, p)) - 1; }
 // a 64-bit shared add is a compare-and-swap loop in SASS (ATOMS adds 32 bits), which crawls when many
 // lanes hit one bin: two 32-bit adds instead, the low word's wrap carried into the high word (the
 // sum is exact whatever the order, as every add is)

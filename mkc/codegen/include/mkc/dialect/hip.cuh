@@ -101,10 +101,6 @@ __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, uns
 // the sampler (tokens.cuh): 32-bit lane broadcast, LDS histogram adds (integers: order-free sums),
 // and the token stream at system scope (the AMD driver passes none today: it reads the log)
 __device__ __forceinline__ unsigned mk_shfl_u32(unsigned v, int src) { return (unsigned)__shfl((int)v, src, MKC_WARP); }
-// wavefront votes (every lane takes part): any lane, every lane, the lowest lane whose p holds (-1: none)
-__device__ __forceinline__ bool mk_any(bool p) { return __any(p); }
-__device__ __forceinline__ bool mk_all(bool p) { return __all(p); }
-__device__ __forceinline__ int mk_first_lane(bool p) { return __ffsll((unsigned long long)__ballot(p)) - 1; }
 __device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned long long v) {
   (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 }
