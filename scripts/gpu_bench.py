@@ -122,8 +122,12 @@ VARIANTS.update({f"{v}-pollw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_vec":
                  for v in ("b1-nan", "b8-nan")})
 VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_batch": n})
                  for v in ("b1-nan", "b8-nan") for n in (4, 16)})
-VARIANTS.update({f"{v}-rearmlate": (*VARIANTS[v][:4], {**VARIANTS[v][4], "rearm_late": True})
+VARIANTS.update({f"{v}-seq": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_reissue": False})
                  for v in ("b1-nan", "b8-nan")})
+VARIANTS.update({f"{v}-seq-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_reissue": False, "poll_batch": n})
+                 for v in ("b1-nan", "b8-nan") for n in (2, 4)})
+VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_batch": n})
+                 for v in ("b1-nan", "b8-nan") for n in (2, 32)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

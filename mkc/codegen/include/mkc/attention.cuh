@@ -306,7 +306,6 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   }
   mk_barrier();
   trace_mark(c, 1);  // scores, softmax and the weighted sum over the split's positions
-  rearm_fence();
   if constexpr (ATT_SPLIT == 1) {
     float* o = lptr<float>(c, l, R_ATTN, c.par) + (size_t)b * NH * HD + g * NREP * HD;
     for (int i = tid; i < NREP * HD; i += NT) {

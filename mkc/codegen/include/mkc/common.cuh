@@ -95,13 +95,6 @@ __device__ __forceinline__ void warp_argmax(float& v, int& i) {
   for (int m = WARP / 2; m > 0; m >>= 1) argmax_merge(v, i, mk_shfl_xor(v, m), mk_shfl_xor_i(i, m));
 }
 
-// nan mode with REARM_LATE (CodegenOptions.rearm_late): the fence that orders a task's re-arm stores
-// (wait_task) before its output stores, issued by every thread just before its first output store
-// instead of right after the re-arm, so it waits for nothing still in flight (docs/sync.md)
-__device__ __forceinline__ void rearm_fence() {
-  if constexpr (NAN_MODE && REARM_LATE) mk_fence();
-}
-
 // ---- stores of produced values ----
 // nan mode: a value whose bits equal the sentinel is written as a canonical NaN (docs/sync.md),
 // with a relaxed gpu-scope store; atomic mode: plain stores, published by the release add.

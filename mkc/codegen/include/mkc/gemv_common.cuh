@@ -67,7 +67,6 @@ __device__ __forceinline__ void gemv_block_end(const Ctx& c, const Kind& kd, int
     for (int idx = mk_tid(); idx < nr * B; idx += NT) out[idx] *= rs[idx % B];
     mk_barrier();
   }
-  if (blk == 0) rearm_fence();
   kd.epilogue(c, nr, out);
   mk_barrier();
 }

@@ -134,31 +134,65 @@ __device__ __forceinline__ PollRegion poll_region(const Ctx& c, const int* rg, i
   r.n = r.run * r.n1 * (unsigned)mk_ld_table(rg + RG_N2);
   return r;
 }
+template <int W>
+__device__ __forceinline__ bool unit_armed(uint4 v) {
+  if constexpr (W == 4) return armed4(v);
+  else return v.x == SENTINEL;
+}
+template <int W>
+__device__ __forceinline__ uint4 poll_unit(const PollRegion& r, unsigned u) {
+  if constexpr (W == 4) return mk_ld_relaxed4(r.at(u * 4));
+  else return make_uint4(mk_ld_relaxed(r.at(u)), 0u, 0u, 0u);
+}
+template <int W>
+__device__ __forceinline__ bool spin_unit(const Ctx& c, const Task& t, int ev, const PollRegion& r, unsigned u) {
+  if constexpr (W == 4) return spin_word4(c, t, ev, r.at(u * 4), u * 4);
+  else return spin_word(c, t, ev, r.at(u), u);
+}
+
 // Every word of r until none holds the sentinel: POLL_BATCH independent polls in flight per thread
-// (16 bytes each where r.vec()), and only a unit still armed spins. False to stop.
+// (16 bytes each where r.vec()). POLL_REISSUE: the thread spins on its first armed unit only; once
+// that one is written, it polls all its other armed units again at once (one round trip, not one
+// per unit: the values of the first polls are stale by then), and so on until none is armed.
+// Else (the measured baseline) it spins on each armed unit in turn. False to stop.
 template <int W>
 __device__ __forceinline__ bool poll_words(const Ctx& c, const Task& t, int ev, const PollRegion& r) {
   const unsigned units = r.n / W;
   bool ok = true;
-  for (unsigned u0 = mk_tid(); u0 < units && ok; u0 += NT * POLL_BATCH) {
-    uint4 v[POLL_BATCH];
+  if constexpr (POLL_REISSUE != 0) {
+    static_assert(POLL_BATCH <= 32, "armed units are bits of one word");
+    for (unsigned u0 = mk_tid(); u0 < units && ok; u0 += NT * POLL_BATCH) {
+      uint4 v[POLL_BATCH];
 #pragma unroll
-    for (int k = 0; k < POLL_BATCH; ++k) {
-      const unsigned u = u0 + k * NT;
-      v[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (u < units) {
-        if constexpr (W == 4) v[k] = mk_ld_relaxed4(r.at(u * 4));
-        else v[k].x = mk_ld_relaxed(r.at(u));
+      for (int k = 0; k < POLL_BATCH; ++k)
+        v[k] = u0 + k * NT < units ? poll_unit<W>(r, u0 + k * NT) : make_uint4(0u, 0u, 0u, 0u);
+      unsigned armed = 0;  // bit k: unit u0 + k * NT still held the sentinel when last polled
+#pragma unroll
+      for (int k = 0; k < POLL_BATCH; ++k)
+        if (u0 + k * NT < units && unit_armed<W>(v[k])) armed |= 1u << k;
+      for (int it = 0; armed != 0u; ++it) {
+        if (it >= c.spin_limit) { report(c, t, ev, SENTINEL, u0 * W); ok = false; break; }
+        if ((it & 31) == 31 && mk_ld_relaxed(c.ws + WS_ABORT)) { ok = false; break; }
+        const int k0 = mk_ffs(armed) - 1;
+        if (!spin_unit<W>(c, t, ev, r, u0 + (unsigned)k0 * NT)) { ok = false; break; }
+        armed &= ~(1u << k0);
+#pragma unroll
+        for (int k = 0; k < POLL_BATCH; ++k)
+          if (armed & (1u << k)) v[k] = poll_unit<W>(r, u0 + k * NT);
+#pragma unroll
+        for (int k = 0; k < POLL_BATCH; ++k)
+          if ((armed & (1u << k)) && !unit_armed<W>(v[k])) armed &= ~(1u << k);
       }
     }
+  } else {
+    for (unsigned u0 = mk_tid(); u0 < units && ok; u0 += NT * POLL_BATCH) {
+      uint4 v[POLL_BATCH];
 #pragma unroll
-    for (int k = 0; k < POLL_BATCH; ++k) {
-      const unsigned u = u0 + k * NT;
-      if constexpr (W == 4) {
-        if (armed4(v[k]) && ok) ok = spin_word4(c, t, ev, r.at(u * 4), u * 4);
-      } else {
-        if (v[k].x == SENTINEL && ok) ok = spin_word(c, t, ev, r.at(u), u);
-      }
+      for (int k = 0; k < POLL_BATCH; ++k)
+        v[k] = u0 + k * NT < units ? poll_unit<W>(r, u0 + k * NT) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+      for (int k = 0; k < POLL_BATCH; ++k)
+        if (u0 + k * NT < units && unit_armed<W>(v[k]) && ok) ok = spin_unit<W>(c, t, ev, r, u0 + k * NT);
     }
   }
   return ok;
@@ -224,8 +258,7 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
         for (unsigned i = tid; i < n; i += NT) mk_st_relaxed(region_word(c, rg, c.par ^ 1, i), SENTINEL);
       }
       mk_barrier();
-      // every thread: all re-arm stores before any of its output stores (REARM_LATE: rearm_fence)
-      if constexpr (!REARM_LATE) mk_fence();
+      mk_fence();  // every thread: all re-arm stores before any of its output stores
     }
   }
   if constexpr (TRACE) {

@@ -14,7 +14,6 @@ __device__ void task_embed(const Ctx& c, const Task& t) {
   float* x0 = gptr<float>(c, S_X0, c.par);
   const int k = c.step - c.step0, n = t.a1 - t.a0;
   const int* ctl = tok_ctl(c);
-  rearm_fence();
   for (int idx = mk_tid(); idx < B * n; idx += NT) {
     const int b = idx / n, col = t.a0 + idx % n;
     const int forced = ctl != nullptr ? mk_ld_int(ctl + CTL_PLEN + b) : c.nforced;  // row b's prompt

@@ -81,6 +81,7 @@ __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, uns
 // the sampler (tokens.cuh): 32-bit lane broadcast, shared-memory histogram adds (integers, so the
 // sums do not depend on the order of the adds), and the host-mapped token stream (system scope)
 __device__ __forceinline__ unsigned mk_shfl_u32(unsigned v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+__device__ __forceinline__ int mk_ffs(unsigned v) { return __ffs((int)v); }  // lowest set bit + 1, 0 if none
 // a 64-bit shared add is a compare-and-swap loop in SASS (ATOMS adds 32 bits), which crawls when many
 // lanes hit one bin: two 32-bit adds instead, the low word's wrap carried into the high word (the
 // sum is exact whatever the order, as every add is)

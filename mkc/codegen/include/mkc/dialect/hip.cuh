@@ -101,6 +101,7 @@ __device__ __forceinline__ unsigned mk_atomic_cas(unsigned* p, unsigned cmp, uns
 // the sampler (tokens.cuh): 32-bit lane broadcast, LDS histogram adds (integers: order-free sums),
 // and the token stream at system scope (the AMD driver passes none today: it reads the log)
 __device__ __forceinline__ unsigned mk_shfl_u32(unsigned v, int src) { return (unsigned)__shfl((int)v, src, MKC_WARP); }
+__device__ __forceinline__ int mk_ffs(unsigned v) { return __ffs(v); }  // lowest set bit + 1, 0 if none
 __device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned long long v) {
   (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 }
