@@ -117,17 +117,16 @@ VARIANTS.update({f"{v}-cross": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_cross"
 # attention splits per kv head other than attn_splits' choice (lower(attn_split=N); 8 at batch 1, cache 512)
 VARIANTS.update({f"{v}-split{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_split": n})
                  for v in ("b1-atomic", "q8-b1-atomic") for n in (4, 12, 16)})
-# nan mode: the sentinel polls word by word (the baseline of the 16-byte polls) or more of them in flight
+# nan mode: the sentinel polls word by word (the baseline of the 16-byte polls), each armed unit spun on
+# in turn or re-polled together, and other counts of polls in flight (default 4)
 VARIANTS.update({f"{v}-pollw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_vec": False})
                  for v in ("b1-nan", "b8-nan")})
-VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_batch": n})
-                 for v in ("b1-nan", "b8-nan") for n in (4, 16)})
 VARIANTS.update({f"{v}-seq": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_reissue": False})
                  for v in ("b1-nan", "b8-nan")})
-VARIANTS.update({f"{v}-seq-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_reissue": False, "poll_batch": n})
-                 for v in ("b1-nan", "b8-nan") for n in (2, 4)})
+VARIANTS.update({f"{v}-reissue": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_reissue": True})
+                 for v in ("b1-nan", "b8-nan")})
 VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_batch": n})
-                 for v in ("b1-nan", "b8-nan") for n in (2, 32)})
+                 for v in ("b1-nan", "b8-nan") for n in (1, 2, 8, 16)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

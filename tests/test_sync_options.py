@@ -242,3 +242,22 @@ def test_gfx90a_acquire_once_compiles(tmp_path):
     res = build_hip(src, cfg.arch, out_dir=tmp_path)
     assert res.warnings == [], res.log
     assert res.resources["vgpr_spill"] == 0 and res.resources["scratch"] == 0
+
+
+# ---- nan mode: how the sentinel polls are issued (docs/sync.md "nan") ------------------------------
+@pytest.mark.parametrize("target", ["h200", "mi300x"])
+def test_nan_polls_are_16_bytes_four_in_flight_and_reissued_at_batch_1(target):
+    """The measured defaults: 16-byte polls, 4 per thread in flight, re-polled together at batch 1
+    only; the wait polls through them, and every spin of the new code is bounded."""
+    for batch, reissue in ((1, 1), (8, 0)):
+        src, cfg, _ = _source("llama-3.2-1b", batch, target, "nan")
+        assert cfg.const("POLL_VEC") == 1 and cfg.const("POLL_BATCH") == 4 and cfg.const("POLL_REISSUE") == reissue
+        wait = _function(src, "__device__ bool wait_task(")
+        assert "pr.vec() ? poll_words<4>(c, t, ev, pr) : poll_words<1>(c, t, ev, pr)" in wait
+        polls = _function(src, "__device__ __forceinline__ bool poll_words(")
+        assert "if constexpr (POLL_REISSUE != 0)" in polls and "mk_ffs(armed)" in polls
+        spin4 = _function(src, "__device__ bool spin_word4(")
+        assert "if (it >= c.spin_limit) { report(" in spin4 and "WS_ABORT" in spin4
+        assert ("ld.relaxed.gpu.global.v4.u32" in src) == (target == "h200")
+    off, cfg, _ = _source("llama-3.2-1b", 1, "h200", "nan", CodegenOptions(poll_vec=False, poll_reissue=False, poll_batch=8))
+    assert (cfg.const("POLL_VEC"), cfg.const("POLL_REISSUE"), cfg.const("POLL_BATCH")) == (0, 0, 8)

@@ -50,11 +50,14 @@ class CodegenOptions:
 
     prefetch_l2: int = 0  # bytes of each weight matrix of a task pulled into L2 before it waits (0: off)
     prefetch_next: int = 0  # bytes of the next queued task's weights pulled into L2 when a task starts
-    poll_batch: int = 8  # nan mode: sentinel polls in flight per thread
+    # nan mode: sentinel polls in flight per thread (H200, llama-3.2-1b: 4 beat 8 by 8-9 % at batch 1
+    # and 6 % at batch 8, 16 lost 12-24 %; BENCHMARKS.md "Seventh session")
+    poll_batch: int = 4
     poll_vec: bool = True
     # nan mode: after the first armed unit is written, the thread's other armed units are polled
-    # again together (False: each spun on in turn)
-    poll_reissue: bool = True  # nan mode: 16-byte polls where a region is 16-byte aligned (False: word by word)
+    # again together (False: each spun on in turn); None: at batch 1 only (-3.7 % there, +7 % at
+    # batch 8, where its registers crowd the tensor-core GEMV)
+    poll_reissue: bool | None = None  # nan mode: 16-byte polls where a region is 16-byte aligned (False: word by word)
     preload: bool = True  # GEMV tasks issue their first weight loads before waiting on their inputs
     rows_per_warp: int = 2  # G: weight rows a warp streams at once
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0 = by batch size
@@ -218,7 +221,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
