@@ -70,7 +70,7 @@ def bench_sources(specs, max_seq_len: int, trace: bool = False):
         model, batches = spec.split(":")
         for b in (int(x) for x in batches.split(",")):
             out = Path(f"/tmp/mkc-prebuild/{model}-b{b}")
-            compile_model(model, out, Options(batches=(b,), max_seq_len=max_seq_len), StageLog(quiet=True))
+            compile_model(model, out, Options(batches=(b,), max_seq_len=max_seq_len, force=True), StageLog(quiet=True))
             tg = TaskGraph.load(out / f"b{b}" / "tasks.json")
             sched = Schedule.load(out / f"b{b}" / "schedule.json")
             src, cfg, _ = generate(tg, sched, get_target("h200"))
