@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# The last device call of a session: the gpu tests most at risk first (bounded), then the batch-1 A/B
-# with the hand-written peer in the same call. Output and logs in $OUT.
+# One device call: the gpu tests (bounded), the gpu_bench A/B, `mkc bench`, the token bench, the
+# hand-written peer and per-task traces, each switched by the environment, short results last.
+#   MKC_TESTS=none | "tests/... node ids"   MKC_TEST_S=seconds
+#   MKC_AB=none | "STEPS@variant,variant;STEPS@..."   MKC_AB_MAXSEQ (kernels' cache, default 512)   MKC_AB_S
+#   MKC_BENCH="model:1,8 ..."   MKC_BENCH_ARGS=--autotune   MKC_BENCH_S   MKC_ITERS
+#   MKC_NO_TOKENS=1   MKC_NO_PEER=1   MKC_PEER_ARGS="--long-ctx 512,1024 --long-steps 50"   MKC_PEER_S
+#   MKC_TRACE="dir ..." (under .builds; 1: llama-b1)   MKC_TRACE_S
+# Output and logs in $OUT.
 set -u
 source "$(dirname "$0")/gpu_env.sh"
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts  # instafail: each failure printed when it happens
