@@ -150,7 +150,7 @@ def _loops(src: str):
         yield kw, src[i + 1: j - 1], src[k:body_end]
 
 
-POLLS = ("mk_ld_acquire", "mk_ld_relaxed", "mk_ld_relaxed4", "spin_geq", "spin_word", "spin_word4")
+POLLS = ("mk_ld_acquire", "mk_ld_relaxed", "mk_ld_relaxed4", "spin_geq", "spin_words")
 
 
 def _spin_problems(src: str) -> tuple[int, list[str]]:
@@ -185,7 +185,7 @@ def _spin_problems(src: str) -> tuple[int, list[str]]:
 @pytest.mark.parametrize("sync", SYNCS)
 def test_every_spin_is_bounded(sources, sync):
     spins, problems = _spin_problems(sources["qwen3-0.6b", "mi300x", sync][0])
-    assert problems == [] and spins >= 2  # spin_geq (counters) and spin_word (sentinels)
+    assert problems == [] and spins >= 2  # spin_geq (counters) and spin_words (sentinels)
     # the check itself: an unbounded poll, a poll in a while loop, a spin without the abort flag
     for bad in ("for (int it = 0; v < want; ++it) { v = mk_ld_acquire(p); }",
                 "while (mk_ld_relaxed(p) == SENTINEL) { mk_sleep(32); }",

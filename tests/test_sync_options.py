@@ -256,7 +256,7 @@ def test_nan_polls_are_16_bytes_four_in_flight_and_reissued_at_batch_1(target):
         assert "pr.vec() ? poll_words<4>(c, t, ev, pr) : poll_words<1>(c, t, ev, pr)" in wait
         polls = _function(src, "__device__ __forceinline__ bool poll_words(")
         assert "if constexpr (POLL_REISSUE != 0)" in polls and "mk_ffs(armed)" in polls
-        spin4 = _function(src, "__device__ bool spin_word4(")
+        spin4 = _function(src, "__device__ bool spin_words(")
         assert "if (it >= c.spin_limit) { report(" in spin4 and "WS_ABORT" in spin4
         assert ("ld.relaxed.gpu.global.v4.u32" in src) == (target == "h200")
     off, cfg, _ = _source("llama-3.2-1b", 1, "h200", "nan", CodegenOptions(poll_vec=False, poll_reissue=False, poll_batch=8))

@@ -53,11 +53,11 @@ class CodegenOptions:
     # nan mode: sentinel polls in flight per thread (H200, llama-3.2-1b: 4 beat 8 by 8-9 % at batch 1
     # and 6 % at batch 8, 16 lost 12-24 %; BENCHMARKS.md "Seventh session")
     poll_batch: int = 4
-    poll_vec: bool = True
+    poll_vec: bool = True  # nan mode: 16-byte polls where a region is 16-byte aligned (False: word by word)
     # nan mode: after the first armed unit is written, the thread's other armed units are polled
     # again together (False: each spun on in turn); None: at batch 1 only (-3.7 % there, +7 % at
     # batch 8, where its registers crowd the tensor-core GEMV)
-    poll_reissue: bool | None = None  # nan mode: 16-byte polls where a region is 16-byte aligned (False: word by word)
+    poll_reissue: bool | None = None
     preload: bool = True  # GEMV tasks issue their first weight loads before waiting on their inputs
     rows_per_warp: int = 2  # G: weight rows a warp streams at once
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0 = by batch size

@@ -42,30 +42,21 @@ __device__ bool spin_geq(const Ctx& c, const Task& t, int event, const unsigned*
   return true;
 }
 
-// Bounded spin until the word at p is not the sentinel (relaxed; the caller fences).
-__device__ bool spin_word(const Ctx& c, const Task& t, int event, const unsigned* p, unsigned where) {
-  unsigned v = mk_ld_relaxed(p);
-  unsigned ns = 32;
-  for (int it = 0; v == SENTINEL; ++it) {
-    if (it >= c.spin_limit) { report(c, t, event, v, where); return false; }
-    if ((it & 31) == 31 && mk_ld_relaxed(c.ws + WS_ABORT)) return false;
-    if (it >= SPIN_HOT) { mk_sleep(ns); if (ns < SPIN_MAX_NS) ns <<= 1; }
-    v = mk_ld_relaxed(p);
-  }
-  return true;
-}
 __device__ __forceinline__ bool armed4(uint4 v) {
   return v.x == SENTINEL || v.y == SENTINEL || v.z == SENTINEL || v.w == SENTINEL;
 }
-// The same for four words at p (16-byte aligned): until none of them is the sentinel.
-__device__ bool spin_word4(const Ctx& c, const Task& t, int event, const unsigned* p, unsigned where) {
-  uint4 v = mk_ld_relaxed4(p);
+// Bounded spin until none of the W words at p (W = 4: 16-byte aligned) is the sentinel (relaxed;
+// the caller fences).
+template <int W>
+__device__ bool spin_words(const Ctx& c, const Task& t, int event, const unsigned* p, unsigned where) {
+  static_assert(W == 1 || W == 4, "polls read one word or four");
+  uint4 v = W == 4 ? mk_ld_relaxed4(p) : make_uint4(mk_ld_relaxed(p), 0u, 0u, 0u);
   unsigned ns = 32;
-  for (int it = 0; armed4(v); ++it) {
+  for (int it = 0; W == 4 ? armed4(v) : v.x == SENTINEL; ++it) {
     if (it >= c.spin_limit) { report(c, t, event, SENTINEL, where); return false; }
     if ((it & 31) == 31 && mk_ld_relaxed(c.ws + WS_ABORT)) return false;
     if (it >= SPIN_HOT) { mk_sleep(ns); if (ns < SPIN_MAX_NS) ns <<= 1; }
-    v = mk_ld_relaxed4(p);
+    v = W == 4 ? mk_ld_relaxed4(p) : make_uint4(mk_ld_relaxed(p), 0u, 0u, 0u);
   }
   return true;
 }
@@ -146,8 +137,7 @@ __device__ __forceinline__ uint4 poll_unit(const PollRegion& r, unsigned u) {
 }
 template <int W>
 __device__ __forceinline__ bool spin_unit(const Ctx& c, const Task& t, int ev, const PollRegion& r, unsigned u) {
-  if constexpr (W == 4) return spin_word4(c, t, ev, r.at(u * 4), u * 4);
-  else return spin_word(c, t, ev, r.at(u), u);
+  return spin_words<W>(c, t, ev, r.at(u * W), u * W);
 }
 
 // Every word of r until none holds the sentinel: POLL_BATCH independent polls in flight per thread
