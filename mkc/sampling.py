@@ -51,7 +51,7 @@ class Sampling:
                                     or np.float32(self.min_p) > 0)
 
     def kernel_words(self, vocab: int) -> tuple[int, list[int]]:
-        """The workspace's token flags (``tables.TOKF_GUMBEL`` / ``TOKF_FILTER`` [+ ``TOKF_CAND``]) and sampler words
+        """The workspace's token flags (``tables.TOKF_GUMBEL`` / ``TOKF_FILTER`` [+ ``TOKF_CAND`` or ``TOKF_PDRAW``]) and sampler words
         (``WS_TEMP`` .. ``WS_SEED_HI``: fp32 as bits) for a build of this vocabulary."""
         from mkc.codegen import tables as T
         from mkc.taskgraph.lower import LM_CAND
@@ -59,6 +59,8 @@ class Sampling:
         flags = 0 if self.greedy else (T.TOKF_FILTER if self.filtered(vocab) else T.TOKF_GUMBEL)
         if flags == T.TOKF_FILTER and 0 < self.top_k <= LM_CAND and self.top_k < vocab:
             flags |= T.TOKF_CAND  # the top-k set lies among the LM-head tiles' candidates
+        elif flags == T.TOKF_FILTER and not 0 < self.top_k < vocab:
+            flags |= T.TOKF_PDRAW  # top-p / min-p alone: the tiles' Gumbel winner, checked, then rejection
         bits = [int(np.array(x, dtype=np.float32).view(np.uint32)) for x in (self.temperature, self.top_p, self.min_p)]
         k = self.top_k if self.top_k < vocab else 0
         return flags, [bits[0], int(k), bits[1], bits[2], self.seed & 0xFFFFFFFF, self.seed >> 32]

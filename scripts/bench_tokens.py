@@ -32,7 +32,7 @@ def _time(fn, reps: int = 5) -> float:
     return best
 
 
-def bench(model: str, batch: int, steps: int) -> list[dict]:
+def bench(model: str, batch: int, steps: int, exact_too: bool = False) -> list[dict]:
     import numpy as np
     import torch
 
@@ -54,11 +54,24 @@ def bench(model: str, batch: int, steps: int) -> list[dict]:
     cases = {"greedy": None, "temperature 0.8": Sampling(temperature=0.8, seed=1),
              "top-k 50": Sampling(temperature=0.8, top_k=50, seed=1),
              "top-p 0.9": Sampling(temperature=0.8, top_p=0.9, seed=1),
+             "top-p 0.5": Sampling(temperature=0.8, top_p=0.5, seed=1),
+             "top-p 0.9 + min-p 0.05": Sampling(temperature=0.8, top_p=0.9, min_p=0.05, seed=1),
              "top-k 50 + top-p 0.9 + min-p 0.05": Sampling(temperature=0.8, top_k=50, top_p=0.9, min_p=0.05, seed=1)}
     for name, smp in cases.items():
         t = greedy if smp is None else per_step(smp)
         rows_out.append(dict(model=model, batch=batch, what=f"decode, {name}", us_per_step=t * 1e6,
                              over_greedy_pct=100 * (t - greedy) / greedy))
+    if exact_too:
+        # the same build without the rejection sampler (CodegenOptions(sample_pdraw=False)): before/after
+        from mkc.codegen.render import CodegenOptions
+
+        mk_x = megakernel(hf, batch, "atomic", options=CodegenOptions(sample_pdraw=False))
+        g_x = _time(lambda: mk_x.decode(rows, steps, sampling=None)) / n_steps
+        for name in ("greedy", "top-p 0.9", "top-p 0.5", "top-p 0.9 + min-p 0.05"):
+            smp = cases[name]
+            t = g_x if smp is None else _time(lambda: mk_x.decode(rows, steps, sampling=smp)) / n_steps
+            rows_out.append(dict(model=model, batch=batch, what=f"decode, {name}, exact path only", us_per_step=t * 1e6,
+                                 over_greedy_pct=100 * (t - g_x) / g_x))
     # one launch per step: host ids, and ids already on the GPU (the previous step's token)
     ids_host = torch.tensor([r[0] for r in rows])
     ids_dev = ids_host.cuda()
@@ -86,11 +99,13 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--steps", type=int, default=120)  # gpu_fixtures.MAX_SEQ is 128
     ap.add_argument("--json")
+    ap.add_argument("--exact-too", action="store_true",
+                    help="also a build without the rejection sampler (greedy and top-p / min-p alone): before/after")
     a = ap.parse_args()
     out = []
     for m in a.models.split(","):
         for b in (int(x) for x in a.batches.split(",")):
-            out += bench(m, b, a.steps)
+            out += bench(m, b, a.steps, a.exact_too)
     print("| model | batch | what | us/step | over greedy | note |")
     print("|---|---|---|---|---|---|")
     for r in out:

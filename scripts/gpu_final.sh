@@ -4,8 +4,9 @@
 #   MKC_TESTS=none | "tests/... node ids"   MKC_TEST_S=seconds
 #   MKC_AB=none | "STEPS@variant,variant;STEPS@..."   MKC_AB_MAXSEQ (kernels' cache, default 512)   MKC_AB_S
 #   MKC_BENCH="model:1,8 ..."   MKC_BENCH_ARGS=--autotune   MKC_BENCH_S   MKC_ITERS
-#   MKC_NO_TOKENS=1   MKC_NO_PEER=1   MKC_PEER_ARGS="--long-ctx 512,1024 --long-steps 50"   MKC_PEER_S
-#   MKC_TRACE="dir ..." (under .builds; 1: llama-b1)   MKC_TRACE_S
+#   MKC_NO_TOKENS=1   MKC_TOKENS_ARGS=--exact-too   MKC_TOKENS_S
+#   MKC_NO_PEER=1   MKC_PEER_ARGS="--long-ctx 512,1024 --long-steps 50"   MKC_PEER_S
+#   MKC_TRACE="dir ..." (under .builds; 1: llama-b1)   MKC_TRACE_RUNS="label=run flags;..."   MKC_TRACE_S
 # Output and logs in $OUT.
 set -u
 source "$(dirname "$0")/gpu_env.sh"
@@ -43,8 +44,9 @@ for spec in $MKC_BENCH; do
 done
 fi
 if [ -z "${MKC_NO_TOKENS:-}" ]; then
-timeout 45 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
-echo "tokens rc=$?"; tail -n 8 "$OUT/tokens.log"
+timeout ${MKC_TOKENS_S:-45} python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 ${MKC_TOKENS_ARGS:-} \
+  --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
+echo "tokens rc=$?"; tail -n 16 "$OUT/tokens.log"
 fi
 if [ -z "${MKC_NO_PEER:-}" ]; then
 HAZY_PREBUILT_SO=$PWD/.peer/mk_llama.cpython-312-x86_64-linux-gnu.so OUT=$OUT/peer timeout ${MKC_PEER_S:-90} bash .peer/run.sh \
@@ -53,9 +55,14 @@ mkdir -p "$OUT/peer-so" && cp .peer/src/*/demos/low-latency-llama/mk_llama*.so "
 echo "peer: $(tail -n 1 "$OUT/peer.log")"
 fi
 if [ -n "${MKC_TRACE:-}" ]; then  # build directories under .builds (MKC_TRACE=1: llama-b1)
+# MKC_TRACE_RUNS="label=mkc run flags;..." traces each directory once per entry (default: one run, greedy)
+IFS=';' read -ra runs <<< "${MKC_TRACE_RUNS:-=}"
 for d in $( [ "$MKC_TRACE" = 1 ] && echo llama-b1 || echo $MKC_TRACE ); do
-  timeout ${MKC_TRACE_S:-45} python3 -m mkc run .builds/$d --max-new-tokens 24 --trace "$OUT/trace-$d.json" > "$OUT/trace-$d.log" 2>&1
-  echo "trace $d rc=$?"; tail -n 6 "$OUT/trace-$d.log"
-  gzip -9f "$OUT/trace-$d.json" 2>/dev/null; rm -f "$OUT/trace-$d.png"  # the raw trace comes back (too big unzipped)
+  for run in "${runs[@]}"; do
+    label=${run%%=*}; args=${run#*=}; t=trace-$d${label:+-$label}
+    timeout ${MKC_TRACE_S:-45} python3 -m mkc run .builds/$d --max-new-tokens 24 $args --trace "$OUT/$t.json" > "$OUT/$t.log" 2>&1
+    echo "$t rc=$?"; tail -n 6 "$OUT/$t.log"
+    gzip -9f "$OUT/$t.json" 2>/dev/null; rm -f "$OUT/$t.png"  # the raw trace comes back (too big unzipped)
+  done
 done
 fi

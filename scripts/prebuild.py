@@ -1,7 +1,7 @@
 """Build, on the CPU machine, the cubins a GPU run will need, so the device call only runs them.
 
     MKC_CACHE_DIR=.cache/mkc python scripts/prebuild.py [--tests] [--folders] [--bench llama-3.2-1b:1,8,32 ...] [--trace]
-        [--variants b1-atomic,b1-atomic-acq1] [--ptxas-report]
+        [--variants b1-atomic,b1-atomic-acq1] [--tokens-bench] [--ptxas-report]
 
 ``--trace`` adds the CodegenOptions(trace=True) kernels: those of the gpu trace test (with --tests)
 and, for every --bench model and batch, the one `mkc run DIR --trace OUT.json` loads for a build
@@ -135,6 +135,20 @@ def variant_sources(variants, max_seq: int = 512):
         yield f"variant {v}", src, cfg.arch
 
 
+def tokens_bench_sources():
+    """scripts/bench_tokens.py --exact-too: llama-3.2-1b batch 1 (a test kernel) without the rejection sampler."""
+    from codegen_fixtures import rr_schedule, shape_graph
+
+    from mkc.codegen.render import CodegenOptions, generate
+    from mkc.target import get_target
+    from mkc.taskgraph import lower
+
+    tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"))
+    for o in (CodegenOptions(), CodegenOptions(sample_pdraw=False)):
+        src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", o)
+        yield f"tokens bench llama-3.2-1b b1 sample_pdraw={o.sample_pdraw}", src, cfg.arch
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tests", action="store_true",
@@ -145,6 +159,7 @@ def main() -> None:
     ap.add_argument("--max-seq-len", type=int, default=1024)
     ap.add_argument("--build-dirs", nargs="*", default=[], help="build directories made by mkc compile (their kernels)")
     ap.add_argument("--trace", action="store_true", help="also the per-task trace kernels (mkc run --trace)")
+    ap.add_argument("--tokens-bench", action="store_true", help="the kernels of scripts/bench_tokens.py --exact-too")
     ap.add_argument("--variants", default="", help="comma-separated scripts/gpu_bench.py variants")
     ap.add_argument("--variant-max-seq", type=int, default=512, help="as scripts/gpu_bench.py --max-seq")
     ap.add_argument("--ptxas-report", action="store_true",
@@ -157,6 +172,7 @@ def main() -> None:
     jobs = (list(test_sources(a.trace)) if a.tests else []) + list(bench_sources(a.bench, a.max_seq_len, a.trace))
     jobs += list(variant_sources([v for v in a.variants.split(",") if v], a.variant_max_seq))
     jobs += list(folder_sources()) if a.folders else []
+    jobs += list(tokens_bench_sources()) if a.tokens_bench else []
     jobs += list(build_dir_sources(a.build_dirs, a.trace))
 
     def build(job):

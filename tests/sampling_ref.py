@@ -81,12 +81,59 @@ def allowed(logits: np.ndarray, temperature: float, **filters) -> np.ndarray:
     return order_key(z) >= np.uint32(threshold(logits, temperature, **filters))
 
 
+PD_ROUNDS = 6  # sampling.cuh: checks before the rejection sampler hands over to the exact path
+
+
+def uniform64(seed: int, pos: int, b: int, r: int) -> int:
+    """The 64-bit uniform of rejection round r (>= 1) of row b at position pos."""
+    hi = int(philox4x32_10(r, b, pos, 1, seed & 0xFFFFFFFF, seed >> 32)[0])
+    lo = int(philox4x32_10(r, b, pos, 2, seed & 0xFFFFFFFF, seed >> 32)[0])
+    return hi << 32 | lo
+
+
+def pdraw(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, top_p: float = 1.0,
+          min_p: float = 0.0) -> int | None:
+    """sample_pdraw (top-p and/or min-p without a top-k): the row's Gumbel-max winner if it lies in
+    the kept set, else rounds that draw from the tokens ranked above the last draw by the inverse
+    CDF of their integer masses (index order) until one lies in it; None after PD_ROUNDS checks
+    (the exact path draws)."""
+    V = logits.shape[0]
+    t = np.float32(temperature)
+    z = (logits.astype(np.float32) / t).astype(np.float32)
+    zmax = np.float32(logits.astype(np.float32).max() / t)
+    keys, m = order_key(z), mass_of(z, zmax)
+    use_p = np.float32(top_p) < np.float32(1.0)
+    mkey = int(order_key(np.float32(zmax + np.log(np.float32(min_p))))) if min_p > 0 else 0
+    target = max(1, int(float(np.float32(top_p)) * float(int(m.sum()))))
+    v = int(np.argmax((z + gumbel(seed, pos, b, np.arange(V))).astype(np.float32)))
+    for r in range(1, PD_ROUNDS + 1):
+        kv = int(keys[v])
+        if not use_p and kv >= mkey:
+            return v
+        ranked = np.where(keys > np.uint32(kv), m, np.uint64(0))
+        above = int(ranked.sum())
+        if (not use_p or above < target) and kv >= mkey:
+            return v
+        if r == PD_ROUNDS or above == 0:
+            break
+        x = (uniform64(seed, pos, b, r) * above) >> 64
+        v = int(np.searchsorted(np.cumsum(ranked), np.uint64(x), side="right"))
+    return None
+
+
 def sample_row(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, **filters) -> int:
-    """The kernel's draw for row b at position pos: greedy at temperature 0, else Gumbel-max of
-    logit / T over the allowed set."""
+    """The kernel's draw for row b at position pos: greedy at temperature 0; without a top-k, with
+    top-p and/or min-p, the rejection sampler (``pdraw``) first; else Gumbel-max of logit / T over
+    the allowed set."""
     logits = np.asarray(logits, dtype=np.float32)
     if temperature == 0:
         return int(np.argmax(logits))
+    V = logits.shape[0]
+    top_k, top_p, min_p = filters.get("top_k", 0), filters.get("top_p", 1.0), filters.get("min_p", 0.0)
+    if not 0 < top_k < V and (np.float32(top_p) < np.float32(1.0) or min_p > 0):
+        v = pdraw(logits, temperature, seed, pos, b, top_p=top_p, min_p=min_p)
+        if v is not None:
+            return v
     z = (logits / np.float32(temperature)).astype(np.float32)
     score = (z + gumbel(seed, pos, b, np.arange(logits.shape[0]))).astype(np.float32)
     score = np.where(allowed(logits, temperature, **filters), score, -np.inf)

@@ -141,7 +141,8 @@ def test_sampling_matches_the_numpy_reference_draw_for_draw():
     mk = megakernel(hf, 4, "atomic")
     prompt = _rows(hf.vocab, [3], seed=7)[0]
     agree = total = 0
-    for smp in (Sampling(temperature=0.9, seed=3), Sampling(temperature=1.0, top_k=10, top_p=0.8, seed=4)):
+    for smp in (Sampling(temperature=0.9, seed=3), Sampling(temperature=1.0, top_k=10, top_p=0.8, seed=4),
+                Sampling(temperature=1.0, top_p=0.6, seed=8), Sampling(temperature=1.2, top_p=0.7, min_p=0.05, seed=9)):
         for s in range(50):
             smp_s = dataclasses.replace(smp, seed=smp.seed + 17 * s)
             out = mk.decode([prompt] * 4, 1, sampling=smp_s)
@@ -156,8 +157,10 @@ def test_sampling_matches_the_numpy_reference_draw_for_draw():
 
 def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
     """llama-3.2-1b's LM-head tiles hold ~972 tokens each, so a top-k <= 64 takes the candidate path
-    with cut tiles (tiny models' tiles hold 8: nothing is cut): the draws equal the reference's over
-    the whole row, up to last-place expf/logf differences."""
+    with cut tiles (tiny models' tiles hold 8: nothing is cut), and without a top-k the rejection
+    sampler runs over 128,256 tokens (top-p 0.5 of a flat row: about half the draws come from its
+    later rounds): the draws equal the reference's over the whole row, up to last-place expf/logf
+    differences."""
     import dataclasses
 
     from mkc.sampling import Sampling
@@ -165,9 +168,10 @@ def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
     hf = hf_models("llama-3.2-1b")
     mk = megakernel(hf, 1, "atomic")
     prompt = _rows(hf.vocab, [3], seed=11)[0]
-    agree = total = 0
+    agree = total = later = 0
     for smp in (Sampling(temperature=1.0, top_k=50, seed=5), Sampling(temperature=0.7, top_k=64, top_p=0.9, seed=6),
-                Sampling(temperature=1.3, top_k=1, seed=7)):
+                Sampling(temperature=1.3, top_k=1, seed=7), Sampling(temperature=0.8, top_p=0.5, seed=8),
+                Sampling(temperature=0.8, min_p=0.3, seed=9)):
         for s in range(12):
             smp_s = dataclasses.replace(smp, seed=smp.seed + 31 * s)
             out = mk.decode([prompt], 1, sampling=smp_s)
@@ -176,7 +180,12 @@ def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
                                   top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p)
             agree += int(out[0][0] == want)
             total += 1
+            if smp_s.top_p == 0.5:  # drawn by a later round: not the row's Gumbel-max winner
+                z = (lg[0] / np.float32(smp_s.temperature)).astype(np.float32)
+                winner = int(np.argmax(z + ref.gumbel(smp_s.seed, len(prompt) - 1, 0, np.arange(hf.vocab))))
+                later += int(want != winner)
     assert agree >= total - 1, f"{agree} of {total}"
+    assert later >= 2, f"only {later} of 12 top-p 0.5 draws came from the rejection rounds"
 
 
 def test_same_seed_same_tokens_different_seed_different_and_steps_equal_one_launch():

@@ -34,7 +34,8 @@ def test_gumbel_noise_is_keyed_by_seed_position_row_and_index():
         assert not np.array_equal(g, other)
 
 
-@pytest.mark.parametrize("filters", [{}, {"top_k": 3}, {"top_p": 0.7}, {"min_p": 0.2}, {"top_k": 5, "top_p": 0.8}])
+@pytest.mark.parametrize("filters", [{}, {"top_k": 3}, {"top_p": 0.7}, {"min_p": 0.2}, {"top_k": 5, "top_p": 0.8},
+                                     {"top_p": 0.3, "min_p": 0.05}])
 def test_reference_draws_follow_the_warped_distribution(filters):
     rng = np.random.default_rng(1)
     logits = (rng.standard_normal(12) * 1.5).astype(np.float32)
@@ -43,6 +44,29 @@ def test_reference_draws_follow_the_warped_distribution(filters):
     probs = ref.torch_distribution(logits, T_, **filters)
     assert set(draws.tolist()) <= set(np.flatnonzero(probs > 0).tolist())  # never outside the set
     assert ref.chi2_ok(np.bincount(draws, minlength=12).astype(float), probs)
+
+
+def test_rejection_sampler_takes_the_winner_in_the_set_and_draws_again_outside_it():
+    """Without a top-k the row's Gumbel-max winner is the draw when it lies in the kept set (then it
+    is the exact path's draw too); otherwise later rounds draw, inside the set. On a flat row with
+    top-p 0.5 both happen."""
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal(3000) * 0.5).astype(np.float32)
+    T_, p = 0.9, 0.5
+    ok = ref.allowed(logits, T_, top_p=p)
+    z = (logits / np.float32(T_)).astype(np.float32)
+    first = later = 0
+    for pos in range(300):
+        score = (z + ref.gumbel(11, pos, 1, np.arange(logits.size))).astype(np.float32)
+        winner, exact = int(np.argmax(score)), int(np.argmax(np.where(ok, score, -np.inf)))
+        v = ref.pdraw(logits, T_, 11, pos, 1, top_p=p)
+        assert v is not None and ok[v]
+        if ok[winner]:
+            assert v == winner == exact
+            first += 1
+        else:
+            later += 1
+    assert 100 < first < 200 and later > 100, (first, later)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -215,7 +239,9 @@ def test_sampling_check_and_kernel_arguments():
     flags, words = Sampling(temperature=0.7, top_k=50, top_p=0.9, seed=(5 << 32) | 9).kernel_words(1000)
     assert flags == T.TOKF_FILTER | T.TOKF_CAND and words == [f32(0.7), 50, f32(0.9), 0, 9, 5]
     assert Sampling(temperature=0.7, top_k=65, top_p=0.9).kernel_words(1000)[0] == T.TOKF_FILTER  # beyond LM_CAND
-    assert Sampling(temperature=0.7, top_p=0.9).kernel_words(1000)[0] == T.TOKF_FILTER  # no top-k: the whole row
+    # no top-k: the rejection sampler (then the whole row), also where top-k keeps every token
+    assert Sampling(temperature=0.7, top_p=0.9).kernel_words(1000)[0] == T.TOKF_FILTER | T.TOKF_PDRAW
+    assert Sampling(temperature=0.7, top_k=1000, min_p=0.1).kernel_words(1000)[0] == T.TOKF_FILTER | T.TOKF_PDRAW
     assert len(words) == T.TOKEN_WORDS.index("WS_CTL_LO") - 1
     assert Sampling(temperature=0.7).kernel_words(1000)[0] == T.TOKF_GUMBEL
     assert Sampling(temperature=0.7, top_k=1000).kernel_words(1000)[0] == T.TOKF_GUMBEL  # top-k of all: no filter
@@ -290,7 +316,8 @@ def test_rendered_kernel_has_the_token_end():
     src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")
     for needle in ("if (stop_launch(c)) {", "CTL_DONE + k - 2", "philox_x0", "mk_fence_system();",
                    "st.relaxed.sys.global.b32", "if (step0 < 0) { step0 = (int)mk_ld_relaxed(ws + WS_CLK_STEP);",
-                   "sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0)", "if (flags & TOKF_GUMBEL)",
+                   "sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0)",
+                   "SAMPLE_PDRAW && (flags & TOKF_PDRAW) ? sample_pdraw(c, smp, b, s_max[b]) : -1", "if (flags & TOKF_GUMBEL)",
                    "out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):
         assert needle in src, needle
     consts = dict(cfg.consts)

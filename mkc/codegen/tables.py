@@ -70,8 +70,10 @@ WS_COUNTERS = 32
 TOKEN_WORDS = WORKSPACE[WORKSPACE.index("WS_TOK_FLAGS"):]
 # WS_TOK_FLAGS: the decode control block is used; the token stream is written; temperature alone
 # (Gumbel-max in the LM head); a top-k/top-p/min-p filter (the argmax task samples); a top-k of at
-# most lower.LM_CAND (the LM-head tiles keep their largest logits: the sampler's candidate path)
-TOKF_CTL, TOKF_STREAM, TOKF_GUMBEL, TOKF_FILTER, TOKF_CAND = 1, 2, 4, 8, 16
+# most lower.LM_CAND (the LM-head tiles keep their largest logits: the sampler's candidate path);
+# a top-p and/or min-p filter without a top-k (the LM-head tiles also give their Gumbel-max winners:
+# the sampler's rejection path, sampling.cuh sample_pdraw)
+TOKF_CTL, TOKF_STREAM, TOKF_GUMBEL, TOKF_FILTER, TOKF_CAND, TOKF_PDRAW = 1, 2, 4, 8, 16, 32
 FPARAMS = ("FP_EPS", "FP_ROPE_SCALING", "FP_ATTN_SCALE")
 VERSION = 2  # 2: four task arguments (qkv head slices)
 # the kernel's parameters, in order: the launch ABI every driver packs (the trace buffer is null
@@ -140,7 +142,7 @@ def enums() -> list[list[str]]:
          f"TF_SIGNAL_LOOP = {TF_SIGNAL_LOOP}", f"TF_STEP_FIRST = {TF_STEP_FIRST}"],
         seq(WORKSPACE) + [f"WS_COUNTERS = {WS_COUNTERS}"],
         [f"TOKF_CTL = {TOKF_CTL}", f"TOKF_STREAM = {TOKF_STREAM}", f"TOKF_GUMBEL = {TOKF_GUMBEL}",
-         f"TOKF_FILTER = {TOKF_FILTER}", f"TOKF_CAND = {TOKF_CAND}"],
+         f"TOKF_FILTER = {TOKF_FILTER}", f"TOKF_CAND = {TOKF_CAND}", f"TOKF_PDRAW = {TOKF_PDRAW}"],
         seq(FPARAMS),
     ]
 

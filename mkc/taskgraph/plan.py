@@ -245,7 +245,7 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
     regions: list[tuple[str, int, int]] = []
     at = 0
     gemv = [("OFF_XS", xs_bytes), ("OFF_OUT", f * out_cap), ("OFF_PART", f * part_n), ("OFF_RS", f * B),
-            ("OFF_SSP", f * NW * B), ("OFF_BEST", f * 2 * B), ("OFF_AW", f * B * split * NH)]
+            ("OFF_SSP", f * NW * B), ("OFF_BEST", f * 4 * B), ("OFF_AW", f * B * split * NH)]
     if mma and ring:
         gemv.append(("OFF_RING", ring * 2 * U * 16 * NT))
     for name, nbytes in gemv:

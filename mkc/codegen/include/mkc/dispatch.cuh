@@ -35,9 +35,24 @@ __device__ __forceinline__ LmHeadKind lmhead_kind(const Ctx& c, const Task& t) {
 __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
   float* best_v = smem_f(OFF_BEST);
   int* best_i = smem_i(OFF_BEST + 4 * B);
-  if (mk_tid() < B) { best_v[mk_tid()] = -INFINITY; best_i[mk_tid()] = 0x7fffffff; }
+  // per row b: the raw maximum at [b], the Gumbel-max winner at [2B + b] where TOKF_PDRAW asks for
+  // it (OFF_BEST's 16B bytes: maxima, their indices, the winners' scores, their indices)
+  if (mk_tid() < B) {
+    best_v[mk_tid()] = -INFINITY; best_i[mk_tid()] = 0x7fffffff;
+    best_v[2 * B + mk_tid()] = -INFINITY; best_i[2 * B + mk_tid()] = 0x7fffffff;
+  }
   LmHeadKind kd = lmhead_kind(c, t);
   if (!gemv_task<H, true>(c, t, s_abort, kd, x_in(c, NL), gptr<const unsigned short>(c, S_FINAL_NORM, 0))) return false;
+  if constexpr (SAMPLE_PDRAW) {
+    if ((tok_flags(c) & TOKF_PDRAW) && mk_tid() < B) {
+      // words 0-1 of the tile's candidate block: the winner's score and index (no candidates are
+      // kept without a top-k), ordered before the partial argmax polls by the thread's fence
+      int* o = gptr<int>(c, S_LM_CAND, 0) + ((size_t)mk_tid() * NTILES + t.a2) * LM_CAND_WORDS;
+      o[0] = (int)mk_f32_bits(best_v[2 * B + mk_tid()]);
+      o[1] = best_i[2 * B + mk_tid()];
+      if constexpr (NAN_MODE) mk_fence();
+    }
+  }
   if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
     if (tok_flags(c) & TOKF_CAND) {
       mk_barrier();

@@ -179,6 +179,7 @@ struct LmHeadKind {
     const int lane = lane_id();
     // temperature alone: Gumbel-max, argmax of logit / T + Gumbel noise samples softmax(logit / T)
     // exactly (tokens.cuh); with a filter the argmax task samples, and the tiles give the raw maximum
+    // (and, without a top-k, their Gumbel-max winner too: sampling.cuh sample_pdraw)
     const unsigned flags = tok_flags(c);
     for (int b = warp_id(); b < B; b += NW) {
       float v = -INFINITY;
@@ -186,6 +187,17 @@ struct LmHeadKind {
       if (flags & TOKF_GUMBEL) {
         const Sampler s = tok_sampler(c);
         for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j), rb + j);
+      } else if (SAMPLE_PDRAW && (flags & TOKF_PDRAW)) {
+        const Sampler s = tok_sampler(c);
+        float gv = -INFINITY;
+        int gi = 0x7fffffff;
+        for (int j = lane; j < nr; j += WARP) {
+          const float x = out[j * B + b];
+          argmax_merge(v, i, x, rb + j);
+          argmax_merge(gv, gi, x / s.temperature + gumbel(c, s, b, rb + j), rb + j);
+        }
+        warp_argmax(gv, gi);
+        if (lane == 0) argmax_merge(best_v[2 * B + b], best_i[2 * B + b], gv, gi);
       } else {
         for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b], rb + j);
       }

@@ -476,6 +476,172 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
   }
 }
 
+// ---- top-p and/or min-p without a top-k (TOKF_PDRAW): the row's winner checked, then rejection ----
+// F, the set the filters keep, is a top set: keys >= max(top-p threshold, min-p key). Round 1
+// takes the LM-head tiles' Gumbel-max winner v over the whole row (what temperature alone would
+// draw) and one pass sums the masses of the row and of the tokens ranked above v: v is in F iff
+// that sum is below the top-p target (radix_select's threshold is the largest key whose mass from
+// the top reaches it) and key(v) >= the min-p key. Then v is also the Gumbel-max over F, the exact
+// path's draw. Else round r + 1 draws from S = {keys > key(v)}, a superset of F, by the inverse CDF
+// of the integer masses in index order at a fresh 64-bit uniform (Philox counter (r, b, pos, 1|2)),
+// and checks that draw the same way. A draw from S that lands in F is a draw from F, and S shrinks
+// only on draws outside F, so what is accepted follows softmax over F exactly; after PD_ROUNDS
+// checks the exact path draws (its Gumbel-max over F does not depend on where the row's winner
+// fell). Sums are integers (the order of the adds does not matter). tests/sampling_ref.py
+// sample_row is the twin. Returns the token, or -1 for the exact path. Block-wide.
+constexpr int PD_K = 4;                     // 16-byte loads per lane and segment (the next segment's in flight)
+constexpr int PD_SEG = PD_K * 4 * WARP;     // a segment: consecutive tokens, one warp's
+constexpr int PD_NSEG = (V + PD_SEG - 1) / PD_SEG;
+constexpr int PD_ROUNDS = 6;
+static_assert(SM_A + 8 * PD_NSEG <= SM_PAIR && 16 * NW <= 512, "the rejection sampler's segment sums and warp sums");
+
+// the values of segment sg (lane's 4 consecutive tokens per load; zeros past the row)
+__device__ __forceinline__ void pd_load(const float* lg, int sg, float* x) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int k = 0; k < PD_K; ++k) {
+    const int v0 = sg * PD_SEG + k * 4 * WARP + lane * 4;
+    if constexpr (V % 4 == 0) {
+      const float4 q = v0 < V ? mk_ld_act4(lg + v0) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      x[4 * k] = q.x; x[4 * k + 1] = q.y; x[4 * k + 2] = q.z; x[4 * k + 3] = q.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[4 * k + j] = v0 + j < V ? mk_ld_act(lg + v0 + j) : 0.0f;
+    }
+  }
+}
+__device__ __forceinline__ int pd_index(int sg, int e) { return sg * PD_SEG + (e / 4) * 4 * WARP + lane_id() * 4 + e % 4; }
+__device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
+  for (int off = WARP / 2; off > 0; off >>= 1) v += shfl_u64(v, lane_id() ^ off);
+  return v;
+}
+
+__device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, float rawmax) {
+  const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
+  const float temp = s.temperature, zmax = rawmax / temp;
+  const bool use_p = s.top_p < 1.0f;
+  const unsigned mkey = s.min_p > 0.0f ? order_key(zmax + logf(s.min_p)) : 0u;
+  unsigned long long* seg = reinterpret_cast<unsigned long long*>(mk_smem + SM_A);
+  unsigned long long* wsum = reinterpret_cast<unsigned long long*>(mk_smem + SM_PAIR);
+  unsigned long long* res = reinterpret_cast<unsigned long long*>(mk_smem + SM_RES);
+  int* tokp = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
+  const int tid = mk_tid(), lane = lane_id(), wid = warp_id();
+  mk_barrier();  // the previous row's readers of tokp are done
+  if (wid == 0) {  // the tiles' winners: words 0-1 of each candidate block (task_lmhead)
+    const float* cw = gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int t = lane; t < NTILES; t += WARP)
+      argmax_merge(bv, bi, mk_ld_act(cw + t * LM_CAND_WORDS), (int)mk_f32_bits(mk_ld_act(cw + t * LM_CAND_WORDS + 1)));
+    warp_argmax(bv, bi);
+    if (lane == 0) *tokp = (bi >= 0 && bi < V) ? bi : 0;
+  }
+  mk_barrier();
+  int v = *tokp;
+  unsigned long long target = 1;
+#pragma unroll 1
+  for (int r = 1; r <= PD_ROUNDS; ++r) {
+    const unsigned kv = order_key(mk_ld_act(lg + v) / temp);
+    if (!use_p && kv >= mkey) return v;  // min-p alone needs no sums
+    // the pass: per segment the mass ranked above v (the next round's S), and the row's in round 1
+    unsigned long long tot = 0, above_w = 0;
+    float x[4 * PD_K], nx[4 * PD_K];
+    if (wid < PD_NSEG) pd_load(lg, wid, nx);
+    for (int sg = wid; sg < PD_NSEG; sg += NW) {
+#pragma unroll
+      for (int e = 0; e < 4 * PD_K; ++e) x[e] = nx[e];
+      if (sg + NW < PD_NSEG) pd_load(lg, sg + NW, nx);  // the next segment's loads in flight
+      unsigned long long ab = 0;
+#pragma unroll
+      for (int e = 0; e < 4 * PD_K; ++e) {
+        if (pd_index(sg, e) >= V) continue;
+        const float z = x[e] / temp;
+        const unsigned long long w = mass_of(z, zmax);
+        if (r == 1) tot += w;
+        if (order_key(z) > kv) ab += w;
+      }
+      ab = warp_sum_u64(ab);
+      if (lane == 0) seg[sg] = ab;
+      above_w += ab;
+    }
+    tot = warp_sum_u64(tot);
+    if (lane == 0) { wsum[2 * wid] = tot; wsum[2 * wid + 1] = above_w; }
+    mk_barrier();
+    if (tid == 0) {
+      unsigned long long tt = 0, aa = 0;
+      for (int w = 0; w < NW; ++w) { tt += wsum[2 * w]; aa += wsum[2 * w + 1]; }
+      res[1] = aa;
+      if (r == 1) {
+        const unsigned long long want = (unsigned long long)((double)s.top_p * (double)tt);
+        res[2] = want > 0 ? want : 1ull;
+      }
+    }
+    mk_barrier();
+    const unsigned long long above = res[1];
+    if (r == 1) target = res[2];
+    if ((!use_p || above < target) && kv >= mkey) return v;
+    if (r == PD_ROUNDS || above == 0) break;
+    if (wid == 0) {
+      // x uniform in [0, above); the first token (index order) whose inclusive mass sum exceeds it
+      const unsigned long long rnd = ((unsigned long long)philox_x0((unsigned)r, (unsigned)b, (unsigned)c.pos, 1u, s.seed_lo, s.seed_hi) << 32) |
+                                     philox_x0((unsigned)r, (unsigned)b, (unsigned)c.pos, 2u, s.seed_lo, s.seed_hi);
+      const unsigned long long xu = mk_umul64hi(rnd, above);
+      unsigned long long acc = 0;
+      int sg = -1;
+      for (int base = 0; base < PD_NSEG && sg < 0; base += WARP) {
+        const unsigned long long w = base + lane < PD_NSEG ? seg[base + lane] : 0ull;
+        unsigned long long incl = w;
+        for (int off = 1; off < WARP; off <<= 1) {
+          const unsigned long long o = shfl_u64(incl, lane >= off ? lane - off : lane);
+          if (lane >= off) incl += o;
+        }
+        int before = acc + incl <= xu;  // lanes whose sums stay at or below x come first
+        for (int off = WARP / 2; off > 0; off >>= 1) before += mk_shfl_xor_i(before, off);
+        if (before < WARP) {
+          sg = base + before;
+          acc += shfl_u64(incl - w, before);
+        } else {
+          acc += shfl_u64(incl, WARP - 1);
+        }
+      }
+      int tok = v;
+      if (sg >= 0) {
+        float x[4 * PD_K];
+        pd_load(lg, sg, x);
+        // load k of the segment holds tokens [k * 4 * WARP, (k + 1) * 4 * WARP): 4 per lane
+        auto wt = [&](int e) { const float z = x[e] / temp; return pd_index(sg, e) < V && order_key(z) > kv ? mass_of(z, zmax) : 0ull; };
+#pragma unroll
+        for (int k = 0; k < PD_K; ++k) {
+          const unsigned long long own = wt(4 * k) + wt(4 * k + 1) + wt(4 * k + 2) + wt(4 * k + 3);
+          unsigned long long incl = own;
+          for (int off = 1; off < WARP; off <<= 1) {
+            const unsigned long long o = shfl_u64(incl, lane >= off ? lane - off : lane);
+            if (lane >= off) incl += o;
+          }
+          int before = acc + incl <= xu;
+          for (int off = WARP / 2; off > 0; off >>= 1) before += mk_shfl_xor_i(before, off);
+          if (before < WARP) {
+            unsigned long long a = acc + incl - own;
+            int pick = 3;  // the first of the lane's 4 whose inclusive sum exceeds x (the last if none)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              a += wt(4 * k + j);
+              if (a > xu) { pick = j; break; }
+            }
+            tok = (int)mk_shfl_u32((unsigned)pd_index(sg, 4 * k + pick), before);  // lane ``before``'s
+            break;
+          }
+          acc += shfl_u64(incl, WARP - 1);
+        }
+      }
+      if (lane == 0) *tokp = tok;
+    }
+    mk_barrier();
+    v = *tokp;
+  }
+  return -1;
+}
+
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.

@@ -75,7 +75,9 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   if (flags & TOKF_FILTER) {
     const Sampler smp = tok_sampler(c);
     for (int b = 0; b < B; ++b) {
-      const int tok = sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0);
+      // without a top-k the rejection sampler first (sampling.cuh), the exact path where it gives up
+      int tok = SAMPLE_PDRAW && (flags & TOKF_PDRAW) ? sample_pdraw(c, smp, b, s_max[b]) : -1;
+      if (tok < 0) tok = sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0);
       if (tid == 0) s_tok[b] = tok;
     }
     mk_barrier();

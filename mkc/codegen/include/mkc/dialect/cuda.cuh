@@ -98,6 +98,7 @@ __device__ __forceinline__ void mk_st_system(int* p, int v) {
   asm volatile("st.relaxed.sys.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return __umulhi(a, b); }
+__device__ __forceinline__ unsigned long long mk_umul64hi(unsigned long long a, unsigned long long b) { return __umul64hi(a, b); }
 // code off the hot path kept out of line, so its registers do not add to the GEMV loops' (the
 // filtered sampler inlined spills the batch-32 tensor-core build)
 #define MK_OUTLINE __noinline__

@@ -117,6 +117,7 @@ __device__ __forceinline__ void mk_st_system(int* p, int v) {
   __hip_atomic_store(mk_g(p), v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
 }
 __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return __umulhi(a, b); }
+__device__ __forceinline__ unsigned long long mk_umul64hi(unsigned long long a, unsigned long long b) { return __umul64hi(a, b); }
 // the AMD build makes no calls (tests/test_hip.py): what NVIDIA keeps out of line is inlined here
 #define MK_OUTLINE __forceinline__
 // the filtered sampler's last filter draws in a pass of its own: drawing while it collects adds the
