@@ -39,6 +39,7 @@ Design notes:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -151,23 +152,29 @@ class Megakernel:
 
     def __init__(self, tg: TaskGraph, sched: Schedule, weights: dict, *, target: Target | str | None = None,
                  options: CodegenOptions | None = None, device=None, build_dir: str | Path | None = None,
-                 spin_limit: int = DEFAULT_SPIN_LIMIT, trace_steps: int = TRACE_STEPS,
+                 spin_limit: int = DEFAULT_SPIN_LIMIT, trace_steps: int = TRACE_STEPS, split_sampler: bool = True,
                  driver: Driver | None = None, binary: bytes | None = None):
         self.tg, self.sched = tg, sched
         self.target = get_target(target or sched.target) if not isinstance(target, Target) else target
         self.backend = for_target(self.target)
         if driver is None:
             self.backend.check_runtime(device)  # before the source is generated and compiled
-        self.source, self.cfg, self.tables = generate(tg, sched, self.target, options)
+        # Two kernels of one layout: greedy steps launch one without the sampling code (its registers
+        # and calls slow the greedy step), sampling steps one with it, built on the first of them. A
+        # binary given here (or split_sampler=False) is one kernel for both: the source of options as
+        # given (options.sampler False: greedy only).
+        options = options or CodegenOptions()
+        self._build_dir = build_dir
+        self._options = dataclasses.replace(options, sampler=True)
+        self._split = binary is None and options.sampler and split_sampler
+        self.source, self.cfg, self.tables = generate(tg, sched, self.target,
+                                                      dataclasses.replace(options, sampler=False) if self._split else options)
         if binary is None:
-            built = self.backend.compile(self.source, self.target, out_dir=build_dir)
-            if not built.loadable:
-                raise BackendUnavailableError(
-                    f"{self.target.arch} could only be compiled to a listing here ({built.path.name}), not to a "
-                    f"loadable binary: {built.log.splitlines()[0] if built.log else 'see the build log'}")
-            binary = built.path.read_bytes()
+            binary = self._compile(self.source)
         self.driver = driver if driver is not None else self.backend.driver(device)
         self.kernel = self.driver.load(binary, self.cfg.kernel_name, self.cfg.smem_bytes)
+        self._sampling_kernel = self.kernel if not self._split and options.sampler else None
+        self.sampling_source: str | None = self.source if self._sampling_kernel is not None else None
         self.spin_limit = int(spin_limit)
         self.B, self.V, self.L = tg.dim("B"), tg.dim("V"), tg.dim("L")
         self.sync = sched.sync
@@ -180,6 +187,30 @@ class Megakernel:
         self.reset()
 
     # ---- setup -------------------------------------------------------------------------------
+    def _compile(self, source: str, out_dir: str | Path | None = "build_dir") -> bytes:
+        built = self.backend.compile(source, self.target, out_dir=self._build_dir if out_dir == "build_dir" else out_dir)
+        if not built.loadable:
+            raise BackendUnavailableError(
+                f"{self.target.arch} could only be compiled to a listing here ({built.path.name}), not to a "
+                f"loadable binary: {built.log.splitlines()[0] if built.log else 'see the build log'}")
+        return built.path.read_bytes()
+
+    def _kernel_for(self, flags: int):
+        """The kernel for a launch with these token flags: the sampling one where the step samples."""
+        if not flags & (T.TOKF_GUMBEL | T.TOKF_FILTER):
+            return self.kernel
+        if self._sampling_kernel is None:
+            if not self._split:
+                raise MkcError("this Megakernel was built without the sampler (CodegenOptions(sampler=False)): "
+                               "it decodes greedily only")
+            src, cfg, _ = generate(self.tg, self.sched, self.target, self._options)
+            if (cfg.smem_bytes, cfg.threads, cfg.num_workers) != (self.cfg.smem_bytes, self.cfg.threads, self.cfg.num_workers):
+                raise MkcError("the sampling kernel's launch shape differs from the greedy kernel's (an mkc bug)")
+            # (the build directory keeps the greedy kernel's files: this one is cached only)
+            self._sampling_kernel = self.driver.load(self._compile(src, out_dir=None), cfg.kernel_name, cfg.smem_bytes)
+            self.sampling_source = src
+        return self._sampling_kernel
+
     def _check_residency(self) -> None:
         sms = self.driver.sm_count()
         per_sm = self.kernel.max_blocks_per_sm(self.cfg.threads)
@@ -305,7 +336,8 @@ class Megakernel:
         if self.trace_buf is not None:
             self.driver.fill32(self.trace_buf, 0)
             self._traced_steps = min(nsteps, self.trace_steps)
-        self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads, self.launch_args(nsteps, pos0, nforced))
+        kernel = self._kernel_for(self._token_words[0])
+        self.driver.launch(kernel, self.cfg.num_workers, self.cfg.threads, self.launch_args(nsteps, pos0, nforced))
         if wait or not self._async:
             self.driver.synchronize()
             self._check_fault()
@@ -413,7 +445,7 @@ class Megakernel:
         self.driver.upload_nowait(self.ids, ids.reshape(-1))
         args = self.launch_args(1, -1, 1)
         args[[n for n, _ in T.KERNEL_ARGS].index("step0")] = ("i32", -1)
-        self.driver.launch(self.kernel, self.cfg.num_workers, self.cfg.threads, args)
+        self.driver.launch(self._kernel_for(self._token_words[0]), self.cfg.num_workers, self.cfg.threads, args)
         return self.logits()
 
     def tokens_of_last_step(self):

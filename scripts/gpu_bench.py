@@ -127,6 +127,10 @@ VARIANTS.update({f"{v}-reissue": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_rei
                  for v in ("b1-nan", "b8-nan")})
 VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_batch": n})
                  for v in ("b1-nan", "b8-nan") for n in (1, 2, 8, 16)})
+# greedy steps on the kernel with the sampling code (Megakernel(split_sampler=False)) instead of the
+# greedy kernel: what the sampler's code costs a greedy step when it is in the kernel
+VARIANTS.update({f"{v}-onekernel": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True})
+                 for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "b1-nan", "b8-nan")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 
@@ -141,6 +145,7 @@ def variant_plan(variant: str, max_seq: int):
     from mkc.taskgraph.lower import qkv_cross_pays
 
     opts = dict(opts)
+    opts.pop("one_kernel", None)  # bench's
     tg = lower(shape_graph(name, batch, max_seq), get_target("h200"), qkv_cross=opts.pop("qkv_cross", qkv_cross_pays(batch, sync)),
                attn_split=opts.pop("attn_split", None))
     if method == "round_robin":
@@ -162,7 +167,7 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
     tg, sched, options = variant_plan(variant, max_seq)
     t_sched = time.perf_counter() - t0
     w = random_weights(tg)
-    mk = Megakernel(tg, sched, w, options=options)
+    mk = Megakernel(tg, sched, w, options=options, split_sampler=not opts.get("one_kernel", False))
     from mkc.bench import model_bytes
 
     # the timed launch runs positions 0 .. steps-1: the mean context is (steps - 1) / 2

@@ -7,6 +7,7 @@
 #   MKC_NO_TOKENS=1   MKC_TOKENS_ARGS=--exact-too   MKC_TOKENS_S
 #   MKC_NO_PEER=1   MKC_PEER_ARGS="--long-ctx 512,1024 --long-steps 50"   MKC_PEER_S
 #   MKC_TRACE="dir ..." (under .builds; 1: llama-b1)   MKC_TRACE_RUNS="label=run flags;..."   MKC_TRACE_S
+#   MKC_PACK=1: everything in $OUT packed into pack.tgz
 # Output and logs in $OUT.
 set -u
 source "$(dirname "$0")/gpu_env.sh"
@@ -65,4 +66,7 @@ for d in $( [ "$MKC_TRACE" = 1 ] && echo llama-b1 || echo $MKC_TRACE ); do
     gzip -9f "$OUT/$t.json" 2>/dev/null; rm -f "$OUT/$t.png"  # the raw trace comes back (too big unzipped)
   done
 done
+fi
+if [ -n "${MKC_PACK:-}" ]; then  # one file back (the device returns a handful of files per call)
+  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && rm -rf ./* && mv /tmp/pack.tgz pack.tgz)
 fi

@@ -26,6 +26,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
 
 
+def kernels(label, tg, sched, target, options=None, sampling=True):
+    """The kernels Megakernel builds for this plan: the greedy one (CodegenOptions.sampler False)
+    and, where the run samples, the one with the sampler (built on the first sampling launch)."""
+    from dataclasses import replace
+
+    from mkc.codegen.render import CodegenOptions, generate
+
+    o = options or CodegenOptions()
+    for smp in (False, True) if sampling else (False,):
+        src, cfg, _ = generate(tg, sched, target, replace(o, sampler=smp))
+        yield f"{label}{' sampler' if smp else ''}", src, cfg.arch
+
+
 # the cases of test_trace_stamps_every_task_and_changes_nothing (tests/test_gpu_megakernel.py)
 TRACE_TEST_CASES = (("tiny-llama", 1, "atomic"), ("tiny-qwen3", 8, "nan"))
 
@@ -45,17 +58,17 @@ def test_sources(trace: bool = False):
               ("tiny-llama", 2, "nan"), ("tiny-qwen3", 4, "nan"), ("tiny-qwen2", 2, "atomic")}
     for m, b, s in sorted(cases):
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
-        src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200")
-        yield f"test {m} b{b} {s}", src, cfg.arch
+        # tests/test_gpu_tokens.py samples with atomic kernels
+        yield from kernels(f"test {m} b{b} {s}", tg, rr_schedule(tg, "h200", s), "h200", sampling=s == "atomic")
     # test_teacher_forced_logits_other_attention_splits
     for split, s in ((4, "atomic"), (4, "nan"), (16, "atomic")):
         tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), attn_split=split)
-        src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200")
-        yield f"test llama-3.2-1b b1 {s} split {split}", src, cfg.arch
+        yield from kernels(f"test llama-3.2-1b b1 {s} split {split}", tg, rr_schedule(tg, "h200", s), "h200",
+                           sampling=False)
     for m, b, s in TRACE_TEST_CASES if trace else ():
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
-        src, cfg, _ = generate(tg, rr_schedule(tg, "h200", s), "h200", CodegenOptions(trace=True))
-        yield f"test {m} b{b} {s} trace", src, cfg.arch
+        yield from kernels(f"test {m} b{b} {s} trace", tg, rr_schedule(tg, "h200", s), "h200",
+                           CodegenOptions(trace=True), sampling=False)
 
 
 def bench_sources(specs, max_seq_len: int, trace: bool = False):
@@ -73,11 +86,10 @@ def bench_sources(specs, max_seq_len: int, trace: bool = False):
             compile_model(model, out, Options(batches=(b,), max_seq_len=max_seq_len, force=True), StageLog(quiet=True))
             tg = TaskGraph.load(out / f"b{b}" / "tasks.json")
             sched = Schedule.load(out / f"b{b}" / "schedule.json")
-            src, cfg, _ = generate(tg, sched, get_target("h200"))
-            yield f"bench {model} b{b}", src, cfg.arch
+            yield from kernels(f"bench {model} b{b}", tg, sched, get_target("h200"), sampling=False)
             if trace:
-                src, cfg, _ = generate(tg, sched, get_target("h200"), CodegenOptions(trace=True))
-                yield f"bench {model} b{b} trace", src, cfg.arch
+                yield from kernels(f"bench {model} b{b} trace", tg, sched, get_target("h200"), CodegenOptions(trace=True),
+                                   sampling=False)
 
 
 def build_dir_sources(dirs, trace: bool = False):
@@ -92,8 +104,7 @@ def build_dir_sources(dirs, trace: bool = False):
         for sub in sorted(Path(d).glob("b*/tasks.json")):
             tg, sched = TaskGraph.load(sub), Schedule.load(sub.parent / "schedule.json")
             for opts in [None] + ([CodegenOptions(trace=True)] if trace else []):
-                src, cfg, _ = generate(tg, sched, get_target(tg.target), opts)
-                yield f"dir {sub.parent}{' trace' if opts else ''}", src, cfg.arch
+                yield from kernels(f"dir {sub.parent}{' trace' if opts else ''}", tg, sched, get_target(tg.target), opts)
 
 
 def folder_sources():
@@ -118,8 +129,8 @@ def folder_sources():
         compile_model(str(folder), out, Options(batches=batches, max_seq_len=seq), StageLog(quiet=True))
         for b in batches:
             tg = TaskGraph.load(out / f"b{b}" / "tasks.json")
-            src, cfg, _ = generate(tg, Schedule.load(out / f"b{b}" / "schedule.json"), get_target("h200"))
-            yield f"folder {folder.name} b{b}", src, cfg.arch
+            yield from kernels(f"folder {folder.name} b{b}", tg, Schedule.load(out / f"b{b}" / "schedule.json"),
+                               get_target("h200"))
 
 
 def variant_sources(variants, max_seq: int = 512):
@@ -129,14 +140,19 @@ def variant_sources(variants, max_seq: int = 512):
     from mkc.codegen.render import generate
     from mkc.target import get_target
 
+    from dataclasses import replace
+
+    from gpu_bench import VARIANTS
+
     for v in variants:
         tg, sched, options = variant_plan(v, max_seq)
-        src, cfg, _ = generate(tg, sched, get_target("h200"), options)
+        # greedy steps: the greedy kernel, or (-onekernel) the one with the sampler
+        src, cfg, _ = generate(tg, sched, get_target("h200"), replace(options, sampler=bool(VARIANTS[v][4].get("one_kernel"))))
         yield f"variant {v}", src, cfg.arch
 
 
 def tokens_bench_sources():
-    """scripts/bench_tokens.py --exact-too: llama-3.2-1b batch 1 (a test kernel) without the rejection sampler."""
+    """scripts/bench_tokens.py --exact-too: llama-3.2-1b batch 1 (a test kernel), without the tiles' bounds, without the rejection sampler."""
     from codegen_fixtures import rr_schedule, shape_graph
 
     from mkc.codegen.render import CodegenOptions, generate
@@ -144,9 +160,9 @@ def tokens_bench_sources():
     from mkc.taskgraph import lower
 
     tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"))
-    for o in (CodegenOptions(), CodegenOptions(sample_pdraw=False)):
-        src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", o)
-        yield f"tokens bench llama-3.2-1b b1 sample_pdraw={o.sample_pdraw}", src, cfg.arch
+    for o in (CodegenOptions(), CodegenOptions(pdraw_bound=False), CodegenOptions(sample_pdraw=False)):
+        yield from kernels(f"tokens bench llama-3.2-1b b1 sample_pdraw={o.sample_pdraw} pdraw_bound={o.pdraw_bound}", tg,
+                           rr_schedule(tg, "h200", "atomic"), "h200", o)
 
 
 def main() -> None:
@@ -162,6 +178,7 @@ def main() -> None:
     ap.add_argument("--tokens-bench", action="store_true", help="the kernels of scripts/bench_tokens.py --exact-too")
     ap.add_argument("--variants", default="", help="comma-separated scripts/gpu_bench.py variants")
     ap.add_argument("--variant-max-seq", type=int, default=512, help="as scripts/gpu_bench.py --max-seq")
+    ap.add_argument("--only", default=None, help="build only the kernels whose label matches this regular expression")
     ap.add_argument("--ptxas-report", action="store_true",
                     help="also build each kernel with -Xptxas -v (outside the cache) and print its registers, "
                          "spills and warnings")
@@ -174,6 +191,8 @@ def main() -> None:
     jobs += list(folder_sources()) if a.folders else []
     jobs += list(tokens_bench_sources()) if a.tokens_bench else []
     jobs += list(build_dir_sources(a.build_dirs, a.trace))
+    if a.only:
+        jobs = [j for j in jobs if re.search(a.only, j[0])]
 
     def build(job):
         t = time.time()

@@ -20,20 +20,23 @@ def graphs():
 
 @pytest.mark.parametrize("target", ["h200", "a100"])
 @pytest.mark.parametrize("sync", ["atomic", "nan"])
-def test_default_model_compiles_cleanly(graphs, target, sync, tmp_path):
+@pytest.mark.parametrize("sampler", [False, True])  # Megakernel's greedy kernel, and the one it samples with
+def test_default_model_compiles_cleanly(graphs, target, sync, sampler, tmp_path):
+    from mkc.codegen.render import CodegenOptions
     from mkc.targets.nvidia.compiler import build_cubin
 
     tg = graphs[target]
-    src, cfg, _ = generate(tg, rr_schedule(tg, target, sync), target)
+    src, cfg, _ = generate(tg, rr_schedule(tg, target, sync), target, CodegenOptions(sampler=sampler))
     res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
     assert res.cubin.stat().st_size > 0 and not res.cached
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
     # At batch 1 the weight pipeline's producer warp makes 9 warps per block, 3 of them on one SM
-    # sub-partition, so ptxas has 168 registers per thread (not 255): the kernel may spill a few
-    # loop-invariant values stored once before the step loop and reloaded a few times (up to 24
-    # bytes seen, SASS, 2026-12-01). More than 32 bytes is a register blow-up.
-    assert spills and max(spills) <= 32, res.log
+    # sub-partition, so ptxas has 168 registers per thread (not 255). The greedy kernel spills
+    # nothing (2026-12-02). With the sampler the kernel saves registers around its out-of-line
+    # calls (up to 48 bytes at the entry, the sampler's functions themselves up to 4): more than
+    # 64 is a register blow-up.
+    assert spills and max(spills) <= (64 if sampler else 0), res.log
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
     assert regs and max(regs) * cfg.threads <= 65536, res.log  # one block of NT threads fits an SM
 
@@ -60,21 +63,23 @@ def test_emit_and_build_binary(tmp_path):
 
 @pytest.mark.parametrize("target", ["h200", "a100"])
 @pytest.mark.parametrize("batch", [8, 32])
-def test_tensor_core_gemv_compiles_cleanly(target, batch, tmp_path):
+@pytest.mark.parametrize("sampler", [False, True])
+def test_tensor_core_gemv_compiles_cleanly(target, batch, sampler, tmp_path):
     """Batch >= 2 takes the mma.sync GEMV: no warning, no spill; HMMA in the SASS where cuobjdump is."""
     import subprocess
 
+    from mkc.codegen.render import CodegenOptions
     from mkc.targets.nvidia.compiler import build_cubin
 
     tg = taskgraph("llama-3.2-1b", batch, 4096, target)
-    src, cfg, _ = generate(tg, rr_schedule(tg, target, "atomic"), target)
+    src, cfg, _ = generate(tg, rr_schedule(tg, target, "atomic"), target, CodegenOptions(sampler=sampler))
     assert cfg.mma_gemv
     res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    # sm_80 at batch 32 spills 4 bytes at 255 registers since in-kernel sampling and attention's early
-    # loads (2026-12-01); a spill past 8 bytes is a register blow-up
-    assert spills and max(spills) <= 8, res.log
+    # the greedy kernel spills nothing; with the sampler the kernel saves registers around its
+    # out-of-line calls (56 bytes at the entry at batch 8 on sm_90, 2026-12-02): past 64 is a blow-up
+    assert spills and max(spills) <= (64 if sampler else 8), res.log
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
     assert regs and max(regs) * cfg.threads <= 65536, res.log
     cuobjdump = shutil.which("cuobjdump")

@@ -266,3 +266,34 @@ def test_without_an_amd_gpu_the_runtime_says_so():
         assert "no AMD GPU" in str(e) or "libamdhip64" in str(e)
     else:
         pytest.skip("an AMD GPU is visible here")
+
+
+def test_greedy_steps_run_a_kernel_without_the_sampler_and_sampling_builds_the_other_once(tiny, monkeypatch):
+    """Megakernel compiles the greedy kernel (SAMPLER 0) up front and the sampling one on the first
+    launch that samples; then each launch takes the kernel its token flags need."""
+    from mkc.codegen.render import CodegenOptions
+    from mkc.sampling import Sampling
+
+    tg, w = tiny
+    sched = rr_schedule(tg, "mi250x", "atomic", workers=12)
+    built = []
+    monkeypatch.setattr(Megakernel, "_compile", lambda self, src, out_dir="build_dir": built.append(src) or src.encode())
+    fake = FakeHip()
+    mk = Megakernel(tg, sched, w, driver=HipDriver(hip=fake))
+    assert len(built) == 1 and "constexpr int SAMPLER = 0;" in built[0] and mk.sampling_source is None
+    greedy_image = fake.image
+    mk(np.array([3, 4]), 0)
+    assert len(built) == 1 and fake.image == greedy_image  # greedy: nothing else built
+    mk(np.array([3, 4]), 1, sampling=Sampling(temperature=0.8, top_p=0.9, seed=1))
+    assert len(built) == 2 and "constexpr int SAMPLER = 1;" in built[1] and mk.sampling_source == built[1]
+    assert fake.image == built[1].encode()  # loaded, and the same plan: one table for both
+    mk(np.array([3, 4]), 2, sampling=Sampling(temperature=0.5, seed=2))
+    mk(np.array([3, 4]), 3)
+    assert len(built) == 2 and len(fake.launches) == 4
+    # one kernel for both where asked; a greedy-only build refuses to sample
+    built.clear()
+    Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip()), split_sampler=False)
+    assert len(built) == 1 and "constexpr int SAMPLER = 1;" in built[0]
+    only = Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip()), options=CodegenOptions(sampler=False))
+    with pytest.raises(MkcError, match="without the sampler"):
+        only(np.array([3, 4]), 0, sampling=Sampling(temperature=0.8, seed=1))

@@ -128,7 +128,7 @@ def test_matches_reference_in_random_orders(variant, batch):
 @pytest.mark.parametrize("sms", [1, 3])  # one LM-head tile of 97 tokens (cut at 64), or tiles of 33 and 32
 def test_lmhead_candidates_are_each_tiles_largest_logits(sms):
     from mkc.taskgraph.kinds import args_of
-    from mkc.taskgraph.lower import LM_CAND, LM_CAND_WORDS
+    from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
 
     info, inv, scaling, _ = VARIANTS["llama"]
     graph = build_graph(info, 3, L, inv, rope_scaling=scaling)
@@ -143,18 +143,20 @@ def test_lmhead_candidates_are_each_tiles_largest_logits(sms):
         blk = cand[:, LM_CAND_WORDS * t: LM_CAND_WORDS * (t + 1)]
         n = min(LM_CAND, r1 - r0)
         for b in range(3):
-            pairs = blk[b, 2:].view(LM_CAND, 2)
+            pairs = blk[b, LM_CAND_HEAD:].view(LM_CAND, 2)
             idx = pairs[:, 1]
             assert int(blk[b, 0]) == n and (idx[:n] >= r0).all() and (idx[:n] < r1).all() and (idx[n:] == -1).all()
             kept = pairs[:n, 0].contiguous().view(torch.float32)
             assert torch.equal(kept, logits[b, idx[:n].long()])  # the bits are the logits at those indices
-            assert torch.equal(kept.sort().values, logits[b, r0:r1].topk(n).values.sort().values)
-            if r1 - r0 > LM_CAND:  # the cut: the order key of the smallest kept logit (sampling.cuh order_key)
-                u = int(kept.min().view(torch.int32)) & 0xFFFFFFFF
-                key = (~u & 0xFFFFFFFF) if u >> 31 else u | 1 << 31
-                assert int(blk[b, 1]) & 0xFFFFFFFF == key
-            else:
-                assert int(blk[b, 1]) == 0
+            assert torch.equal(kept, logits[b, r0:r1].topk(n).values)  # sorted, largest first
+
+            def key(x):
+                u = int(x.view(torch.int32)) & 0xFFFFFFFF
+                return (~u & 0xFFFFFFFF) if u >> 31 else u | 1 << 31  # sampling.cuh order_key
+
+            # the cuts: the order key of the smallest kept logit, and of the LM_PREF-th
+            assert int(blk[b, 1]) & 0xFFFFFFFF == (key(kept[-1]) if r1 - r0 > LM_CAND else 0)
+            assert int(blk[b, 2]) & 0xFFFFFFFF == (key(kept[LM_PREF - 1]) if r1 - r0 > LM_PREF else 0)
 
 
 def test_random_orders_differ_and_respect_events():

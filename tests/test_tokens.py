@@ -69,6 +69,31 @@ def test_rejection_sampler_takes_the_winner_in_the_set_and_draws_again_outside_i
     assert 100 < first < 200 and later > 100, (first, later)
 
 
+@pytest.mark.parametrize("scale", [0.9, 4.0])  # a flat row (random weights) and a peaked one
+def test_tile_histogram_bounds_accept_only_draws_in_the_top_p_set(scale):
+    """The bounds from the LM-head tiles' histograms accept the row's Gumbel-max winner only where the
+    pass would (never a token outside the top-p set), and on most steps where it lies well inside."""
+    rng = np.random.default_rng(5)
+    V, T_ = 12000, 0.8
+    logits = (rng.standard_normal(V) * scale).astype(np.float32)
+    tiles = [(a, min(V, a + 97)) for a in range(0, V, 97)]
+    hists = ref.tile_histograms(logits, T_, tiles)
+    z = (logits / np.float32(T_)).astype(np.float32)
+    zmax = np.float32(logits.max() / np.float32(T_))
+    keys, m = ref.order_key(z), ref.mass_of(z, zmax)
+    for p in (0.5, 0.9, 0.99):
+        target = max(1, int(float(np.float32(p)) * float(int(m.sum()))))
+        accepted = inside = 0
+        for pos in range(200):
+            v = int(np.argmax(z + ref.gumbel(3, pos, 0, np.arange(V))))
+            exact = int(m[keys > keys[v]].sum()) < target
+            bound = ref.bound_accepts(hists, float(zmax), float(z[v]), p, V)
+            assert exact or not bound, (p, pos)
+            accepted += bound
+            inside += exact
+        assert accepted >= 0.6 * inside, (p, accepted, inside)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_filtered_sets_equal_the_hugging_face_warpers(seed):
     rng = np.random.default_rng(seed)
@@ -182,23 +207,29 @@ def test_device_histogram_select_equals_the_sorted_reference_on_every_path():
     assert {"collect0", "collect1", "radix"} <= paths, paths
 
 
-def _tile_candidates(logits, tiles, C, rng):
-    """sampling.cuh lm_candidates in numpy: per tile its C largest logits (ties at the cut kept in any
-    order while slots remain) and the order key of the smallest kept one when the tile had more."""
+def _tile_candidates(logits, tiles, C, rng, P=None):
+    """sampling.cuh lm_candidates in numpy: per tile its C largest logits, sorted (ties by index), and
+    the order key of the smallest kept one when the tile had more; with P, each tile's first P and
+    the key of its P-th when it had more than P (the prefix argmax tries first)."""
     keys = ref.order_key(logits)
     vals, idx, cuts = [], [], []
     for r0, r1 in tiles:
         k = keys[r0:r1]
-        order = np.lexsort((rng.random(r1 - r0), -k.astype(np.int64)))[:C]  # ties broken at random
+        order = np.lexsort((np.arange(r1 - r0), -k.astype(np.int64)))[:C]  # descending; ties by index
+        if P is not None:
+            cuts.append(int(k[order[P - 1]]) if r1 - r0 > P else 0)
+            order = order[:P]
+        else:
+            cuts.append(int(k[order[-1]]) if r1 - r0 > C else 0)
         vals.append(logits[r0:r1][order])
         idx.append(r0 + order)
-        cuts.append(int(k[order[-1]]) if r1 - r0 > C else 0)
     return np.concatenate(vals), np.concatenate(idx), cuts
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_candidate_path_gives_the_row_thresholds_or_falls_back(seed):
-    from mkc.taskgraph.lower import LM_CAND
+@pytest.mark.parametrize("prefix", [False, True])
+def test_candidate_path_gives_the_row_thresholds_or_falls_back(seed, prefix):
+    from mkc.taskgraph.lower import LM_CAND, LM_PREF
 
     rng = np.random.default_rng(seed)
     V, T_ = 5000, 0.7
@@ -210,22 +241,26 @@ def test_candidate_path_gives_the_row_thresholds_or_falls_back(seed):
         logits[: V // 2] = logits[0]  # ties across tiles
     z = (logits / np.float32(T_)).astype(np.float32)
     zmax = np.float32(logits.max() / np.float32(T_))
-    vals, idx, cuts = _tile_candidates(logits, tiles, LM_CAND, rng)
+    vals, idx, cuts = _tile_candidates(logits, tiles, LM_CAND, rng, LM_PREF if prefix else None)
     cz = (vals / np.float32(T_)).astype(np.float32)
     ck = ref.order_key(cz)
     bits = lambda k: np.uint32(k & 0x7FFFFFFF if k & 0x80000000 else ~np.uint32(k))  # noqa: E731
     cut = max((int(ref.order_key(np.float32(np.array(bits(c), np.uint32).view(np.float32)) / np.float32(T_)))
                for c in cuts if c), default=0)
-    for k in (1, 7, 50, LM_CAND):
+    trusted = []
+    for k in (1, 7, 16, 50, LM_CAND):
         tk = ref.radix_select(ck, np.ones(len(ck), np.uint64), 0, k, None)
         want = ref.radix_select(ref.order_key(z), np.ones(V, np.uint64), 0, k, None)
         if tk > cut:  # trusted: the same threshold as the whole row, and top-p over the top-k set too
+            trusted.append(k)
             assert tk == want, (k, tk, want)
             for p in (0.3, 0.9):
                 got = ref.radix_select(ck, ref.mass_of(cz, zmax), tk, None, p)
                 assert got == ref.radix_select(ref.order_key(z), ref.mass_of(z, zmax), tk, None, p)
         else:
             assert seed % 4 in (2, 3) or k == LM_CAND, (seed, k)  # only crowded tiles or ties fall back
+    if seed % 4 in (0, 1):  # spread rows: the prefix of 16 per tile holds a top-50 too
+        assert 50 in trusted, (seed, prefix, trusted)
     if seed % 4 == 3:
         assert ref.radix_select(ck, np.ones(len(ck), np.uint64), 0, LM_CAND, None) <= cut  # the fallback is taken
 
@@ -316,8 +351,8 @@ def test_rendered_kernel_has_the_token_end():
     src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")
     for needle in ("if (stop_launch(c)) {", "CTL_DONE + k - 2", "philox_x0", "mk_fence_system();",
                    "st.relaxed.sys.global.b32", "if (step0 < 0) { step0 = (int)mk_ld_relaxed(ws + WS_CLK_STEP);",
-                   "sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0)",
-                   "SAMPLE_PDRAW && (flags & TOKF_PDRAW) ? sample_pdraw(c, smp, b, s_max[b]) : -1", "if (flags & TOKF_GUMBEL)",
+                   "sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0,",
+                   "SAMPLE_PDRAW && (flags & TOKF_PDRAW) != 0);", "const int tok = sample_pdraw(c, s, b, rawmax);", "if (flags & TOKF_GUMBEL)",
                    "out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):
         assert needle in src, needle
     consts = dict(cfg.consts)

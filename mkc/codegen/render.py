@@ -26,9 +26,10 @@ from mkc.schedule.cost import launched_smem
 from mkc.schedule.ir import Schedule
 from mkc.backend import for_target
 from mkc.target import Target, get_target
+from mkc.taskgraph import names
 from mkc.taskgraph.ir import TaskGraph
 from mkc.taskgraph.kinds import args_of
-from mkc.taskgraph.lower import LM_CAND, LM_CAND_WORDS
+from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
 from mkc.taskgraph.plan import (PIPE_COLS, PIPE_ROWS, DevicePlan, PlanKnobs, attn_preload, device_plan, sample_region,
                                sample_sizes, sample_smem)
 from mkc.codegen import tables as T
@@ -99,7 +100,14 @@ class CodegenOptions:
     lean_comb: bool = True
     # top-p / min-p without a top-k: the LM-head tiles' Gumbel winner checked, then rejection rounds
     # (sampling.cuh sample_pdraw); False: the exact path alone (other draws: for measurements)
+    # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
+    # launches for greedy steps (a second kernel with it is built on the first sampling launch):
+    # the sampler's code costs the greedy step 2 % when it is in the kernel (BENCHMARKS.md)
+    sampler: bool = True
     sample_pdraw: bool = True
+    # its round-1 check from the LM-head tiles' histograms where they decide it (sample_pdraw's bounds)
+    # before the pass over the row; False: always the pass
+    pdraw_bound: bool = True
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -213,22 +221,28 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS, SAMPLE_NB)
     if SAMPLE_SMEM != sample_bytes:
         raise IRCheckError(f"the device plan's sampler region holds {sample_bytes} B, the sampler needs {SAMPLE_SMEM}")
+    # the candidate blocks' layout is this mkc's (lower.LM_CAND_WORDS): a task graph saved by a version
+    # with another layout would have the kernel write past the buffer the runtime allocates from it
+    cand_shape = tuple(tg.buffer(names.LM_CAND).shape)
+    if cand_shape != (B, NTILES * LM_CAND_WORDS):
+        raise IRCheckError(f"the task graph's {names.LM_CAND} buffer is {cand_shape}, this mkc lays it out as "
+                           f"{(B, NTILES * LM_CAND_WORDS)}: it was saved by another version; compile the model again")
     # the LM-head tiles' candidates (sampling.cuh lm_candidates) need their logits' keys in the
     # sampler's region A; without room, or on AMD, the filtered sampler always reads the whole row
     lm_rows = max((args_of(t).r1 - args_of(t).r0 for t in tg.tasks if t.kind == "lmhead"), default=0)
     region_a = max(SAMPLE_HISTS * 2048, 32 * SAMPLE_NB)
-    cand_ok = int(4 * lm_rows + 1056 <= region_a)
+    cand_ok = int(4 * lm_rows + 1552 <= region_a)  # keys, 256 bins, 4 words, 64 (key, index) slots
     smem = launched_smem(needed, sched.plan, target)
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLE_PDRAW=int(o.sample_pdraw), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_PDRAW=int(o.sampler and o.sample_pdraw), PDRAW_BOUND=int(o.sampler and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
-        LM_CAND=LM_CAND, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
+        LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

@@ -35,10 +35,14 @@ from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_segments, qkv_til
 SMALL_SMEM = 1024  # embed and argmax stage nothing but a few reduction slots
 
 # Candidates per LM-head tile and batch row for the filtered sampler's top-k path: the tile's
-# LM_CAND largest logits as (fp32 bits, vocabulary index) pairs after two header words (how many,
-# and the order key of the smallest kept logit when the tile had more: sampling.cuh lm_candidates)
+# LM_CAND largest logits as (fp32 bits, vocabulary index) pairs sorted by key after the header
+# words (how many, the order key of the smallest kept logit when the tile had more, that of the
+# LM_PREF-th when it had more than LM_PREF: argmax tries the first LM_PREF of each tile first;
+# sampling.cuh lm_candidates)
 LM_CAND = 64
-LM_CAND_WORDS = 2 + 2 * LM_CAND
+LM_PREF = 16
+LM_CAND_HEAD = 4  # three header words and one unused: the pairs and blocks 16-byte aligned
+LM_CAND_WORDS = LM_CAND_HEAD + 2 * LM_CAND
 # what argmax reads only when it samples with a filter (not in the cost model's bytes)
 SAMPLER_ONLY = frozenset({"logits", names.LM_CAND})
 

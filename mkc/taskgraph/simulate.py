@@ -23,7 +23,7 @@ import torch
 
 from mkc.errors import MkcError
 from mkc.taskgraph import names
-from mkc.taskgraph.lower import LM_CAND, LM_CAND_WORDS
+from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
 from mkc.taskgraph.ir import Task, TaskGraph
 from mkc.taskgraph.kinds import AttnArgs, EmbedArgs, LmheadArgs, NoArgs, QkvArgs, RowArgs, args_of
 from mkc.taskgraph.tiling import qkv_segments
@@ -303,18 +303,29 @@ class _Sim:
         self.write(t, "amax_part", ((0, B), (k, k + 1)), logits.max(dim=-1).values)
         self.write(t, "amax_idx", ((0, B), (k, k + 1)), r0 + _first_argmax(logits))
         # the filtered sampler's candidates (sampling.cuh lm_candidates): the tile's largest logits
-        # (fp32 bits, index) after a count and the order key of the smallest kept one when the tile
-        # was cut; unused slots (0, -1). The device's order within a tile is any.
+        # (fp32 bits, index) sorted by value (ties by index) after a count, the order key of the
+        # smallest kept one when the tile was cut and that of the LM_PREF-th when the tile had more
+        # than LM_PREF; unused slots (0, -1)
         C = LM_CAND
         n = min(C, r1 - r0)
-        top = logits.float().topk(n, dim=-1)
+        lf = logits.float().contiguous()
+        u = lf.view(torch.int32).long() & 0xFFFFFFFF
+        keys = torch.where(u >= 1 << 31, (~u) & 0xFFFFFFFF, u | (1 << 31))  # order keys (sampling.cuh)
+        order = torch.sort(-keys, dim=-1, stable=True).indices[:, :n]  # descending; ties by index
+        vals = lf.gather(1, order)
         cand = torch.zeros((B, C, 2), dtype=torch.int32)
         cand[:, :, 1] = -1
-        cand[:, :n, 0] = top.values.contiguous().view(torch.int32)
-        cand[:, :n, 1] = (r0 + top.indices).int()
-        u = top.values[:, -1:].contiguous().view(torch.int32).long() & 0xFFFFFFFF
-        key = torch.where(u >= 1 << 31, (~u) & 0xFFFFFFFF, u | (1 << 31))  # order key (sampling.cuh)
-        head = torch.stack([torch.full((B,), n, dtype=torch.long), key[:, 0] if r1 - r0 > C else torch.zeros(B, dtype=torch.long)], 1)
+        cand[:, :n, 0] = vals.contiguous().view(torch.int32)
+        cand[:, :n, 1] = (r0 + order).int()
+
+        def key_of(col):
+            u = vals[:, col:col + 1].contiguous().view(torch.int32).long() & 0xFFFFFFFF
+            return torch.where(u >= 1 << 31, (~u) & 0xFFFFFFFF, u | (1 << 31))[:, 0]  # order key (sampling.cuh)
+
+        zero = torch.zeros(B, dtype=torch.long)
+        head = torch.stack([torch.full((B,), n, dtype=torch.long), key_of(n - 1) if r1 - r0 > C else zero,
+                            key_of(LM_PREF - 1) if r1 - r0 > LM_PREF else zero]
+                           + [zero] * (LM_CAND_HEAD - 3), 1)
         head = torch.where(head >= 1 << 31, head - (1 << 32), head).int()
         block = torch.cat([head, cand.reshape(B, 2 * C)], 1)
         self.write(t, names.LM_CAND, ((0, B), (LM_CAND_WORDS * k, LM_CAND_WORDS * (k + 1))), block)

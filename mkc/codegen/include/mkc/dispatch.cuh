@@ -32,41 +32,60 @@ __device__ __forceinline__ LmHeadKind lmhead_kind(const Ctx& c, const Task& t) {
   return LmHeadKind{gptr<const unsigned short>(c, S_LM_HEAD, 0), gptr<float>(c, S_LOGITS, 0), t.a0, t.a1, t.a0};
 }
 
+// The LM-head tile's end when the step samples (TOKF_GUMBEL, TOKF_PDRAW, TOKF_CAND), out of line
+// so that none of it touches the registers of the greedy path: the Gumbel-max winner (the partial
+// under temperature alone; words 0-1 of the tile's candidate block and the histogram without a
+// top-k), or the candidates for a top-k, then the partials. In nan mode argmax polls the partials
+// and then reads the candidate block: the partial's writer fences after every store to it.
+__device__ MK_OUTLINE void lm_sample_tail(const Ctx& c, const Task& t, unsigned flags) {
+  float* best_v = smem_f(OFF_BEST);
+  int* best_i = smem_i(OFF_BEST + 4 * B);
+  const unsigned long long* gbest = reinterpret_cast<const unsigned long long*>(mk_smem + OFF_BEST + 8 * B);
+  mk_barrier();  // every warp's maxima are in
+  float bv = mk_tid() < B ? best_v[mk_tid()] : 0.0f;  // the candidates' select may reuse these bytes
+  int bidx = mk_tid() < B ? best_i[mk_tid()] : 0;
+  if ((flags & TOKF_GUMBEL) || (SAMPLE_PDRAW && (flags & TOKF_PDRAW))) {
+    if (mk_tid() < B) {
+      const unsigned long long w = gbest[mk_tid()];
+      if (flags & TOKF_GUMBEL) {  // the partial is the winner
+        bv = best_score(w);
+        bidx = best_index(w);
+      } else {
+        int* o = gptr<int>(c, S_LM_CAND, 0) + ((size_t)mk_tid() * NTILES + t.a2) * LM_CAND_WORDS;
+        o[0] = (int)mk_f32_bits(best_score(w));
+        o[1] = best_index(w);
+      }
+    }
+    if constexpr (PDRAW_BOUND) {
+      if (!(flags & TOKF_GUMBEL)) lm_histogram(c, t.a0, t.a1, t.a2, best_v);
+    }
+  } else if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
+    if (flags & TOKF_CAND) lm_candidates(c, t.a0, t.a1, t.a2);
+  }
+  if constexpr (NAN_MODE) {
+    mk_barrier();
+    if (mk_tid() < B) mk_fence();
+  }
+  if (mk_tid() < B) {
+    put_f32(gptr<float>(c, S_AMAX_PART, c.par) + mk_tid() * NTILES + t.a2, bv);
+    put_i32(gptr<int>(c, S_AMAX_IDX, c.par) + mk_tid() * NTILES + t.a2, bidx);
+  }
+}
+
 __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
   float* best_v = smem_f(OFF_BEST);
   int* best_i = smem_i(OFF_BEST + 4 * B);
-  // per row b: the raw maximum at [b], the Gumbel-max winner at [2B + b] where TOKF_PDRAW asks for
-  // it (OFF_BEST's 16B bytes: maxima, their indices, the winners' scores, their indices)
-  if (mk_tid() < B) {
-    best_v[mk_tid()] = -INFINITY; best_i[mk_tid()] = 0x7fffffff;
-    best_v[2 * B + mk_tid()] = -INFINITY; best_i[2 * B + mk_tid()] = 0x7fffffff;
-  }
+  // per row b: the raw maximum and its index at [b], and the Gumbel-max winner (pack_best) at
+  // byte 8B + 8b where the row samples without a filter (the partial) or without a top-k (TOKF_PDRAW)
+  unsigned long long* gbest = reinterpret_cast<unsigned long long*>(mk_smem + OFF_BEST + 8 * B);
+  if (mk_tid() < B) { best_v[mk_tid()] = -INFINITY; best_i[mk_tid()] = 0x7fffffff; gbest[mk_tid()] = 0ull; }
   LmHeadKind kd = lmhead_kind(c, t);
   if (!gemv_task<H, true>(c, t, s_abort, kd, x_in(c, NL), gptr<const unsigned short>(c, S_FINAL_NORM, 0))) return false;
-  if constexpr (SAMPLE_PDRAW) {
-    if ((tok_flags(c) & TOKF_PDRAW) && mk_tid() < B) {
-      // words 0-1 of the tile's candidate block: the winner's score and index (no candidates are
-      // kept without a top-k), ordered before the partial argmax polls by the thread's fence
-      int* o = gptr<int>(c, S_LM_CAND, 0) + ((size_t)mk_tid() * NTILES + t.a2) * LM_CAND_WORDS;
-      o[0] = (int)mk_f32_bits(best_v[2 * B + mk_tid()]);
-      o[1] = best_i[2 * B + mk_tid()];
-      if constexpr (NAN_MODE) mk_fence();
-    }
-  }
-  if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
-    if (tok_flags(c) & TOKF_CAND) {
-      mk_barrier();
-      const float bv = mk_tid() < B ? best_v[mk_tid()] : 0.0f;  // the candidates' select reuses these bytes
-      const int bidx = mk_tid() < B ? best_i[mk_tid()] : 0;
-      lm_candidates(c, t.a0, t.a1, t.a2);
-      if constexpr (NAN_MODE) {  // argmax polls the partials below, then reads the candidates
-        mk_barrier();
-        if (mk_tid() < B) mk_fence();
-      }
-      if (mk_tid() < B) {
-        put_f32(gptr<float>(c, S_AMAX_PART, c.par) + mk_tid() * NTILES + t.a2, bv);
-        put_i32(gptr<int>(c, S_AMAX_IDX, c.par) + mk_tid() * NTILES + t.a2, bidx);
-      }
+  if constexpr (SAMPLER) {  // the greedy build (SAMPLER 0: Megakernel's first kernel) has none of it
+    const unsigned flags = tok_flags(c);
+    constexpr unsigned TAIL = TOKF_GUMBEL | (SAMPLE_PDRAW ? TOKF_PDRAW : 0u) | (CAND_OK && MKC_SAMPLE_CAND ? TOKF_CAND : 0u);
+    if (flags & TAIL) {
+      lm_sample_tail(c, t, flags);
       return true;
     }
   }

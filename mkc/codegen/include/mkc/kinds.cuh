@@ -162,6 +162,20 @@ struct GateUpKind {
 };
 
 // final rmsnorm + LM head: logits rows [r0, r1) and the tile's (max, first argmax) per batch row
+// the LM-head block's Gumbel-max winner per row (rows rb .. rb + nr of out) into the u64 maxima at
+// OFF_BEST + 8B (pack_best); out of line: its registers stay out of the GEMV loops'
+__device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* out) {
+  const Sampler s = tok_sampler(c);
+  unsigned long long* gbest = reinterpret_cast<unsigned long long*>(mk_smem + OFF_BEST + 8 * B);
+  for (int b = 0; b < B; ++b) {
+    float v = -INFINITY;
+    int i = 0x7fffffff;
+    for (int j = mk_tid(); j < nr; j += NT) argmax_merge(v, i, out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j), rb + j);
+    warp_argmax(v, i);
+    if (lane_id() == 0 && i != 0x7fffffff) mk_smem_max_u64(gbest + b, pack_best(v, i));
+  }
+}
+
 struct LmHeadKind {
   const unsigned short* w;
   float* logits;
@@ -179,36 +193,25 @@ struct LmHeadKind {
     const int lane = lane_id();
     // temperature alone: Gumbel-max, argmax of logit / T + Gumbel noise samples softmax(logit / T)
     // exactly (tokens.cuh); with a filter the argmax task samples, and the tiles give the raw maximum
-    // (and, without a top-k, their Gumbel-max winner too: sampling.cuh sample_pdraw)
+    // (and, without a top-k, their Gumbel-max winner too: sampling.cuh sample_pdraw). The noise is
+    // the costly part: every thread scores some of the block's tokens, and the block's winner per
+    // row is one u64 maximum (task_lmhead reads it)
     const unsigned flags = tok_flags(c);
-    for (int b = warp_id(); b < B; b += NW) {
-      float v = -INFINITY;
-      int i = 0x7fffffff;
-      if (flags & TOKF_GUMBEL) {
-        const Sampler s = tok_sampler(c);
-        for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j), rb + j);
-      } else if (SAMPLE_PDRAW && (flags & TOKF_PDRAW)) {
-        const Sampler s = tok_sampler(c);
-        float gv = -INFINITY;
-        int gi = 0x7fffffff;
-        for (int j = lane; j < nr; j += WARP) {
-          const float x = out[j * B + b];
-          argmax_merge(v, i, x, rb + j);
-          argmax_merge(gv, gi, x / s.temperature + gumbel(c, s, b, rb + j), rb + j);
-        }
-        warp_argmax(gv, gi);
-        if (lane == 0) argmax_merge(best_v[2 * B + b], best_i[2 * B + b], gv, gi);
-      } else {
+    if (SAMPLER && ((flags & TOKF_GUMBEL) || (SAMPLE_PDRAW && (flags & TOKF_PDRAW)))) lm_gumbel(c, nr, rb, out);
+    if (!SAMPLER || !(flags & TOKF_GUMBEL)) {
+      for (int b = warp_id(); b < B; b += NW) {
+        float v = -INFINITY;
+        int i = 0x7fffffff;
         for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b], rb + j);
+        warp_argmax(v, i);
+        if (lane == 0) argmax_merge(best_v[b], best_i[b], v, i);
       }
-      warp_argmax(v, i);
-      if (lane == 0) argmax_merge(best_v[b], best_i[b], v, i);
     }
     if constexpr (NAN_MODE) {
       // the argmax task reads the logits (plain stores, not polled) when it samples with a filter:
       // each partial's writer fences after the block's logits stores and before its relaxed store
       // of the partial, which argmax polls and then fences (message passing through the partial)
-      if (flags & TOKF_FILTER) {
+      if (SAMPLER && (flags & TOKF_FILTER)) {
         mk_barrier();
         if (mk_tid() < B) mk_fence();
       }

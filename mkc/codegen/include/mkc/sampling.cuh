@@ -35,6 +35,17 @@ __device__ __forceinline__ unsigned order_key(float f) {
   const unsigned u = mk_f32_bits(f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
+// a Gumbel-max candidate (score v, vocabulary index i) as one u64 whose unsigned maximum is
+// argmax_merge's winner: the larger score (NaN above all), then the lower index
+__device__ __forceinline__ unsigned long long pack_best(float v, int i) {
+  const unsigned key = v != v ? 0xFFFFFFFFu : order_key(v);
+  return ((unsigned long long)key << 32) | (0xFFFFFFFFu - (unsigned)i);
+}
+__device__ __forceinline__ float best_score(unsigned long long p) {
+  const unsigned key = (unsigned)(p >> 32);
+  return mk_bits_f32((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+__device__ __forceinline__ int best_index(unsigned long long p) { return (int)(0xFFFFFFFFu - (unsigned)p); }
 // probability mass of a scaled logit z relative to the row's largest zmax, in 2^-32 units: integer
 // histogram sums do not depend on the order of the adds, so the thresholds are deterministic
 __device__ __forceinline__ unsigned long long mass_of(float z, float zmax) {
@@ -378,17 +389,18 @@ struct RowScan {
 struct CandScan {
   const float* cw;  // row b's NTILES blocks of LM_CAND_WORDS words (lm_candidates)
   float temp;
+  int per;          // the first ``per`` (sorted) candidates of each tile: LM_PREF or LM_CAND
   template <class F> __device__ __forceinline__ void operator()(F&& f) const {
     constexpr int UNR = 4;  // slots in flight per thread: one at a time waited ~33 L2 round trips a pass
-    for (int base = mk_tid(); base < NTILES * LM_CAND; base += NT * UNR) {
+    for (int base = mk_tid(); base < NTILES * per; base += NT * UNR) {
       float x[UNR];
       int v[UNR];
 #pragma unroll
       for (int u = 0; u < UNR; ++u) {
         const int sl = base + u * NT;
         v[u] = -1;
-        if (sl < NTILES * LM_CAND) {
-          const float* pr = cw + (sl / LM_CAND) * LM_CAND_WORDS + 2 + 2 * (sl % LM_CAND);
+        if (sl < NTILES * per) {
+          const float* pr = cw + (sl / per) * LM_CAND_WORDS + LM_CAND_HEAD + 2 * (sl % per);
           x[u] = mk_ld_act(pr);
           v[u] = (int)mk_f32_bits(mk_ld_act(pr + 1));
         }
@@ -403,13 +415,17 @@ struct CandScan {
 // The LM-head tile's LM_CAND largest logits of each batch row, for the filtered sampler's candidate
 // path (TOKF_CAND): a radix select over the order keys of the tile's logits [r0, r1) in shared
 // memory (region A, free once the tile's GEMV is done), then the words of block ``tile``: how many,
-// the key of the smallest kept logit when the tile had more than LM_CAND (0: it kept them all),
-// (fp32 bits, index) pairs (-1: unused). Ties at the cut are kept while slots remain, in any order:
-// argmax trusts the candidates only above every cut tile's smallest kept key. Block-wide.
+// the key of the smallest kept logit when the tile had more than LM_CAND (0: it kept them all), the
+// key of the LM_PREF-th when the tile had more than LM_PREF (0: none beyond them), then (fp32 bits,
+// index) pairs sorted by key (descending; ties by index; -1: unused). Ties at the cut are kept
+// while slots remain: argmax trusts the candidates only above every cut tile's smallest kept key,
+// and the first LM_PREF of each tile above every tile's LM_PREF-th key. Block-wide.
 __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile) {
   unsigned* keys = reinterpret_cast<unsigned*>(mk_smem + SM_A);
   unsigned* hist = keys + LM_ROWS;
   unsigned* res = hist + 256;  // chosen digit, count above it, slots taken
+  unsigned* ckey = res + 4;    // the kept slots before the sort: key, index
+  int* cidx = reinterpret_cast<int*>(ckey + LM_CAND);
   const int n = r1 - r0, tid = mk_tid(), lane = lane_id();
   const float* lgb = gptr<const float>(c, S_LOGITS, 0);
   int* out = gptr<int>(c, S_LM_CAND, 0);
@@ -462,17 +478,62 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
         const unsigned key = keys[i];
         if (pass == 0 ? key > cut : key == cut) {
           const unsigned sl = mk_smem_add_u32(res + 2, 1u);
-          if (sl < (unsigned)LM_CAND) {
-            o[2 + 2 * sl] = (int)((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);  // the logit's bits
-            o[3 + 2 * sl] = r0 + i;
-          }
+          if (sl < (unsigned)LM_CAND) { ckey[sl] = key; cidx[sl] = r0 + i; }
         }
       }
       mk_barrier();
     }
     const int used = min((int)res[2], LM_CAND);
-    for (int sl = used + tid; sl < LM_CAND; sl += NT) { o[2 + 2 * sl] = 0; o[3 + 2 * sl] = -1; }
-    if (tid == 0) { o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0; }
+    for (int sl = tid; sl < LM_CAND; sl += NT) {
+      if (sl < used) {  // its rank: keys above it, and equal keys at lower indices
+        const unsigned k = ckey[sl];
+        const int v = cidx[sl];
+        int r = 0;
+        for (int j = 0; j < used; ++j) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
+        o[LM_CAND_HEAD + 2 * r] = (int)((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);  // the logit's bits
+        o[LM_CAND_HEAD + 1 + 2 * r] = v;
+        if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;  // (then used >= LM_PREF: some slot ranks there)
+      } else {
+        o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
+      }
+    }
+    if (tid == 0) {
+      o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
+      if (n <= LM_PREF) o[2] = 0;
+    }
+  }
+}
+
+// ---- the LM-head tiles' histograms for sample_pdraw's bounds (TOKF_PDRAW, PDRAW_BOUND) ----
+// Per row, the counts of the tile's z = logit / T in PD_HB bins of 1/8 on an absolute grid from the
+// tile's largest down: bin j holds z in [(A - j) / 8, (A - j + 1) / 8), A = floor(8 max z) (word 2
+// of block ``tile``), the last bin everything below; 16-bit counts, two per word, from word
+// LM_CAND_HEAD (16-byte aligned).
+// PD_NOHIST in word 2: no bound from this tile (counts past 16 bits, or logits past the grid).
+constexpr int PD_HB = 128;
+constexpr int PD_NOHIST = (int)0x80000000;
+static_assert(LM_CAND_HEAD % 4 == 0 && LM_CAND_WORDS % 4 == 0 && LM_CAND_HEAD + PD_HB / 2 <= LM_CAND_WORDS && 4 * PD_HB <= SAMPLE_SMEM, "the tiles' histograms");
+static_assert(OFF_BEST >= SM_A + 4 * PD_HB || OFF_BEST + 16 * B <= SM_A, "the histogram's bins clear of the tile's maxima");
+__device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
+  unsigned* h = reinterpret_cast<unsigned*>(mk_smem + SM_A);  // region A: free once the GEMV is done
+  const float temp = tok_sampler(c).temperature;
+  const float* lgb = gptr<const float>(c, S_LOGITS, 0);
+  const int n = r1 - r0, tid = mk_tid();
+  for (int b = 0; b < B; ++b) {
+    int* o = gptr<int>(c, S_LM_CAND, 0) + ((size_t)b * NTILES + tile) * LM_CAND_WORDS;
+    mk_barrier();  // the tile's logits stores are visible to the block; the last row's readers are done
+    for (int i = tid; i < PD_HB; i += NT) h[i] = 0u;
+    mk_barrier();
+    const float top = floorf(rawmax[b] / temp * 8.0f);
+    const bool ok = n <= 65535 && fabsf(top) < 1.0e6f;
+#pragma unroll 4
+    for (int i = tid; i < (ok ? n : 0); i += NT) {
+      const float j = top - floorf(lgb[(size_t)b * V + r0 + i] / temp * 8.0f);
+      mk_smem_add_u32(h + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), 1u);  // NaN: the last bin
+    }
+    mk_barrier();
+    for (int i = tid; i < PD_HB / 2; i += NT) o[LM_CAND_HEAD + i] = (int)(h[2 * i] | h[2 * i + 1] << 16);
+    if (tid == 0) o[2] = ok ? (int)top : PD_NOHIST;
   }
 }
 
@@ -489,7 +550,7 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
 // checks the exact path draws (its Gumbel-max over F does not depend on where the row's winner
 // fell). Sums are integers (the order of the adds does not matter). tests/sampling_ref.py
 // sample_row is the twin. Returns the token, or -1 for the exact path. Block-wide.
-constexpr int PD_K = 4;                     // 16-byte loads per lane and segment (the next segment's in flight)
+constexpr int PD_K = 8;                     // 16-byte loads per lane and segment (the next segment's in flight)
 constexpr int PD_SEG = PD_K * 4 * WARP;     // a segment: consecutive tokens, one warp's
 constexpr int PD_NSEG = (V + PD_SEG - 1) / PD_SEG;
 constexpr int PD_ROUNDS = 6;
@@ -514,6 +575,53 @@ __device__ __forceinline__ int pd_index(int sg, int e) { return sg * PD_SEG + (e
 __device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
   for (int off = WARP / 2; off > 0; off >>= 1) v += shfl_u64(v, lane_id() ^ off);
   return v;
+}
+
+// Round 1 without the pass: from the tiles' histograms (lm_histogram) the row's mass is at least L
+// and the mass ranked above v (z > zv: bins whose upper edge is above zv) at most U, in mass_of's
+// units, each token's bound widened by 1e-4 for expf, the rounding of z - zmax and the float sums.
+// True when U < p L - 1, so v is in the top-p set (target = floor(p total) >= p L - 1 > above).
+// Every thread returns the same. Block-wide.
+__device__ __forceinline__ bool pd_bound_accepts(const Ctx& c, const Sampler& s, int b, float zmax, float zv) {
+  float* part = reinterpret_cast<float*>(mk_smem + SM_PAIR);  // per warp: L, U, then 1 where a tile has no histogram
+  const int lane = lane_id(), wid = warp_id();
+  const int* cw = gptr<const int>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS;
+  float lo = 0.0f, up = 0.0f, none = 0.0f;
+  // a thread per (tile, 16 bytes of counts): 8 bins; all of a thread's loads in flight at once
+  constexpr int QW = PD_HB / 8;  // 16-byte words of counts per tile
+#pragma unroll 4
+  for (int i = mk_tid(); i < NTILES * QW; i += NT) {
+    const int t = i / QW, q = i % QW;
+    const int a = mk_ld_int(cw + t * LM_CAND_WORDS + 2);
+    const float4 w4 = mk_ld_act4(reinterpret_cast<const float*>(cw + t * LM_CAND_WORDS + LM_CAND_HEAD + 4 * q));
+    if (a == PD_NOHIST) { none = 1.0f; continue; }
+    const unsigned ws[4] = {mk_f32_bits(w4.x), mk_f32_bits(w4.y), mk_f32_bits(w4.z), mk_f32_bits(w4.w)};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int j = 8 * q + e;
+      const float n = (float)((ws[e / 2] >> (16 * (e % 2))) & 0xFFFFu);
+      if (n == 0.0f) continue;
+      const float zhi = (float)(a - j + 1) * 0.125f;
+      if (j < PD_HB - 1) lo += n * expf((float)(a - j) * 0.125f - zmax);
+      if (zhi > zv) up += n * expf(fminf(zhi, zmax) - zmax);
+    }
+  }
+  for (int off = WARP / 2; off > 0; off >>= 1) {
+    lo += mk_shfl_xor(lo, off);
+    up += mk_shfl_xor(up, off);
+    none += mk_shfl_xor(none, off);
+  }
+  mk_barrier();  // part is the pass's per-warp sums too
+  if (lane == 0) { part[3 * wid] = lo; part[3 * wid + 1] = up; part[3 * wid + 2] = none; }
+  mk_barrier();
+  double L = 0.0, U = 0.0;
+  bool any_none = false;
+  for (int w = 0; w < NW; ++w) { L += part[3 * w]; U += part[3 * w + 1]; any_none |= part[3 * w + 2] != 0.0f; }
+  mk_barrier();  // part is rewritten by the pass
+  const double M = 4294967296.0;
+  L = L * M * (1.0 - 1e-4) - (double)V;  // floor(): up to 1 below each token's e^(z - zmax) 2^32
+  U = U * M * (1.0 + 1e-4);
+  return !any_none && U < (double)s.top_p * L - 1.0;
 }
 
 __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, float rawmax) {
@@ -541,8 +649,12 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
   unsigned long long target = 1;
 #pragma unroll 1
   for (int r = 1; r <= PD_ROUNDS; ++r) {
-    const unsigned kv = order_key(mk_ld_act(lg + v) / temp);
+    const float zv = mk_ld_act(lg + v) / temp;
+    const unsigned kv = order_key(zv);
     if (!use_p && kv >= mkey) return v;  // min-p alone needs no sums
+    if constexpr (PDRAW_BOUND) {
+      if (r == 1 && kv >= mkey && pd_bound_accepts(c, s, b, zmax, zv)) return v;
+    }
     // the pass: per segment the mass ranked above v (the next round's S), and the row's in round 1
     unsigned long long tot = 0, above_w = 0;
     float x[4 * PD_K], nx[4 * PD_K];
@@ -645,8 +757,15 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.
-// Never outside the set. Block-wide; every thread returns the token.
-__device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b, float rawmax, bool cand) {
+// Never outside the set. ``pdraw`` (no top-k, TOKF_PDRAW): the rejection sampler first, this where it
+// gives up. Block-wide; every thread returns the token.
+__device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b, float rawmax, bool cand, bool pdraw) {
+  if constexpr (SAMPLE_PDRAW) {
+    if (pdraw) {
+      const int tok = sample_pdraw(c, s, b, rawmax);
+      if (tok >= 0) return tok;
+    }
+  }
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
   int* drawn = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
   unsigned* cutw = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 28);
@@ -660,12 +779,15 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
   if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
     if (tid == 0) { *cutw = 0; *failed = 0; }
     mk_barrier();
-    // the top-k set among the LM-head tiles' candidates, trusted above every cut tile's smallest
-    // kept key (a token of a cut tile that was not kept is at or below it); else the whole row
-    if (cand && use_k) {
-      const CandScan cs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp};
+    // the top-k set among the LM-head tiles' candidates: first each tile's LM_PREF largest, trusted
+    // above every tile's LM_PREF-th key (header word 2), then all LM_CAND, trusted above every cut
+    // tile's smallest kept key (word 1); else the whole row
+#pragma unroll 1
+    for (int wide = 0; wide < (cand && use_k ? 2 : 0); ++wide) {
+      const CandScan cs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp,
+                        wide ? LM_CAND : LM_PREF};
       for (int t = tid; t < NTILES; t += NT) {
-        const unsigned hk = mk_f32_bits(mk_ld_act(cs.cw + t * LM_CAND_WORDS + 1));
+        const unsigned hk = mk_f32_bits(mk_ld_act(cs.cw + t * LM_CAND_WORDS + (wide ? 1 : 2)));
         if (hk != 0u) atomicMax(cutw, order_key(mk_bits_f32((hk & 0x80000000u) ? (hk & 0x7fffffffu) : ~hk) / temp));
       }
       mk_barrier();
@@ -691,7 +813,7 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
         });
         return block_argmax(best, bi);
       }
-      if (tid == 0) *drawn = -1;
+      if (tid == 0) { *drawn = -1; *cutw = 0; *failed = 0; }
       mk_barrier();
     }
   }

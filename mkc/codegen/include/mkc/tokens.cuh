@@ -72,12 +72,11 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
     if (lane == 0) { s_tok[b] = i; s_max[b] = v; }
   }
   mk_barrier();
-  if (flags & TOKF_FILTER) {
+  if (SAMPLER && (flags & TOKF_FILTER)) {  // the sampling build only (CodegenOptions.sampler)
     const Sampler smp = tok_sampler(c);
     for (int b = 0; b < B; ++b) {
-      // without a top-k the rejection sampler first (sampling.cuh), the exact path where it gives up
-      int tok = SAMPLE_PDRAW && (flags & TOKF_PDRAW) ? sample_pdraw(c, smp, b, s_max[b]) : -1;
-      if (tok < 0) tok = sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0);
+      const int tok = sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0,
+                                      SAMPLE_PDRAW && (flags & TOKF_PDRAW) != 0);
       if (tid == 0) s_tok[b] = tok;
     }
     mk_barrier();

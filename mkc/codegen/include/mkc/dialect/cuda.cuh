@@ -93,6 +93,7 @@ __device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned 
   if (carry != 0u) atomicAdd(w + 1, carry);
 }
 __device__ __forceinline__ unsigned mk_smem_add_u32(unsigned* p, unsigned v) { return atomicAdd(p, v); }
+__device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) { atomicMax(p, v); }
 __device__ __forceinline__ void mk_fence_system() { __threadfence_system(); }
 __device__ __forceinline__ void mk_st_system(int* p, int v) {
   asm volatile("st.relaxed.sys.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");

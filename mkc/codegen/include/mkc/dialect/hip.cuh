@@ -108,6 +108,9 @@ __device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned 
 __device__ __forceinline__ unsigned mk_smem_add_u32(unsigned* p, unsigned v) {
   return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 }
+__device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) {
+  (void)__hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+}
 // system scope (gfx942: buffer_wbl2 sc0 sc1), with the hard wait mk_release_fence has, for the same reason
 __device__ __forceinline__ void mk_fence_system() {
   __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "");
