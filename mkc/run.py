@@ -222,6 +222,10 @@ def run_cli(a) -> int:
                                                               else "") +
         (f", stop tokens {list(gen.eos)}" if gen.eos else ", no stop token") +
         (", greedy" if float(gen.sampling.temperature) == 0.0 else f", sampling {gen.sampling}"))
+    if float(gen.sampling.temperature) != 0.0:
+        say(f"{bdir.name}: building the kernel that samples (greedy steps run one without the sampler; "
+            "compiled once, then cached)")
+        mk.prepare_sampling()
     stream = Streamer(tok, len(rows)) if tok is not None else None
     t0 = time.perf_counter()
     new = generate_rows(mk, rows, gen.max_new_tokens, eos_token_id=list(gen.eos) or None, sampling=gen.sampling,

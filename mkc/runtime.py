@@ -195,6 +195,11 @@ class Megakernel:
                 f"loadable binary: {built.log.splitlines()[0] if built.log else 'see the build log'}")
         return built.path.read_bytes()
 
+    def prepare_sampling(self) -> None:
+        """Build the kernel sampling steps launch now rather than at the first of them (a compile of
+        the size of the first one; then it is in the compile cache)."""
+        self._kernel_for(T.TOKF_FILTER)
+
     def _kernel_for(self, flags: int):
         """The kernel for a launch with these token flags: the sampling one where the step samples."""
         if not flags & (T.TOKF_GUMBEL | T.TOKF_FILTER):

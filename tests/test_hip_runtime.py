@@ -290,6 +290,9 @@ def test_greedy_steps_run_a_kernel_without_the_sampler_and_sampling_builds_the_o
     mk(np.array([3, 4]), 2, sampling=Sampling(temperature=0.5, seed=2))
     mk(np.array([3, 4]), 3)
     assert len(built) == 2 and len(fake.launches) == 4
+    built.clear()
+    Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip())).prepare_sampling()  # mkc run, before it samples
+    assert len(built) == 2 and "constexpr int SAMPLER = 1;" in built[1]
     # one kernel for both where asked; a greedy-only build refuses to sample
     built.clear()
     Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip()), split_sampler=False)
