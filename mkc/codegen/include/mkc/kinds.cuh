@@ -161,7 +161,6 @@ struct GateUpKind {
   }
 };
 
-// final rmsnorm + LM head: logits rows [r0, r1) and the tile's (max, first argmax) per batch row
 // the LM-head block's Gumbel-max winner per row (rows rb .. rb + nr of out) into the u64 maxima at
 // OFF_BEST + 8B (pack_best); out of line: its registers stay out of the GEMV loops'
 __device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* out) {
@@ -176,6 +175,7 @@ __device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* 
   }
 }
 
+// final rmsnorm + LM head: logits rows [r0, r1) and the tile's (max, first argmax) per batch row
 struct LmHeadKind {
   const unsigned short* w;
   float* logits;
