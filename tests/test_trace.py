@@ -48,13 +48,15 @@ def test_trace_on_amd_renders_without_vendor_words():
 def test_trace_kernel_compiles_cleanly(llama_tg, sync, tmp_path):
     from mkc.targets.nvidia.compiler import build_cubin
 
-    src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg, "h200", sync), "h200", CodegenOptions(trace=True))
+    # the kernel `mkc run --trace` launches for greedy steps (Megakernel's first, without the sampler)
+    src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg, "h200", sync), "h200", CodegenOptions(trace=True, sampler=False))
     assert cfg.arch == "sm_90a"
     res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
     assert res.cubin.stat().st_size > 0
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    # batch 1: 168 registers beside the weight pipeline's producer warp (test_codegen_compile)
+    # batch 1: 168 registers beside the weight pipeline's producer warp (test_codegen_compile); the
+    # greedy kernel spills nothing without the trace, its stamps may add a few
     assert spills and max(spills) <= 32, res.log
 
 
