@@ -15,7 +15,7 @@ pointer table when the kernel is loaded (``mkc.runtime.Megakernel``).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import jinja2
@@ -306,16 +306,25 @@ def generate(tg: TaskGraph, sched: Schedule, target: Target | str | None = None,
 
 def emit(tg: TaskGraph, sched: Schedule, target: Target | str, bdir: str | Path,
          options: CodegenOptions | None = None) -> dict[str, Path]:
-    """Write kernel.<ext>, tables.npz and kernel.json into ``bdir``; returns their paths."""
+    """Write kernel.<ext>, tables.npz and kernel.json into ``bdir``; returns their paths. kernel.<ext>
+    is the kernel greedy steps launch (no sampling code) and, where ``options.sampler``,
+    kernel.sampling.<ext> the one sampling steps launch (``Megakernel`` builds both from the task
+    graph and schedule; these are what it compiles)."""
     target = get_target(target) if isinstance(target, str) else target
-    source, cfg, tables = generate(tg, sched, target, options)
+    o = options or CodegenOptions()
+    source, cfg, tables = generate(tg, sched, target, replace(o, sampler=False))
     bdir = Path(bdir)
     bdir.mkdir(parents=True, exist_ok=True)
     src = bdir / source_name(target)
     src.write_text(source)
+    extra = {}
+    if o.sampler:
+        sampling = bdir / source_name(target).replace("kernel.", "kernel.sampling.", 1)
+        sampling.write_text(generate(tg, sched, target, replace(o, sampler=True))[0])
+        extra["sampling_source"] = sampling
     tab = bdir / "tables.npz"
     np.savez(tab, ints=tables.ints, n_events=np.int64(tables.n_events), n_argmax=np.int64(tables.n_argmax),
              double_buffered=np.array(tables.double_buffered, dtype=str))
     meta = bdir / "kernel.json"
     meta.write_text(json.dumps(asdict(cfg), indent=1) + "\n")
-    return {"source": src, "tables": tab, "meta": meta}
+    return {"source": src, "tables": tab, "meta": meta, **extra}
