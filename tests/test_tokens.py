@@ -344,6 +344,23 @@ def test_steps_run_and_row_outputs():
 
 
 # ---- the rendered kernel --------------------------------------------------------------------------
+def test_a_task_graph_with_another_candidate_layout_is_refused():
+    """A task graph saved by a version whose candidate blocks had another size would have the kernel
+    write past the buffer the runtime allocates from it: codegen names the buffer and says to compile again."""
+    import dataclasses
+
+    from mkc.codegen.render import generate
+    from mkc.errors import IRCheckError
+    from mkc.taskgraph import names
+
+    tg = taskgraph("tiny-llama", 2, 64)
+    bufs = tuple(dataclasses.replace(b, shape=(b.shape[0], b.shape[1] - 2 * b.shape[1] // 131)) if b.name == names.LM_CAND
+                 else b for b in tg.buffers)
+    old = dataclasses.replace(tg, buffers=bufs)
+    with pytest.raises(IRCheckError, match="lm_cand.*compile the model again"):
+        generate(old, rr_schedule(old, "h200", "atomic"), "h200")
+
+
 def test_rendered_kernel_has_the_token_end():
     from mkc.codegen.render import generate
 

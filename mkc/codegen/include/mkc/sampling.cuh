@@ -35,6 +35,8 @@ __device__ __forceinline__ unsigned order_key(float f) {
   const unsigned u = mk_f32_bits(f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
+// order_key's inverse: the float's bits
+__device__ __forceinline__ unsigned key_bits(unsigned key) { return (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key; }
 // a Gumbel-max candidate (score v, vocabulary index i) as one u64 whose unsigned maximum is
 // argmax_merge's winner: the larger score (NaN above all), then the lower index
 __device__ __forceinline__ unsigned long long pack_best(float v, int i) {
@@ -43,7 +45,7 @@ __device__ __forceinline__ unsigned long long pack_best(float v, int i) {
 }
 __device__ __forceinline__ float best_score(unsigned long long p) {
   const unsigned key = (unsigned)(p >> 32);
-  return mk_bits_f32((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+  return mk_bits_f32(key_bits(key));
 }
 __device__ __forceinline__ int best_index(unsigned long long p) { return (int)(0xFFFFFFFFu - (unsigned)p); }
 // probability mass of a scaled logit z relative to the row's largest zmax, in 2^-32 units: integer
@@ -490,7 +492,7 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
         const int v = cidx[sl];
         int r = 0;
         for (int j = 0; j < used; ++j) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
-        o[LM_CAND_HEAD + 2 * r] = (int)((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);  // the logit's bits
+        o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);  // the logit's bits
         o[LM_CAND_HEAD + 1 + 2 * r] = v;
         if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;  // (then used >= LM_PREF: some slot ranks there)
       } else {
@@ -575,6 +577,21 @@ __device__ __forceinline__ int pd_index(int sg, int e) { return sg * PD_SEG + (e
 __device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
   for (int off = WARP / 2; off > 0; off >>= 1) v += shfl_u64(v, lane_id() ^ off);
   return v;
+}
+// the sum of v over lanes 0 .. this lane
+__device__ __forceinline__ unsigned long long warp_incl_sum_u64(unsigned long long v) {
+  const int lane = lane_id();
+  for (int off = 1; off < WARP; off <<= 1) {
+    const unsigned long long o = shfl_u64(v, lane >= off ? lane - off : lane);
+    if (lane >= off) v += o;
+  }
+  return v;
+}
+// how many lanes hold a value <= x (with non-decreasing values: the first lane above x; WARP if none)
+__device__ __forceinline__ int lanes_at_or_below(unsigned long long v, unsigned long long x) {
+  int n = v <= x;
+  for (int off = WARP / 2; off > 0; off >>= 1) n += mk_shfl_xor_i(n, off);
+  return n;
 }
 
 // Round 1 without the pass: from the tiles' histograms (lm_histogram) the row's mass is at least L
@@ -702,13 +719,8 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
       int sg = -1;
       for (int base = 0; base < PD_NSEG && sg < 0; base += WARP) {
         const unsigned long long w = base + lane < PD_NSEG ? seg[base + lane] : 0ull;
-        unsigned long long incl = w;
-        for (int off = 1; off < WARP; off <<= 1) {
-          const unsigned long long o = shfl_u64(incl, lane >= off ? lane - off : lane);
-          if (lane >= off) incl += o;
-        }
-        int before = acc + incl <= xu;  // lanes whose sums stay at or below x come first
-        for (int off = WARP / 2; off > 0; off >>= 1) before += mk_shfl_xor_i(before, off);
+        const unsigned long long incl = warp_incl_sum_u64(w);
+        const int before = lanes_at_or_below(acc + incl, xu);
         if (before < WARP) {
           sg = base + before;
           acc += shfl_u64(incl - w, before);
@@ -725,13 +737,8 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
 #pragma unroll
         for (int k = 0; k < PD_K; ++k) {
           const unsigned long long own = wt(4 * k) + wt(4 * k + 1) + wt(4 * k + 2) + wt(4 * k + 3);
-          unsigned long long incl = own;
-          for (int off = 1; off < WARP; off <<= 1) {
-            const unsigned long long o = shfl_u64(incl, lane >= off ? lane - off : lane);
-            if (lane >= off) incl += o;
-          }
-          int before = acc + incl <= xu;
-          for (int off = WARP / 2; off > 0; off >>= 1) before += mk_shfl_xor_i(before, off);
+          const unsigned long long incl = warp_incl_sum_u64(own);
+          const int before = lanes_at_or_below(acc + incl, xu);
           if (before < WARP) {
             unsigned long long a = acc + incl - own;
             int pick = 3;  // the first of the lane's 4 whose inclusive sum exceeds x (the last if none)
@@ -788,7 +795,7 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
                         wide ? LM_CAND : LM_PREF};
       for (int t = tid; t < NTILES; t += NT) {
         const unsigned hk = mk_f32_bits(mk_ld_act(cs.cw + t * LM_CAND_WORDS + (wide ? 1 : 2)));
-        if (hk != 0u) atomicMax(cutw, order_key(mk_bits_f32((hk & 0x80000000u) ? (hk & 0x7fffffffu) : ~hk) / temp));
+        if (hk != 0u) atomicMax(cutw, order_key(mk_bits_f32(key_bits(hk)) / temp));
       }
       mk_barrier();
       const unsigned cut = *cutw;
