@@ -65,7 +65,7 @@ def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None)
 
 # what the marks inside a task (Megakernel.trace_marks, stamps 3.. of a record) are, per kind
 GEMV_MARKS = ("input staged", "first block's dot products", "epilogues")
-MARKS = {"qkv": GEMV_MARKS + ("RoPE",), "oproj": GEMV_MARKS, "gateup": GEMV_MARKS, "down": GEMV_MARKS,
+MARKS = {"qkv": GEMV_MARKS + ("RoPE",), "oproj": GEMV_MARKS, "gateup": GEMV_MARKS, "down": GEMV_MARKS, "downk": GEMV_MARKS,
          "lmhead": GEMV_MARKS, "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax")}
 
 

@@ -131,6 +131,16 @@ VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_bat
 # greedy kernel: what the sampler's code costs a greedy step when it is in the kernel
 VARIANTS.update({f"{v}-onekernel": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "b1-nan", "b8-nan")})
+# down-proj split over N chunks of h (lower(down_split=N), downk tasks), with each of the three schedulers
+VARIANTS.update({f"{v}-dsplit{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_split": n})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-rr", "b1-atomic-cpsat") for n in (2, 4)})
+VARIANTS["q8-b1-atomic-rr"] = ("qwen3-8b", 1, "atomic", "round_robin", {})
+VARIANTS["q8-b1-atomic-cpsat"] = ("qwen3-8b", 1, "atomic", "cpsat", {})
+VARIANTS.update({f"{v}-dsplit{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_split": n})
+                 for v in ("q8-b1-atomic-rr", "q8-b1-atomic-cpsat") for n in (2, 4)})
+# the list schedule as before the same-worker tie-break (affinity for chains such as downk's)
+VARIANTS.update({f"{v}-noaff": (*VARIANTS[v][:4], {**VARIANTS[v][4], "affinity": False})
+                 for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "b1-atomic-dsplit2")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 
@@ -146,14 +156,34 @@ def variant_plan(variant: str, max_seq: int):
 
     opts = dict(opts)
     opts.pop("one_kernel", None)  # bench's
+    affinity = opts.pop("affinity", True)
     tg = lower(shape_graph(name, batch, max_seq), get_target("h200"), qkv_cross=opts.pop("qkv_cross", qkv_cross_pays(batch, sync)),
-               attn_split=opts.pop("attn_split", None))
-    if method == "round_robin":
+               attn_split=opts.pop("attn_split", None), down_split=opts.pop("down_split", None))
+    # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
+    # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
+    cache = os.environ.get("MKC_SCHED_CACHE")
+    path = Path(cache) / f"{variant}-L{max_seq}.json" if cache else None
+    if path is not None and path.exists():
+        from mkc.schedule.ir import Schedule
+
+        sched = Schedule.load(path)
+    elif method == "round_robin":
         sched = rr_schedule(tg, "h200", sync)
     else:
+        import mkc.schedule.baseline as baseline
+        import mkc.schedule.cpsat as cpsat
         from mkc.schedule import schedule
 
-        sched = schedule(tg, "h200", sync=sync, method=method, time_limit=20.0)
+        solo = baseline.solo_producers
+        if not affinity:  # the schedulers without the same-worker tie-break (baseline.solo_producers)
+            baseline.solo_producers = cpsat.solo_producers = lambda deps: [None] * deps.n
+        try:
+            sched = schedule(tg, "h200", sync=sync, method=method, time_limit=20.0)
+        finally:
+            baseline.solo_producers = cpsat.solo_producers = solo
+    if path is not None and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sched.save(path)
     return tg, sched, CodegenOptions(**opts)
 
 

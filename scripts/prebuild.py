@@ -65,6 +65,11 @@ def test_sources(trace: bool = False):
         tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), attn_split=split)
         yield from kernels(f"test llama-3.2-1b b1 {s} split {split}", tg, rr_schedule(tg, "h200", s), "h200",
                            sampling=False)
+    # test_teacher_forced_logits_split_k_down
+    for split, s in ((2, "atomic"), (4, "nan")):
+        tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), down_split=split)
+        yield from kernels(f"test llama-3.2-1b b1 {s} down split {split}", tg, rr_schedule(tg, "h200", s), "h200",
+                           sampling=False)
     for m, b, s in TRACE_TEST_CASES if trace else ():
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         yield from kernels(f"test {m} b{b} {s} trace", tg, rr_schedule(tg, "h200", s), "h200",

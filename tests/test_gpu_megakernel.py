@@ -30,6 +30,13 @@ def test_teacher_forced_logits_other_attention_splits(split, sync):
     _teacher_forced("llama-3.2-1b", 1, sync, lower_kw={"attn_split": split})
 
 
+@pytest.mark.parametrize("split,sync", [(2, "atomic"), (4, "nan")])
+def test_teacher_forced_logits_split_k_down(split, sync):
+    """The same bound with down-proj split over 2 or 4 chunks of h (lower(down_split=...), downk tasks
+    adding to running sums chunk by chunk)."""
+    _teacher_forced("llama-3.2-1b", 1, sync, lower_kw={"down_split": split})
+
+
 def _teacher_forced(name, batch, sync, lower_kw=None):
     import torch
 

@@ -17,7 +17,9 @@ from mkc.errors import IRCheckError
 from mkc.taskgraph import Region, TaskGraph, lower, summary
 from mkc.taskgraph.lower import SAMPLER_ONLY
 from mkc.taskgraph.events import OwnerGrid, coalesce
+from mkc.taskgraph import names
 from mkc.taskgraph.tiling import head_tiles, qkv_segments, qkv_tiles, row_tiles
+from codegen_fixtures import shape_graph
 
 LLAMA_1B = ModelInfo("LlamaForCausalLM", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 1e-5, True, False, False)
 QWEN3_8B = ModelInfo("Qwen3ForCausalLM", "qwen3", 4096, 12288, 36, 32, 8, 128, 151936, 1e-6, False, False, True)
@@ -494,3 +496,30 @@ def test_attention_layout_is_small_and_holds_the_preloaded_rows(model, target):
     assert regs["OFF_AKV"][1] == max(2 * 2 * pre * hd, 4 * attn_partials(hd, plan.threads, warp) * nrep * hd)
     # a split loads at most two 16-byte words per thread of each of K and V before its wait
     assert pre * hd // 8 <= 2 * plan.threads
+
+
+def test_split_k_down_waits_only_for_its_chunk():
+    """Split-K down: chunk c of a row tile waits for the gate/up tiles of its columns of h (those
+    tiles come chunk by chunk) and for chunk c - 1 of the same rows; the last chunk writes xm."""
+    from mkc.taskgraph.lower import check_down_split
+
+    tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), down_split=2)
+    gateup = [t for t in tg.tasks if t.kind == "gateup" and t.layer == 0]
+    down = [t for t in tg.tasks if t.kind == "downk" and t.layer == 0]
+    assert len(gateup) == 256 and len(down) == 256
+    assert [a for t in gateup for a in t.args] == sorted(a for t in gateup for a in t.args)  # chunk-major
+    prod = {e: {t.id for t in tg.tasks if e in t.signals} for e in range(len(tg.events))}
+    for t in down:
+        r0, r1, k0, k1 = t.args
+        deps = set().union(*(prod[e] for e in t.waits))
+        want = {g.id for g in gateup if g.args[0] < k1 and g.args[1] > k0}
+        if k0 == 0:
+            want |= {o.id for o in tg.tasks if o.kind == "oproj" and o.layer == 0 and o.args[0] < r1 and o.args[1] > r0}
+        else:
+            want |= {d.id for d in down if d.args[:2] == (r0, r1) and d.args[3] == k0}
+        assert deps == want, t
+        assert t.writes[0].buffer == ("xm.0" if k1 == 8192 else names.down_partial(0))
+    with pytest.raises(ValueError, match="batch 1"):
+        check_down_split(2, 8, 8192)
+    with pytest.raises(ValueError, match="multiple"):
+        check_down_split(3, 1, 8192)

@@ -22,17 +22,32 @@ def round_robin(deps: Deps, num_workers: int) -> tuple[list[int], list[int]]:
     return order, worker
 
 
+def solo_producers(deps: Deps) -> list[int | None]:
+    """Per task, the producer of the first event it waits on that has exactly one producer (None if
+    none has): the task a same-worker placement would follow without a hop."""
+    out: list[int | None] = [None] * deps.n
+    for t in range(deps.n):
+        for e in deps.waits[t]:
+            if len(deps.prod[e]) == 1:
+                out[t] = deps.prod[e][0]
+                break
+    return out
+
+
 def list_schedule(
     deps: Deps, dur: Sequence[float], num_workers: int, priority: Sequence[float] | None = None
 ) -> tuple[list[int], list[int], list[float]]:
     """Graham list scheduling: whenever a worker is free, it takes the ready task of highest
-    priority (default: longest path to the end of the graph; ties: lowest id).
+    priority (default: longest path to the end of the graph; ties: a task whose only producer of
+    some event ran on this worker, then lowest id: a chain such as split-K down's chunks of one row
+    tile stays on one worker, where its hop costs no trip through another SM).
 
     Returns (order, worker, start) with order sorted by start.
     """
     n = deps.n
     if priority is None:
         _, priority = deps.levels(dur)
+    solo = solo_producers(deps)
     need = [len(w) for w in deps.waits]
     left = [len(p) for p in deps.prod]
     fire = [0.0] * len(deps.prod)
@@ -53,6 +68,17 @@ def list_schedule(
             _, t = heapq.heappop(pending)
             heapq.heappush(avail, (-priority[t], t))
         _, t = heapq.heappop(avail)
+        if solo[t] is not None and worker[solo[t]] != w:  # a tie whose chain ran here goes first
+            ties = []
+            while avail and avail[0][0] == -priority[t]:
+                u = heapq.heappop(avail)[1]
+                if solo[u] is not None and worker[solo[u]] == w:
+                    ties.append(t)
+                    t = u
+                    break
+                ties.append(u)
+            for u in ties:
+                heapq.heappush(avail, (-priority[u], u))
         start[t], worker[t] = now, w
         order.append(t)
         end = now + dur[t]

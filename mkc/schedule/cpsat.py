@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from mkc.schedule.baseline import list_schedule
+from mkc.schedule.baseline import list_schedule, solo_producers
 from mkc.schedule.timeline import Deps, Replay, packing
 from mkc.taskgraph.ir import TaskGraph
 
@@ -155,16 +155,28 @@ def solve_segment(
     return hint_start, SolveInfo("LIST", horizon, bound0, horizon, solver.deterministic_time, wall, capped)
 
 
-def sweep_workers(start: Sequence[int], dunits: Sequence[int], num_workers: int) -> list[int]:
-    """Give each task a worker: in order of start, the lowest-numbered worker free by then. The
-    cumulative constraint guarantees one is."""
+def sweep_workers(start: Sequence[int], dunits: Sequence[int], num_workers: int,
+                  solo: Sequence[int | None] | None = None) -> list[int]:
+    """Give each task a worker: in order of start, the worker of its solo producer
+    (``baseline.solo_producers``) if that one is free by then, else the lowest-numbered worker free
+    by then. The cumulative constraint guarantees one is."""
     free = list(range(num_workers))
+    idle = set(free)
     busy: list[tuple[int, int]] = []  # (end, worker)
     worker = [0] * len(start)
     for i in sorted(range(len(start)), key=lambda i: (start[i], i)):
         while busy and busy[0][0] <= start[i]:
-            heapq.heappush(free, heapq.heappop(busy)[1])
-        w = heapq.heappop(free)
+            w = heapq.heappop(busy)[1]
+            heapq.heappush(free, w)
+            idle.add(w)
+        p = solo[i] if solo is not None else None
+        if p is not None and worker[p] in idle and start[p] < start[i]:
+            w = worker[p]
+            free.remove(w)
+            heapq.heapify(free)
+        else:
+            w = heapq.heappop(free)
+        idle.discard(w)
         worker[i] = w
         heapq.heappush(busy, (start[i] + dunits[i], w))
     return worker
@@ -214,7 +226,7 @@ def cpsat_placement(
         starts, info = solve_segment(locals_[c], du, num_workers, share, seed)
         remaining = max(0.0, remaining - info.det_time / DET_PER_SECOND)
         remaining_size -= size
-        templates[c] = (starts, sweep_workers(starts, du, num_workers))
+        templates[c] = (starts, sweep_workers(starts, du, num_workers, solo_producers(locals_[c])))
         infos[c] = info
         where = _label(tg, segs, members[c])
         say(f"cpsat {k + 1}/{len(classes)}: {size} tasks x {len(members[c])} ({where}): {info.status}, "

@@ -44,6 +44,12 @@ lmhead      r0, r1, t              logits[:, r0:r1] = rmsnorm_final(x_last) @ W_
                                    vocabulary index reaching it -> amax_idx[:, t] (i32)
 argmax      (none)                 next_ids[b] = amax_idx[b, t*] where t* is the first tile whose
                                    amax_part[b, t] is the row's maximum (ties: lowest index)
+downk       r0, r1, k0, k1         down over chunk c = k0 / KC of h (KC = I / dims["down_split"]):
+                                   y[:, r0:r1] = prev[:, r0:r1] + h[l][:, k0:k1] @ Wd[r0:r1, k0:k1].T,
+                                   prev = xa[l] for the first chunk, else xmp[l][c - 1]; y = xm[l]
+                                   for the last chunk, else xmp[l][c]. The chunks of a row tile add
+                                   in chunk order (deterministic), and chunk c waits only for the
+                                   gate/up tiles of its columns of h (lower.lower_down, batch 1)
 ==========  =====================  ===================================================================
 
 ``x_in`` of layer 0 is ``x0``; of layer l > 0 it is ``xm[l-1]``; ``x_last`` is ``xm[n_layers-1]``.
@@ -89,6 +95,13 @@ class RowArgs(NamedTuple):
     r1: int
 
 
+class DownkArgs(NamedTuple):
+    r0: int
+    r1: int
+    k0: int
+    k1: int
+
+
 class LmheadArgs(NamedTuple):
     r0: int
     r1: int
@@ -123,6 +136,7 @@ KINDS: tuple[TaskKind, ...] = (
     TaskKind("down", gemv=True, calibrated=True, loop_role=None, Args=RowArgs, color="#9467bd", smem=SMEM_GEMV),
     TaskKind("lmhead", gemv=True, calibrated=True, loop_role=None, Args=LmheadArgs, color="#8c564b", smem=SMEM_GEMV),
     TaskKind("argmax", gemv=False, calibrated=True, loop_role=STEP_END, Args=NoArgs, color="#e377c2", smem=SMEM_SMALL),
+    TaskKind("downk", gemv=True, calibrated=True, loop_role=None, Args=DownkArgs, color="#c5b0d5", smem=SMEM_GEMV),
 )
 KIND: dict[str, TaskKind] = {k.name: k for k in KINDS}
 

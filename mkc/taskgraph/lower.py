@@ -60,21 +60,44 @@ def _no_gc():
 
 
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
-          qkv_cross: bool | None = None, attn_split: int | None = None) -> TaskGraph:
+          qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
     case); ``name``: the model name recorded in the TaskGraph (default the transformers class);
     ``qkv_cross``: qkv tiles may cross a head boundary where that shortens the phase (``qkv_tiles``),
     default ``qkv_cross_pays(batch)``;
-    ``attn_split``: attention splits per (batch row, kv head), default ``attn_splits``'s choice.
+    ``attn_split``: attention splits per (batch row, kv head), default ``attn_splits``'s choice;
+    ``down_split``: chunks of the intermediate dimension down-proj is split over (``downk`` tasks,
+    batch 1 only; default 1, none: ``down_split_pays``).
     """
     if isinstance(target, str):
         target = get_target(target)
     if qkv_cross is None:
         qkv_cross = qkv_cross_pays(graph.batch)
+    if down_split is None:
+        down_split = down_split_pays(graph.batch)
     with _no_gc():
-        return _lower(graph, target, context, name, qkv_cross, attn_split)
+        return _lower(graph, target, context, name, qkv_cross, attn_split, down_split)
+
+
+def down_split_pays(batch: int, sync: str | None = None) -> int:
+    """Chunks of split-K down-proj by default: 1 (not split) until a measurement says otherwise
+    (BENCHMARKS.md, ninth session)."""
+    return 1
+
+
+DOWN_SPLIT_ALIGN = 8  # a chunk of a weight row starts on a 16-byte boundary (bulk copies, 16-byte loads)
+
+
+def check_down_split(split: int, batch: int, intermediate: int) -> None:
+    """Split-K down needs one batch row (its chunk of h is a contiguous run of the staged input)
+    and chunks of whole 16-byte words of a weight row."""
+    if split == 1:
+        return
+    if split < 1 or batch != 1 or intermediate % (split * DOWN_SPLIT_ALIGN):
+        raise ValueError(f"down_split {split}: split-K down-proj needs batch 1 (not {batch}) and an intermediate "
+                         f"size ({intermediate}) that is a multiple of {split} x {DOWN_SPLIT_ALIGN}")
 
 
 def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
@@ -87,7 +110,7 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 
 
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
-           attn_split: int | None) -> TaskGraph:
+           attn_split: int | None, down_split: int = 1) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -95,9 +118,10 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     split = attn_splits(graph.batch, graph.model.n_kv_heads, graph.max_seq_len, target.sms) if attn_split is None else attn_split
     if not 1 <= split <= graph.max_seq_len:
         raise ValueError(f"attn_split {split} must be in 1..max_seq_len={graph.max_seq_len}")
-    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross)
+    check_down_split(down_split, graph.batch, graph.model.intermediate)
+    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
-    buffers = make_buffers(graph, spec, n_lm_tiles, split)
+    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
     events, waits, signals = build_events(drafts, {b.name: b for b in buffers})
     tasks = tuple(
@@ -118,6 +142,8 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
         qk_norm=int(info.qk_norm), tied=int(spec.tied), context=ctx, smem_kc=plan.kc,
         smem_stages=plan.stages, smem_stage_bytes=plan.stage_bytes, attn_split=split,
     )
+    if down_split > 1:  # absent otherwise: the task graphs of unsplit builds stay as they were
+        dims["down_split"] = down_split
     consts = (("rms_eps", spec.rms_eps), ("rope_scaling", spec.rope_scaling), ("attn_scale", spec.attn_scale))
     return TaskGraph(
         model=name or info.arch, target=target.name, batch=graph.batch, max_seq_len=graph.max_seq_len,
@@ -126,7 +152,7 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     ).check()
 
 
-def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1) -> list[Buffer]:
+def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1, down_split: int = 1) -> list[Buffer]:
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
     nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
@@ -145,6 +171,8 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1)
                 bufs.append(Buffer(names.attn_lse(i), (B, split, nh), "f32", "act", polled=True))
                 continue
             bufs.append(Buffer(f"{nm}.{i}", (B, n), "f32", "act", polled=True))
+        if down_split > 1:  # split-K down's running sums, chunk by chunk
+            bufs.append(Buffer(names.down_partial(i), (down_split - 1, B, H), "f32", "act", polled=True))
         if info.qk_norm:  # raw keys: attention norms and rotates them into the cache
             bufs.append(Buffer(names.k_raw(i), (B, nkv * hd), "f32", "act", polled=True))
         for cname in (names.k_cache(i), names.v_cache(i)):
@@ -200,7 +228,8 @@ def qkv_rows(a: int, b: int, p0: int, p1: int, hd: int, rotary: bool) -> list[tu
 class _Lowering:
     """What every ``lower_<kind>`` needs: the model's sizes, the target's workers, the drafts so far."""
 
-    def __init__(self, graph: Graph, spec: ModelSpec, target: Target, context: int, S: int, qkv_cross: bool):
+    def __init__(self, graph: Graph, spec: ModelSpec, target: Target, context: int, S: int, qkv_cross: bool,
+                 down_split: int = 1):
         info = graph.model
         self.graph, self.spec, self.info, self.context, self.S = graph, spec, info, context, S
         self.B, self.H, self.I, self.V, self.L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
@@ -209,6 +238,7 @@ class _Lowering:
         self.plan = device_smem.smem_plan(target, self.B, max(self.H, self.I, self.QD))
         self.drafts: list[Draft] = []
         self.qkv_cross = qkv_cross  # qkv tiles may cross a head boundary (tiling.qkv_tiles)
+        self.down_split = down_split  # split-K down over chunks of h (lower_down)
         self._index: dict[tuple[int, str], int] = {}
 
     def add(self, kind: str, layer: int, args, reads, writes, flops, k: int | None = None) -> None:
@@ -238,16 +268,17 @@ SMEM_RULES = {
 }
 
 
-def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1, qkv_cross: bool = True):
+def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1, qkv_cross: bool = True,
+               down_split: int = 1):
     """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
-    cx = _Lowering(graph, spec, target, context, S, qkv_cross)
+    cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split)
     lower_embed(cx)
     for l in range(cx.info.n_layers):
         lower_qkv(cx, l)
         lower_attn(cx, l)
         lower_oproj(cx, l)
         lower_gateup(cx, l)
-        lower_down(cx, l)
+        (lower_downk if cx.down_split > 1 else lower_down)(cx, l)
     lower_lmhead(cx)
     lower_argmax(cx)
     return cx.drafts, cx.plan
@@ -354,9 +385,13 @@ def lower_oproj(cx: _Lowering, l: int) -> None:
 
 
 def lower_gateup(cx: _Lowering, l: int) -> None:
-    """RMSNorm + gate/up + SiLU * up."""
+    """RMSNorm + gate/up + SiLU * up. Under split-K down, each chunk of h is tiled over the workers
+    on its own, chunk by chunk (so a chunk is done before the last of its layer's gate/up tiles)."""
     B, H, W = cx.B, cx.H, names.layer_weight
-    for r0, r1 in row_tiles(cx.I, cx.NS):
+    C = cx.down_split
+    n = cx.I // C
+    tiles = [(c * n + r0, c * n + r1) for c in range(C) for r0, r1 in row_tiles(n, cx.NS)]
+    for r0, r1 in tiles:
         reads = [cx.full(f"xa.{l}", B, H), Region(W(l, "post_norm"), _box((0, H))),
                  cx.rows(W(l, "gate"), r0, r1, H), cx.rows(W(l, "up"), r0, r1, H)]
         cx.add("gateup", l, (r0, r1), reads, [cx.cols(f"h.{l}", r0, r1)],
@@ -369,6 +404,23 @@ def lower_down(cx: _Lowering, l: int) -> None:
     for r0, r1 in row_tiles(cx.H, cx.NS):
         reads = [cx.full(f"h.{l}", B, I), cx.cols(f"xa.{l}", r0, r1), cx.rows(names.layer_weight(l, "down"), r0, r1, I)]
         cx.add("down", l, (r0, r1), reads, [cx.cols(f"xm.{l}", r0, r1)], 2 * B * (r1 - r0) * I + B * (r1 - r0), k=I)
+
+
+def lower_downk(cx: _Lowering, l: int) -> None:
+    """Down-proj + residual split over C = ``down_split`` chunks of h: chunk c of a row tile adds
+    its partial product to the running sum of chunks < c (xa first) and waits only for the gate/up
+    tiles of its chunk and for the previous chunk of its rows, so it can start while later gate/up
+    tiles still run; the sums go chunk by chunk in a fixed order (deterministic)."""
+    B, H, C = cx.B, cx.H, cx.down_split
+    n = cx.I // C
+    part = names.down_partial(l)
+    for c in range(C):
+        k0, k1 = c * n, (c + 1) * n
+        for r0, r1 in row_tiles(H, cx.NS):
+            prev = cx.cols(f"xa.{l}", r0, r1) if c == 0 else Region(part, _box((c - 1, c), (0, B), (r0, r1)))
+            out = cx.cols(f"xm.{l}", r0, r1) if c == C - 1 else Region(part, _box((c, c + 1), (0, B), (r0, r1)))
+            reads = [cx.cols(f"h.{l}", k0, k1), prev, Region(names.layer_weight(l, "down"), _box((r0, r1), (k0, k1)))]
+            cx.add("downk", l, (r0, r1, k0, k1), reads, [out], 2 * B * (r1 - r0) * n + B * (r1 - r0), k=n)
 
 
 def lower_lmhead(cx: _Lowering) -> None:

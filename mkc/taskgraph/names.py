@@ -65,3 +65,8 @@ def attn_out(layer: int) -> str:
 def attn_lse(layer: int) -> str:
     """Per-split log-sum-exp of the scores [B, S, nh] (-inf for a split with no positions)."""
     return f"alse.{layer}"
+
+
+def down_partial(layer: int) -> str:
+    """Split-K down's running sums [C - 1, B, H]: xa plus the chunks of h up to c (lower_down)."""
+    return f"xmp.{layer}"

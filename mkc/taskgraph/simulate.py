@@ -25,7 +25,7 @@ from mkc.errors import MkcError
 from mkc.taskgraph import names
 from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
 from mkc.taskgraph.ir import Task, TaskGraph
-from mkc.taskgraph.kinds import AttnArgs, EmbedArgs, LmheadArgs, NoArgs, QkvArgs, RowArgs, args_of
+from mkc.taskgraph.kinds import AttnArgs, DownkArgs, EmbedArgs, LmheadArgs, NoArgs, QkvArgs, RowArgs, args_of
 from mkc.taskgraph.tiling import qkv_segments
 
 Box = tuple[tuple[int, int], ...]
@@ -292,6 +292,21 @@ class _Sim:
         x = self.read(t, f"xa.{l}", (0, B), (r0, r1))
         w = self.read(t, names.layer_weight(l, "down"), (r0, r1), (0, d["I"]))
         self.write(t, f"xm.{l}", ((0, B), (r0, r1)), x + h @ w.T)
+
+    def _downk(self, t: Task, a: DownkArgs) -> None:
+        d, l, B = self.d, t.layer, self.tg.batch
+        r0, r1, k0, k1 = a
+        C, I = d["down_split"], d["I"]
+        c = k0 // (I // C)
+        h = self.read(t, f"h.{l}", (0, B), (k0, k1))
+        w = self.read(t, names.layer_weight(l, "down"), (r0, r1), (k0, k1))
+        part = names.down_partial(l)
+        prev = self.read(t, f"xa.{l}", (0, B), (r0, r1)) if c == 0 else self.read(t, part, (c - 1, c), (0, B), (r0, r1))[0]
+        y = prev + h @ w.T
+        if c == C - 1:
+            self.write(t, f"xm.{l}", ((0, B), (r0, r1)), y)
+        else:
+            self.write(t, part, ((c, c + 1), (0, B), (r0, r1)), y)
 
     def _lmhead(self, t: Task, a: LmheadArgs) -> None:
         B, H = self.tg.batch, self.d["H"]

@@ -61,8 +61,9 @@ def tiny_info(family: str, layers: int = 1):
 
 
 def real_schedule(family: str, batch: int, sync: str, target: Target | str, layers: int = 1,
-                  method: str = "list", max_seq_len: int = 16):
-    """(TaskGraph, Schedule, Target) through the real capture graph, lowering and scheduler."""
+                  method: str = "list", max_seq_len: int = 16, down_split: int = 1):
+    """(TaskGraph, Schedule, Target) through the real capture graph, lowering and scheduler
+    (``down_split``: split-K down's chunks, ``lower(down_split=...)``)."""
     from mkc.capture.canonical import build_graph, rope_inv_freq
     from mkc.schedule.stage import schedule
     from mkc.taskgraph.lower import lower
@@ -70,7 +71,7 @@ def real_schedule(family: str, batch: int, sync: str, target: Target | str, laye
     target = get_target(target) if isinstance(target, str) else target
     info = tiny_info(family, layers)
     graph = build_graph(info, batch, max_seq_len, rope_inv_freq(info.head_dim, 10000.0))
-    tg = lower(graph, target)
+    tg = lower(graph, target, down_split=down_split)
     return tg, schedule(tg, target, sync, method, time_limit=2.0), target
 
 
@@ -80,17 +81,20 @@ def small_target(base: str, sms: int) -> Target:
 
 
 def default_bases(progress: Callable[[str], None] | None = None) -> list[Base]:
-    configs = [  # family, layers, batch, target, scheduling method
-        ("llama", 2, 1, small_target("h200", 8), "list"), ("llama", 1, 2, get_target("h200"), "cpsat"),
-        ("qwen2", 1, 1, small_target("mi300x", 12), "cpsat"), ("qwen2", 2, 3, small_target("h200", 16), "list"),
-        ("qwen3", 1, 2, small_target("h200", 6), "round_robin"), ("qwen3", 2, 1, get_target("mi300x"), "list"),
-        ("mistral", 1, 4, small_target("mi300x", 10), "list"), ("mistral", 2, 1, small_target("h200", 24), "cpsat"),
+    configs = [  # family, layers, batch, target, scheduling method, split-K down's chunks
+        ("llama", 2, 1, small_target("h200", 8), "list", 1), ("llama", 1, 2, get_target("h200"), "cpsat", 1),
+        ("qwen2", 1, 1, small_target("mi300x", 12), "cpsat", 1), ("qwen2", 2, 3, small_target("h200", 16), "list", 1),
+        ("qwen3", 1, 2, small_target("h200", 6), "round_robin", 1), ("qwen3", 2, 1, get_target("mi300x"), "list", 1),
+        ("mistral", 1, 4, small_target("mi300x", 10), "list", 1), ("mistral", 2, 1, small_target("h200", 24), "cpsat", 1),
+        # split-K down: chains of running sums, chunks waiting on part of gate/up
+        ("llama", 2, 1, small_target("h200", 8), "list", 4), ("qwen3", 1, 1, small_target("h200", 12), "cpsat", 2),
     ]
     bases = []
-    for family, layers, batch, target, method in configs:
+    for family, layers, batch, target, method, down_split in configs:
         for sync in ("atomic", "nan"):
-            tg, sched, tgt = real_schedule(family, batch, sync, target, layers, method)
-            label = f"{family} L{layers} b{batch} {target.name} {sync} {sched.method}"
+            tg, sched, tgt = real_schedule(family, batch, sync, target, layers, method, down_split=down_split)
+            label = (f"{family} L{layers} b{batch} {target.name} {sync} {sched.method}"
+                     + (f" down split {down_split}" if down_split > 1 else ""))
             bases.append(Base(label, tg, sched, tgt))
             if progress:
                 progress(f"base {label}: {len(tg.tasks)} tasks, {len(tg.events)} events")

@@ -28,6 +28,15 @@ __device__ __forceinline__ ResidKind<I> down_kind(const Ctx& c, const Task& t) {
   const int l = t.layer;
   return ResidKind<I>{wptr(c, l, R_WD), lptr<const float>(c, l, R_XA, c.par), lptr<float>(c, l, R_XM, c.par), t.a0, t.a1, t.a0};
 }
+// split-K down, chunk ci = k0 / DOWN_KC of h (batch 1: the chunk of h is contiguous): the running
+// sum of the chunks before it (xa for the first) plus this chunk's product; the last chunk writes xm
+__device__ __forceinline__ ResidKind<DOWN_KC, I> downk_kind(const Ctx& c, const Task& t) {
+  const int l = t.layer, ci = t.a2 / DOWN_KC;
+  float* part = lptr<float>(c, l, R_XMP, c.par);
+  const float* prev = ci == 0 ? lptr<const float>(c, l, R_XA, c.par) : part + (size_t)(ci - 1) * B * H;
+  float* y = t.a3 == I ? lptr<float>(c, l, R_XM, c.par) : part + (size_t)ci * B * H;
+  return ResidKind<DOWN_KC, I>{wptr(c, l, R_WD) + t.a2, prev, y, t.a0, t.a1, t.a0};
+}
 __device__ __forceinline__ LmHeadKind lmhead_kind(const Ctx& c, const Task& t) {
   return LmHeadKind{gptr<const unsigned short>(c, S_LM_HEAD, 0), gptr<float>(c, S_LOGITS, 0), t.a0, t.a1, t.a0};
 }
@@ -122,6 +131,14 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
       ResidKind<I> kd = down_kind(c, t);
       return gemv_task<I, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_H, c.par), nullptr);
     }
+    case K_DOWNK: {
+      if constexpr (DOWN_KC < I) {
+        static_assert(B == 1, "split-K down stages a contiguous chunk of h: batch 1 only");
+        ResidKind<DOWN_KC, I> kd = downk_kind(c, t);
+        return gemv_task<DOWN_KC, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_H, c.par) + t.a2, nullptr);
+      }
+      break;
+    }
     case K_LMHEAD: return task_lmhead(c, t, s_abort);
     // attention waits inside, after loading the cache rows and immutables this step does not change
     case K_ATTN: return task_attn(c, t, s_abort);
@@ -155,6 +172,10 @@ __device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len,
         case K_OPROJ: { ResidKind<NH * HD> kd = oproj_kind(c, t); ok = pipe_issue<NH * HD>(c, kd, policy, abort_flag); break; }
         case K_GATEUP: { GateUpKind kd = gateup_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
         case K_DOWN: { ResidKind<I> kd = down_kind(c, t); ok = pipe_issue<I>(c, kd, policy, abort_flag); break; }
+        case K_DOWNK: {
+          if constexpr (DOWN_KC < I) { ResidKind<DOWN_KC, I> kd = downk_kind(c, t); ok = pipe_issue<DOWN_KC>(c, kd, policy, abort_flag); }
+          break;
+        }
         case K_LMHEAD: { LmHeadKind kd = lmhead_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
         default: break;
       }

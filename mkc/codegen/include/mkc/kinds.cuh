@@ -124,7 +124,9 @@ struct QkvKind {
 
 // o-proj + residual: xa[:, r] = x_in[:, r] + attn @ Wo[r].T
 // down + residual:  xm[:, r] = xa[:, r] + h @ Wd[r].T
-template <int K>
+// split-K down (downk): y[:, r] = prev[:, r] + h[:, k0:k1] @ Wd[r, k0:k1].T, w pointing at column
+// k0 of row 0 and LD = I the weight rows' stride (dispatch.cuh downk_kind picks prev and y)
+template <int K, int LD = K>
 struct ResidKind {
   const unsigned short* w;
   const float* resid;
@@ -132,7 +134,7 @@ struct ResidKind {
   int r0, r1, rb;
   __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
-  __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * K; }
+  __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * LD; }
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
     for (int idx = mk_tid(); idx < nr * B; idx += NT) {
       const int b = idx / nr, j = idx % nr;
