@@ -28,6 +28,7 @@ __device__ __forceinline__ ResidKind<I> down_kind(const Ctx& c, const Task& t) {
   const int l = t.layer;
   return ResidKind<I>{wptr(c, l, R_WD), lptr<const float>(c, l, R_XA, c.par), lptr<float>(c, l, R_XM, c.par), t.a0, t.a1, t.a0};
 }
+static_assert(DOWN_KC == I || B == 1, "split-K down stages a contiguous chunk of h: batch 1 only");
 // split-K down, chunk ci = k0 / DOWN_KC of h (batch 1: the chunk of h is contiguous): the running
 // sum of the chunks before it (xa for the first) plus this chunk's product; the last chunk writes xm
 __device__ __forceinline__ ResidKind<DOWN_KC, I> downk_kind(const Ctx& c, const Task& t) {
@@ -133,7 +134,6 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
     }
     case K_DOWNK: {
       if constexpr (DOWN_KC < I) {
-        static_assert(B == 1, "split-K down stages a contiguous chunk of h: batch 1 only");
         ResidKind<DOWN_KC, I> kd = downk_kind(c, t);
         return gemv_task<DOWN_KC, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_H, c.par) + t.a2, nullptr);
       }
