@@ -225,7 +225,7 @@ def run_cli(a) -> int:
     if float(gen.sampling.temperature) != 0.0:
         say(f"{bdir.name}: building the kernel that samples (greedy steps run one without the sampler; "
             "compiled once, then cached)")
-        mk.prepare_sampling()
+        mk.prepare_sampling(filtered=gen.sampling.filtered(mk.V))
     stream = Streamer(tok, len(rows)) if tok is not None else None
     t0 = time.perf_counter()
     new = generate_rows(mk, rows, gen.max_new_tokens, eos_token_id=list(gen.eos) or None, sampling=gen.sampling,

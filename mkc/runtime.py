@@ -173,8 +173,10 @@ class Megakernel:
             binary = self._compile(self.source)
         self.driver = driver if driver is not None else self.backend.driver(device)
         self.kernel = self.driver.load(binary, self.cfg.kernel_name, self.cfg.smem_bytes)
-        self._sampling_kernel = self.kernel if not self._split and options.sampler else None
-        self.sampling_source: str | None = self.source if self._sampling_kernel is not None else None
+        # "gumbel" (temperature alone) and "filter" (top-k/top-p/min-p): the kernels sampling steps launch
+        self._sampling_kernels: dict[str, Any] = ({"gumbel": self.kernel, "filter": self.kernel}
+                                                  if not self._split and options.sampler else {})
+        self.sampling_source: str | None = self.source if self._sampling_kernels else None
         self.spin_limit = int(spin_limit)
         self.B, self.V, self.L = tg.dim("B"), tg.dim("V"), tg.dim("L")
         self.sync = sched.sync
@@ -195,26 +197,32 @@ class Megakernel:
                 f"loadable binary: {built.log.splitlines()[0] if built.log else 'see the build log'}")
         return built.path.read_bytes()
 
-    def prepare_sampling(self) -> None:
+    def prepare_sampling(self, filtered: bool = True) -> None:
         """Build the kernel sampling steps launch now rather than at the first of them (a compile of
-        the size of the first one; then it is in the compile cache)."""
-        self._kernel_for(T.TOKF_FILTER)
+        the size of the first one; then it is in the compile cache): the one with the filtered
+        sampler, or (``filtered=False``) the temperature-only one."""
+        self._kernel_for(T.TOKF_FILTER if filtered else T.TOKF_GUMBEL)
 
     def _kernel_for(self, flags: int):
-        """The kernel for a launch with these token flags: the sampling one where the step samples."""
+        """The kernel for a launch with these token flags: greedy steps the one without the sampler,
+        temperature alone (TOKF_GUMBEL) one with only the LM-head tiles' Gumbel-max, a filter
+        (TOKF_FILTER) the one with the whole sampler. Each is built on the first launch it serves."""
         if not flags & (T.TOKF_GUMBEL | T.TOKF_FILTER):
             return self.kernel
-        if self._sampling_kernel is None:
+        key = "filter" if flags & T.TOKF_FILTER else "gumbel"
+        if key not in self._sampling_kernels:
             if not self._split:
                 raise MkcError("this Megakernel was built without the sampler (CodegenOptions(sampler=False)): "
                                "it decodes greedily only")
-            src, cfg, _ = generate(self.tg, self.sched, self.target, self._options)
+            opts = self._options if key == "filter" else dataclasses.replace(self._options, sample_filter=False)
+            src, cfg, _ = generate(self.tg, self.sched, self.target, opts)
             if (cfg.smem_bytes, cfg.threads, cfg.num_workers) != (self.cfg.smem_bytes, self.cfg.threads, self.cfg.num_workers):
                 raise MkcError("the sampling kernel's launch shape differs from the greedy kernel's (an mkc bug)")
             # (the build directory keeps the greedy kernel's files: this one is cached only)
-            self._sampling_kernel = self.driver.load(self._compile(src, out_dir=None), cfg.kernel_name, cfg.smem_bytes)
-            self.sampling_source = src
-        return self._sampling_kernel
+            self._sampling_kernels[key] = self.driver.load(self._compile(src, out_dir=None), cfg.kernel_name, cfg.smem_bytes)
+            if key == "filter" or self.sampling_source is None:
+                self.sampling_source = src
+        return self._sampling_kernels[key]
 
     def _check_residency(self) -> None:
         sms = self.driver.sm_count()

@@ -28,15 +28,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]
 
 def kernels(label, tg, sched, target, options=None, sampling=True):
     """The kernels Megakernel builds for this plan: the greedy one (CodegenOptions.sampler False)
-    and, where the run samples, the one with the sampler (built on the first sampling launch)."""
+    and, where the run samples, the one with the sampler and the temperature-only one (each built
+    on the first launch it serves)."""
     from dataclasses import replace
 
     from mkc.codegen.render import CodegenOptions, generate
 
     o = options or CodegenOptions()
-    for smp in (False, True) if sampling else (False,):
-        src, cfg, _ = generate(tg, sched, target, replace(o, sampler=smp))
-        yield f"{label}{' sampler' if smp else ''}", src, cfg.arch
+    for smp, filt, tag in ((False, True, ""), (True, True, " sampler"), (True, False, " gumbel"))[:3 if sampling else 1]:
+        src, cfg, _ = generate(tg, sched, target, replace(o, sampler=smp, sample_filter=filt))
+        yield f"{label}{tag}", src, cfg.arch
 
 
 # the cases of test_trace_stamps_every_task_and_changes_nothing (tests/test_gpu_megakernel.py)

@@ -269,8 +269,9 @@ def test_without_an_amd_gpu_the_runtime_says_so():
 
 
 def test_greedy_steps_run_a_kernel_without_the_sampler_and_sampling_builds_the_other_once(tiny, monkeypatch):
-    """Megakernel compiles the greedy kernel (SAMPLER 0) up front and the sampling one on the first
-    launch that samples; then each launch takes the kernel its token flags need."""
+    """Megakernel compiles the greedy kernel (SAMPLER 0) up front, the sampling one on the first
+    launch that samples with a filter and the temperature-only one on the first that samples
+    without; then each launch takes the kernel its token flags need."""
     from mkc.codegen.render import CodegenOptions
     from mkc.sampling import Sampling
 
@@ -287,9 +288,14 @@ def test_greedy_steps_run_a_kernel_without_the_sampler_and_sampling_builds_the_o
     mk(np.array([3, 4]), 1, sampling=Sampling(temperature=0.8, top_p=0.9, seed=1))
     assert len(built) == 2 and "constexpr int SAMPLER = 1;" in built[1] and mk.sampling_source == built[1]
     assert fake.image == built[1].encode()  # loaded, and the same plan: one table for both
+    # temperature alone: a third kernel, with the LM-head tiles' Gumbel-max and no filtered sampler
     mk(np.array([3, 4]), 2, sampling=Sampling(temperature=0.5, seed=2))
+    assert len(built) == 3 and "constexpr int SAMPLE_FILTER = 0;" in built[2] and "constexpr int SAMPLER = 1;" in built[2]
+    assert "constexpr int SAMPLE_FILTER = 1;" in built[1] and fake.image == built[2].encode()
     mk(np.array([3, 4]), 3)
-    assert len(built) == 2 and len(fake.launches) == 4
+    mk(np.array([3, 4]), 4, sampling=Sampling(temperature=0.7, top_k=5, seed=3))
+    mk(np.array([3, 4]), 5, sampling=Sampling(temperature=0.7, seed=3))
+    assert len(built) == 3 and len(fake.launches) == 6
     built.clear()
     Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip())).prepare_sampling()  # mkc run, before it samples
     assert len(built) == 2 and "constexpr int SAMPLER = 1;" in built[1]

@@ -47,7 +47,7 @@ __device__ __forceinline__ LmHeadKind lmhead_kind(const Ctx& c, const Task& t) {
 // under temperature alone; words 0-1 of the tile's candidate block and the histogram without a
 // top-k), or the candidates for a top-k, then the partials. In nan mode argmax polls the partials
 // and then reads the candidate block: the partial's writer fences after every store to it.
-__device__ MK_OUTLINE void lm_sample_tail(const Ctx& c, const Task& t, unsigned flags) {
+__device__ __forceinline__ void lm_sample_tail_body(const Ctx& c, const Task& t, unsigned flags) {
   float* best_v = smem_f(OFF_BEST);
   int* best_i = smem_i(OFF_BEST + 4 * B);
   const unsigned long long* gbest = reinterpret_cast<const unsigned long long*>(mk_smem + OFF_BEST + 8 * B);
@@ -69,7 +69,7 @@ __device__ MK_OUTLINE void lm_sample_tail(const Ctx& c, const Task& t, unsigned 
     if constexpr (PDRAW_BOUND) {
       if (!(flags & TOKF_GUMBEL)) lm_histogram(c, t.a0, t.a1, t.a2, best_v);
     }
-  } else if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
+  } else if constexpr (SAMPLE_FILTER && CAND_OK && MKC_SAMPLE_CAND) {
     if (flags & TOKF_CAND) lm_candidates(c, t.a0, t.a1, t.a2);
   }
   if constexpr (NAN_MODE) {
@@ -82,6 +82,9 @@ __device__ MK_OUTLINE void lm_sample_tail(const Ctx& c, const Task& t, unsigned 
   }
 }
 
+// out of line in the kernel with the filtered sampler, inline in the temperature-only one (lm_gumbel)
+__device__ MK_OUTLINE void lm_sample_tail(const Ctx& c, const Task& t, unsigned flags) { lm_sample_tail_body(c, t, flags); }
+
 __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
   float* best_v = smem_f(OFF_BEST);
   int* best_i = smem_i(OFF_BEST + 4 * B);
@@ -93,9 +96,11 @@ __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
   if (!gemv_task<H, true>(c, t, s_abort, kd, x_in(c, NL), gptr<const unsigned short>(c, S_FINAL_NORM, 0))) return false;
   if constexpr (SAMPLER) {  // the greedy build (SAMPLER 0: Megakernel's first kernel) has none of it
     const unsigned flags = tok_flags(c);
-    constexpr unsigned TAIL = TOKF_GUMBEL | (SAMPLE_PDRAW ? TOKF_PDRAW : 0u) | (CAND_OK && MKC_SAMPLE_CAND ? TOKF_CAND : 0u);
+    constexpr unsigned TAIL = TOKF_GUMBEL | (SAMPLE_PDRAW ? TOKF_PDRAW : 0u) |
+                              (SAMPLE_FILTER && CAND_OK && MKC_SAMPLE_CAND ? TOKF_CAND : 0u);
     if (flags & TAIL) {
-      lm_sample_tail(c, t, flags);
+      if constexpr (SAMPLE_FILTER) lm_sample_tail(c, t, flags);
+      else lm_sample_tail_body(c, t, flags);
       return true;
     }
   }

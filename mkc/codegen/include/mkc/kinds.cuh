@@ -164,8 +164,10 @@ struct GateUpKind {
 };
 
 // the LM-head block's Gumbel-max winner per row (rows rb .. rb + nr of out) into the u64 maxima at
-// OFF_BEST + 8B (pack_best); out of line: its registers stay out of the GEMV loops'
-__device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* out) {
+// OFF_BEST + 8B (pack_best); lm_gumbel out of line (the kernel with the filtered sampler: its
+// registers stay out of the GEMV loops'), lm_gumbel_body inline (the temperature-only kernel, where
+// a call would make ptxas save the step loop's state around it)
+__device__ __forceinline__ void lm_gumbel_body(const Ctx& c, int nr, int rb, const float* out) {
   const Sampler s = tok_sampler(c);
   unsigned long long* gbest = reinterpret_cast<unsigned long long*>(mk_smem + OFF_BEST + 8 * B);
   for (int b = 0; b < B; ++b) {
@@ -176,6 +178,7 @@ __device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* 
     if (lane_id() == 0 && i != 0x7fffffff) mk_smem_max_u64(gbest + b, pack_best(v, i));
   }
 }
+__device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* out) { lm_gumbel_body(c, nr, rb, out); }
 
 // final rmsnorm + LM head: logits rows [r0, r1) and the tile's (max, first argmax) per batch row
 struct LmHeadKind {
@@ -199,7 +202,10 @@ struct LmHeadKind {
     // the costly part: every thread scores some of the block's tokens, and the block's winner per
     // row is one u64 maximum (task_lmhead reads it)
     const unsigned flags = tok_flags(c);
-    if (SAMPLER && ((flags & TOKF_GUMBEL) || (SAMPLE_PDRAW && (flags & TOKF_PDRAW)))) lm_gumbel(c, nr, rb, out);
+    if (SAMPLER && ((flags & TOKF_GUMBEL) || (SAMPLE_PDRAW && (flags & TOKF_PDRAW)))) {
+      if constexpr (SAMPLE_FILTER) lm_gumbel(c, nr, rb, out);
+      else lm_gumbel_body(c, nr, rb, out);
+    }
     if (!SAMPLER || !(flags & TOKF_GUMBEL)) {
       for (int b = warp_id(); b < B; b += NW) {
         float v = -INFINITY;
@@ -213,7 +219,7 @@ struct LmHeadKind {
       // the argmax task reads the logits (plain stores, not polled) when it samples with a filter:
       // each partial's writer fences after the block's logits stores and before its relaxed store
       // of the partial, which argmax polls and then fences (message passing through the partial)
-      if (SAMPLER && (flags & TOKF_FILTER)) {
+      if (SAMPLE_FILTER && (flags & TOKF_FILTER)) {
         mk_barrier();
         if (mk_tid() < B) mk_fence();
       }

@@ -72,7 +72,7 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
     if (lane == 0) { s_tok[b] = i; s_max[b] = v; }
   }
   mk_barrier();
-  if (SAMPLER && (flags & TOKF_FILTER)) {  // the sampling build only (CodegenOptions.sampler)
+  if (SAMPLE_FILTER && (flags & TOKF_FILTER)) {  // the filtered sampler's build only (CodegenOptions.sample_filter)
     const Sampler smp = tok_sampler(c);
     for (int b = 0; b < B; ++b) {
       const int tok = sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0,
