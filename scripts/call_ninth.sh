@@ -1,6 +1,13 @@
+# The ninth session's device calls (BENCHMARKS.md, "Ninth session"): CALL=2 the GPU tests, the token
+# bench, the peer and a per-task trace of llama-3.2-1b b1; CALL=3 mkc bench (torch.compile
+# baselines), gpu_bench rows and the peer.
+[ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache and .builds, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-timeout 200 python3 -m pytest tests/test_gpu_megakernel.py -k "split_k_down or (teacher_forced_logits and llama-3.2-1b-1)" -m gpu -q -p no:cacheprovider --timeout=120 -rfE > $OUT/tests.log 2>&1; echo "tests rc=$?: $(tail -n 1 $OUT/tests.log)"
-grep -E "^FAILED|Error" $OUT/tests.log | head -5
-MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB_S=220 MKC_PACK=1 MKC_AB="b1-atomic,b1-atomic-noaff,b1-atomic-dsplit2,b1-atomic-dsplit4,b1-atomic-dsplit2-noaff,b1-atomic-rr-dsplit2,b1-atomic-cpsat-dsplit2,b1-atomic-cpsat,b1-atomic-dsplit2-pages10;q8-b1-atomic,q8-b1-atomic-dsplit2,q8-b1-atomic-dsplit4;b1-nan,b1-nan-dsplit2" OUT=$OUT bash scripts/gpu_final.sh
+if [ "${CALL:-2}" = 2 ]; then
+  MKC_TEST_S=320 MKC_AB=none MKC_TOKENS_S=70 MKC_TRACE=1 MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
+else
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_S=300 MKC_PACK=1 MKC_AB_S=150 \
+    MKC_AB="b1-atomic,b8-atomic,b32-atomic,q8-b1-atomic" OUT=$OUT bash scripts/gpu_final.sh
+fi
