@@ -7,7 +7,11 @@ export PYTHONPATH=$PYTHONPATH:$PWD/scripts
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 if [ "${CALL:-2}" = 2 ]; then
   MKC_TEST_S=320 MKC_AB=none MKC_TOKENS_S=70 MKC_TRACE=1 MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
-else
+elif [ "${CALL:-2}" = 3 ]; then
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_S=260 MKC_PACK=1 MKC_AB_S=150 \
     MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic,b8-atomic,b32-atomic;1024@b1-atomic,q8-b1-atomic" OUT=$OUT bash scripts/gpu_final.sh
+fi
+if [ "${CALL:-2}" = 4 ]; then  # gate/up's weights beyond the pipeline's pages into L2 across attention
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=200 \
+    MKC_AB="b1-atomic,b1-atomic-win64k,b1-atomic-win128k,b1-atomic-win256k,b1-atomic-win512k,b1-atomic;q8-b1-atomic,q8-b1-atomic-win128k,q8-b1-atomic-win256k,q8-b1-atomic-win512k" OUT=$OUT bash scripts/gpu_final.sh
 fi

@@ -51,6 +51,9 @@ class CodegenOptions:
 
     prefetch_l2: int = 0  # bytes of each weight matrix of a task pulled into L2 before it waits (0: off)
     prefetch_next: int = 0  # bytes of the next queued task's weights pulled into L2 when a task starts
+    # bytes of a gate/up task's weights beyond the pipeline's pages pulled into L2 before the o-proj
+    # task ahead of it waits (the wait spans attention on most SMs; prefetch.cuh prefetch_beyond_ring)
+    prefetch_window: int = 0
     # nan mode: sentinel polls in flight per thread (H200, llama-3.2-1b: 4 beat 8 by 8-9 % at batch 1
     # and 6 % at batch 8, 16 lost 12-24 %; BENCHMARKS.md "Seventh session")
     poll_batch: int = 4
@@ -241,7 +244,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
-        SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
+        SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next), PREFETCH_WINDOW=int(o.prefetch_window),
         ATT_SPLIT=ATT_SPLIT, DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
