@@ -69,7 +69,7 @@ __device__ __forceinline__ void lm_sample_tail_body(const Ctx& c, const Task& t,
     if constexpr (PDRAW_BOUND) {
       if (!(flags & TOKF_GUMBEL)) lm_histogram(c, t.a0, t.a1, t.a2, best_v);
     }
-  } else if constexpr (SAMPLE_FILTER && CAND_OK && MKC_SAMPLE_CAND) {
+  } else if constexpr (SAMPLE_FILTER != 0 && CAND_OK != 0 && MKC_SAMPLE_CAND != 0) {
     if (flags & TOKF_CAND) lm_candidates(c, t.a0, t.a1, t.a2);
   }
   if constexpr (NAN_MODE) {
@@ -97,7 +97,7 @@ __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
   if constexpr (SAMPLER) {  // the greedy build (SAMPLER 0: Megakernel's first kernel) has none of it
     const unsigned flags = tok_flags(c);
     constexpr unsigned TAIL = TOKF_GUMBEL | (SAMPLE_PDRAW ? TOKF_PDRAW : 0u) |
-                              (SAMPLE_FILTER && CAND_OK && MKC_SAMPLE_CAND ? TOKF_CAND : 0u);
+                              (SAMPLE_FILTER != 0 && CAND_OK != 0 && MKC_SAMPLE_CAND != 0 ? TOKF_CAND : 0u);
     if (flags & TAIL) {
       if constexpr (SAMPLE_FILTER) lm_sample_tail(c, t, flags);
       else lm_sample_tail_body(c, t, flags);
