@@ -52,7 +52,8 @@ class CodegenOptions:
     prefetch_l2: int = 0  # bytes of each weight matrix of a task pulled into L2 before it waits (0: off)
     prefetch_next: int = 0  # bytes of the next queued task's weights pulled into L2 when a task starts
     # bytes of a gate/up task's weights beyond the pipeline's pages pulled into L2 before the o-proj
-    # task ahead of it waits (the wait spans attention on most SMs; prefetch.cuh prefetch_beyond_ring)
+    # task ahead of it waits (the wait spans attention on most SMs; prefetch.cuh prefetch_beyond_ring):
+    # 3-10 % slower on llama-3.2-1b b1, 1-3 % on qwen3-8b (BENCHMARKS.md, ninth session), so off
     prefetch_window: int = 0
     # nan mode: sentinel polls in flight per thread (H200, llama-3.2-1b: 4 beat 8 by 8-9 % at batch 1
     # and 6 % at batch 8, 16 lost 12-24 %; BENCHMARKS.md "Seventh session")
