@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,7 +41,10 @@ def bench(model: str, batch: int, steps: int, exact_too: bool = False) -> list[d
     from mkc.sampling import Sampling
 
     hf = hf_models(model)
-    mk = megakernel(hf, batch, "atomic")
+    from mkc.codegen.render import CodegenOptions
+
+    # MKC_TOKENS_OPTIONS: CodegenOptions fields as JSON (the sampling kernels of an experiment)
+    mk = megakernel(hf, batch, "atomic", options=CodegenOptions(**json.loads(os.environ.get("MKC_TOKENS_OPTIONS", "{}"))))
     rng = np.random.default_rng(0)
     rows = rng.integers(1, hf.vocab, (batch, 4)).tolist()
     P = 4

@@ -15,3 +15,11 @@ if [ "${CALL:-2}" = 4 ]; then  # gate/up's weights beyond the pipeline's pages i
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=200 \
     MKC_AB="b1-atomic,b1-atomic-win64k,b1-atomic-win128k,b1-atomic-win256k,b1-atomic-win512k,b1-atomic;q8-b1-atomic,q8-b1-atomic-win128k,q8-b1-atomic-win256k,q8-b1-atomic-win512k" OUT=$OUT bash scripts/gpu_final.sh
 fi
+if [ "${CALL:-2}" = 5 ]; then  # the filtered sampler's functions inline (CodegenOptions.sampler_inline) against out of line
+  timeout 80 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --json "$OUT/tokens-a.json" > "$OUT/tokens-a.log" 2>&1
+  echo "tokens (out of line) rc=$?"; tail -n 11 "$OUT/tokens-a.log" | head -9
+  MKC_TOKENS_OPTIONS='{"sampler_inline": true}' timeout 80 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 \
+    --json "$OUT/tokens-b.json" > "$OUT/tokens-b.log" 2>&1
+  echo "tokens (inline) rc=$?"; tail -n 11 "$OUT/tokens-b.log" | head -9
+  MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
+fi

@@ -14,6 +14,7 @@ Cubins land in the cache keyed by a hash of source and flags (mkc.targets.nvidia
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -158,7 +159,8 @@ def variant_sources(variants, max_seq: int = 512):
 
 
 def tokens_bench_sources():
-    """scripts/bench_tokens.py --exact-too: llama-3.2-1b batch 1 (a test kernel), without the tiles' bounds, without the rejection sampler."""
+    """scripts/bench_tokens.py --exact-too: llama-3.2-1b batch 1 (a test kernel), without the tiles' bounds,
+    without the rejection sampler; with $MKC_TOKENS_OPTIONS, also the kernels of those options."""
     from codegen_fixtures import rr_schedule, shape_graph
 
     from mkc.codegen.render import CodegenOptions, generate
@@ -166,7 +168,9 @@ def tokens_bench_sources():
     from mkc.taskgraph import lower
 
     tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"))
-    for o in (CodegenOptions(), CodegenOptions(pdraw_bound=False), CodegenOptions(sample_pdraw=False)):
+    extra = os.environ.get("MKC_TOKENS_OPTIONS")
+    for o in (CodegenOptions(), CodegenOptions(pdraw_bound=False), CodegenOptions(sample_pdraw=False)) + \
+            ((CodegenOptions(**json.loads(extra)),) if extra else ()):
         yield from kernels(f"tokens bench llama-3.2-1b b1 sample_pdraw={o.sample_pdraw} pdraw_bound={o.pdraw_bound}", tg,
                            rr_schedule(tg, "h200", "atomic"), "h200", o)
 

@@ -102,7 +102,9 @@ __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return _
 __device__ __forceinline__ unsigned long long mk_umul64hi(unsigned long long a, unsigned long long b) { return __umul64hi(a, b); }
 // code off the hot path kept out of line, so its registers do not add to the GEMV loops' (the
 // filtered sampler inlined spills the batch-32 tensor-core build)
+#ifndef MK_OUTLINE  // CodegenOptions.sampler_inline defines it inline
 #define MK_OUTLINE __noinline__
+#endif
 // the filtered sampler's last filter draws while it collects (no final pass over the row)
 #define MKC_SAMPLE_FUSED_DRAW 1
 // the filtered sampler reads the LM-head tiles' candidates for a top-k (lm_candidates)

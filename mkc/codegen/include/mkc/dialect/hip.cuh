@@ -122,7 +122,9 @@ __device__ __forceinline__ void mk_st_system(int* p, int v) {
 __device__ __forceinline__ unsigned mk_umulhi(unsigned a, unsigned b) { return __umulhi(a, b); }
 __device__ __forceinline__ unsigned long long mk_umul64hi(unsigned long long a, unsigned long long b) { return __umul64hi(a, b); }
 // the AMD build makes no calls (tests/test_hip.py): what NVIDIA keeps out of line is inlined here
+#ifndef MK_OUTLINE
 #define MK_OUTLINE __forceinline__
+#endif
 // the filtered sampler's last filter draws in a pass of its own: drawing while it collects adds the
 // random numbers' registers to a kernel already at 256 VGPRs, which then needs scratch
 #define MKC_SAMPLE_FUSED_DRAW 0
