@@ -23,7 +23,9 @@ if [ "${CALL:-2}" = 5 ]; then  # the filtered sampler's functions inline (Codege
   echo "tokens (inline) rc=$?"; tail -n 11 "$OUT/tokens-b.log" | head -9
   MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
 fi
-if [ "${CALL:-2}" = 6 ]; then  # the batch-1 kernel with the filtered sampler inline (the default since call 5), draw for draw
-  timeout 150 python3 -m pytest tests/test_gpu_tokens.py -k candidate_path_on_a_full_vocabulary -m gpu -q -p no:cacheprovider \
+# CALL=6 (not run: no device time was left), after MKC_TEST_OPTIONS={"sampler_inline": true} scripts/prebuild.py --tests
+# --only "llama-3.2-1b b1 atomic": the batch-1 kernel with the filtered sampler inline, draw for draw
+if [ "${CALL:-2}" = 6 ]; then
+  MKC_TEST_OPTIONS='{"sampler_inline": true}' timeout 150 python3 -m pytest tests/test_gpu_tokens.py -k candidate_path_on_a_full_vocabulary -m gpu -q -p no:cacheprovider \
     --timeout=140 -rfE 2>&1 | tail -n 3
 fi

@@ -35,7 +35,8 @@ def kernels(label, tg, sched, target, options=None, sampling=True):
 
     from mkc.codegen.render import CodegenOptions, generate
 
-    o = options or CodegenOptions()
+    # $MKC_TEST_OPTIONS: CodegenOptions fields as JSON, as tests/gpu_fixtures.py megakernel takes them
+    o = options or CodegenOptions(**json.loads(os.environ.get("MKC_TEST_OPTIONS", "{}")))
     for smp, filt, tag in ((False, True, ""), (True, True, " sampler"), (True, False, " gumbel"))[:3 if sampling else 1]:
         src, cfg, _ = generate(tg, sched, target, replace(o, sampler=smp, sample_filter=filt))
         yield f"{label}{tag}", src, cfg.arch

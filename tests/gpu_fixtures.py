@@ -92,6 +92,10 @@ def megakernel(hf: HF, batch: int, sync: str, lower_kw: dict | None = None, **kw
     from mkc.taskgraph import lower
 
     tg = lower(graph_of(hf, batch), get_target("h200"), **(lower_kw or {}))
+    if "options" not in kw and os.environ.get("MKC_TEST_OPTIONS"):  # CodegenOptions fields as JSON: an experiment's kernels
+        from mkc.codegen.render import CodegenOptions
+
+        kw["options"] = CodegenOptions(**json.loads(os.environ["MKC_TEST_OPTIONS"]))
     return Megakernel(tg, schedule_for(tg, sync), hf.weights, **kw)
 
 

@@ -112,10 +112,10 @@ class CodegenOptions:
     # candidates, histograms and winners); False: temperature alone (Gumbel-max in the LM-head
     # tiles), the kernel Megakernel launches for steps that sample without a filter
     sample_filter: bool = True
-    # the filtered sampler's functions inline (MK_OUTLINE __forceinline__) rather than out of line;
-    # None: at batch 1, where it measured 2.4 % faster per filtered step on llama-3.2-1b (BENCHMARKS.md,
-    # ninth session; out of line elsewhere: inlined, it spilled the batch-32 tensor-core build)
-    sampler_inline: bool | None = None
+    # the filtered sampler's functions inline (MK_OUTLINE __forceinline__) rather than out of line:
+    # 2.4 % faster per filtered step on llama-3.2-1b batch 1 (BENCHMARKS.md, ninth session), off until
+    # the GPU sampling tests have run on it (inlined, it spilled the batch-32 tensor-core build before)
+    sampler_inline: bool = False
     sample_pdraw: bool = True
     # its round-1 check from the LM-head tiles' histograms where they decide it (sample_pdraw's bounds)
     # before the pass over the row; False: always the pass
@@ -250,7 +250,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next), PREFETCH_WINDOW=int(o.prefetch_window),
-        ATT_SPLIT=ATT_SPLIT, DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else B == 1)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and o.sampler_inline), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
