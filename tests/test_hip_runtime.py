@@ -298,7 +298,10 @@ def test_greedy_steps_run_a_kernel_without_the_sampler_and_sampling_builds_the_o
     assert len(built) == 3 and len(fake.launches) == 6
     built.clear()
     Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip())).prepare_sampling()  # mkc run, before it samples
-    assert len(built) == 2 and "constexpr int SAMPLER = 1;" in built[1]
+    assert len(built) == 2 and "constexpr int SAMPLER = 1;" in built[1] and "constexpr int SAMPLE_FILTER = 1;" in built[1]
+    built.clear()
+    Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip())).prepare_sampling(filtered=False)  # --temperature alone
+    assert len(built) == 2 and "constexpr int SAMPLE_FILTER = 0;" in built[1]
     # one kernel for both where asked; a greedy-only build refuses to sample
     built.clear()
     Megakernel(tg, sched, w, driver=HipDriver(hip=FakeHip()), split_sampler=False)
