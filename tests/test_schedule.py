@@ -271,3 +271,31 @@ def test_real_llama_schedules():
     s2 = schedule(tg2, H200, time_limit=1.0)
     assert_schedule_valid(tg2, s2)
     assert s1.queues != s2.queues
+
+
+def _chain_deps() -> Deps:
+    """A0, A1 independent; B1 (id 2) waits only on A1, B0 (id 3) only on A0: one producer each."""
+    return Deps(4, waits=((), (), (1,), (0,)), signals=((0,), (1,), (), ()), prod=((0,), (1,)), cons=((3,), (2,)))
+
+
+def test_list_schedule_keeps_a_single_producer_chain_on_its_worker():
+    """Where priorities tie, the freed worker takes the task whose only producer it ran (B0 after A0),
+    not the lowest id (B1, whose producer ran elsewhere); without the tie-break it would cross."""
+    from mkc.schedule import baseline
+
+    deps = _chain_deps()
+    _, worker, _ = baseline.list_schedule(deps, [1.0] * 4, 2)
+    assert worker[3] == worker[0] and worker[2] == worker[1] and worker[0] != worker[1]
+
+
+def test_cpsat_sweep_gives_a_task_its_solo_producers_worker():
+    from mkc.schedule.baseline import solo_producers
+    from mkc.schedule.cpsat import sweep_workers
+
+    deps = _chain_deps()
+    assert solo_producers(deps) == [None, None, 1, 0]
+    start, dur = [0, 0, 1, 1], [1, 1, 1, 1]
+    plain = sweep_workers(start, dur, 2)
+    assert plain[2] == plain[0]  # by start and lowest free worker: B1 lands on A0's worker
+    w = sweep_workers(start, dur, 2, solo_producers(deps))
+    assert w[2] == w[1] and w[3] == w[0]
