@@ -49,7 +49,7 @@ downk       r0, r1, k0, k1         down over chunk c = k0 / KC of h (KC = I / di
                                    prev = xa[l] for the first chunk, else xmp[l][c - 1]; y = xm[l]
                                    for the last chunk, else xmp[l][c]. The chunks of a row tile add
                                    in chunk order (deterministic), and chunk c waits only for the
-                                   gate/up tiles of its columns of h (lower.lower_down, batch 1)
+                                   gate/up tiles of its columns of h (lower.lower_downk, batch 1)
 ==========  =====================  ===================================================================
 
 ``x_in`` of layer 0 is ``x0``; of layer l > 0 it is ``xm[l-1]``; ``x_last`` is ``xm[n_layers-1]``.
