@@ -11,7 +11,9 @@ elif [ "${CALL:-2}" = 3 ]; then
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_S=260 MKC_PACK=1 MKC_AB_S=150 \
     MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic,b8-atomic,b32-atomic;1024@b1-atomic,q8-b1-atomic" OUT=$OUT bash scripts/gpu_final.sh
 fi
-if [ "${CALL:-2}" = 4 ]; then  # gate/up's weights beyond the pipeline's pages into L2 across attention
+# CALL=4 ran CodegenOptions.prefetch_window (gate/up's weights beyond the pipeline's pages into L2 across
+# attention; commit c8c4100): slower at every size, and the option and its -winNk variants are gone
+if [ "${CALL:-2}" = 4 ]; then
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=200 \
     MKC_AB="b1-atomic,b1-atomic-win64k,b1-atomic-win128k,b1-atomic-win256k,b1-atomic-win512k,b1-atomic;q8-b1-atomic,q8-b1-atomic-win128k,q8-b1-atomic-win256k,q8-b1-atomic-win512k" OUT=$OUT bash scripts/gpu_final.sh
 fi

@@ -51,10 +51,6 @@ class CodegenOptions:
 
     prefetch_l2: int = 0  # bytes of each weight matrix of a task pulled into L2 before it waits (0: off)
     prefetch_next: int = 0  # bytes of the next queued task's weights pulled into L2 when a task starts
-    # bytes of a gate/up task's weights beyond the pipeline's pages pulled into L2 before the o-proj
-    # task ahead of it waits (the wait spans attention on most SMs; prefetch.cuh prefetch_beyond_ring):
-    # 3-10 % slower on llama-3.2-1b b1, 1-3 % on qwen3-8b (BENCHMARKS.md, ninth session), so off
-    prefetch_window: int = 0
     # nan mode: sentinel polls in flight per thread (H200, llama-3.2-1b: 4 beat 8 by 8-9 % at batch 1
     # and 6 % at batch 8, 16 lost 12-24 %; BENCHMARKS.md "Seventh session")
     poll_batch: int = 4
@@ -102,11 +98,10 @@ class CodegenOptions:
     # loading o-proj's and down's residual right after the wait (qwen3-8b +0.9 %), qkv's RoPE angles
     # before the wait (+1 %), an L2 prefetch of the pages ahead of the producer's copies (+28 %)
     lean_comb: bool = True
-    # top-p / min-p without a top-k: the LM-head tiles' Gumbel winner checked, then rejection rounds
-    # (sampling.cuh sample_pdraw); False: the exact path alone (other draws: for measurements)
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
-    # launches for greedy steps (a second kernel with it is built on the first sampling launch):
-    # the sampler's code costs the greedy step 2 % when it is in the kernel (BENCHMARKS.md)
+    # launches for greedy steps (the kernels with it are built on the first sampling launch): the
+    # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
+    # on llama-3.2-1b (BENCHMARKS.md, "Eighth session")
     sampler: bool = True
     # with the sampler: the filtered sampler too (top-k/top-p/min-p in the argmax task, the tiles'
     # candidates, histograms and winners); False: temperature alone (Gumbel-max in the LM-head
@@ -116,6 +111,8 @@ class CodegenOptions:
     # 2.4 % faster per filtered step on llama-3.2-1b batch 1 (BENCHMARKS.md, ninth session), off until
     # the GPU sampling tests have run on it (inlined, it spilled the batch-32 tensor-core build before)
     sampler_inline: bool = False
+    # top-p / min-p without a top-k: the LM-head tiles' Gumbel winner checked, then rejection rounds
+    # (sampling.cuh sample_pdraw); False: the exact path alone (other draws: for measurements)
     sample_pdraw: bool = True
     # its round-1 check from the LM-head tiles' histograms where they decide it (sample_pdraw's bounds)
     # before the pass over the row; False: always the pass
@@ -249,7 +246,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
-        SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next), PREFETCH_WINDOW=int(o.prefetch_window),
+        SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
         ATT_SPLIT=ATT_SPLIT, DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and o.sampler_inline), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,

@@ -13,7 +13,8 @@ by lowering, the CPU simulator and the device code).
 
 Buffer names are fixed: ``ids``, ``pos``, ``x0``, ``q.{l}``, ``attn.{l}``, ``xa.{l}``, ``h.{l}``,
 ``xm.{l}``, ``logits``, ``amax_part``, ``amax_idx``, ``next_ids``, ``k_cache.{l}``, ``v_cache.{l}``
-(and where lowering makes them: ``kr.{l}``, ``ao.{l}``, ``alse.{l}``, ``lm_cand``, ``xmp.{l}``), the const ``inv_freq`` (values in ``Buffer.data``) and weights under their Hugging Face names
+(and where lowering makes them: ``kr.{l}``, ``ao.{l}``, ``alse.{l}``, ``lm_cand``, ``xmp.{l}``), the
+const ``inv_freq`` (values in ``Buffer.data``) and weights under their Hugging Face names
 (``mkc.taskgraph.names``). Float constants (``rms_eps``, ``rope_scaling``, ``attn_scale``) are in
 ``TaskGraph.consts``.
 

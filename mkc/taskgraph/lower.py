@@ -81,7 +81,7 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
         return _lower(graph, target, context, name, qkv_cross, attn_split, down_split)
 
 
-def down_split_pays(batch: int, sync: str | None = None) -> int:
+def down_split_pays(batch: int) -> int:
     """Chunks of split-K down-proj by default: 1 (not split). Measured on the H200 (BENCHMARKS.md,
     ninth session, same call): llama-3.2-1b b1 0.837 -> 0.935 / 1.128 ms with 2 / 4 chunks, qwen3-8b b1
     +3.8 / +12.0 %, NaN mode +12 %: each extra task costs an SM ~3 us the weight pipeline does not hide."""
@@ -239,7 +239,7 @@ class _Lowering:
         self.plan = device_smem.smem_plan(target, self.B, max(self.H, self.I, self.QD))
         self.drafts: list[Draft] = []
         self.qkv_cross = qkv_cross  # qkv tiles may cross a head boundary (tiling.qkv_tiles)
-        self.down_split = down_split  # split-K down over chunks of h (lower_down)
+        self.down_split = down_split  # split-K down over chunks of h (lower_downk)
         self._index: dict[tuple[int, str], int] = {}
 
     def add(self, kind: str, layer: int, args, reads, writes, flops, k: int | None = None) -> None:

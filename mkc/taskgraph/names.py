@@ -68,5 +68,5 @@ def attn_lse(layer: int) -> str:
 
 
 def down_partial(layer: int) -> str:
-    """Split-K down's running sums [C - 1, B, H]: xa plus the chunks of h up to c (lower_down)."""
+    """Split-K down's running sums [C - 1, B, H]: xa plus the chunks of h up to c (lower_downk)."""
     return f"xmp.{layer}"

@@ -42,10 +42,9 @@ __device__ __forceinline__ LmHeadKind lmhead_kind(const Ctx& c, const Task& t) {
   return LmHeadKind{gptr<const unsigned short>(c, S_LM_HEAD, 0), gptr<float>(c, S_LOGITS, 0), t.a0, t.a1, t.a0};
 }
 
-// The LM-head tile's end when the step samples (TOKF_GUMBEL, TOKF_PDRAW, TOKF_CAND), out of line
-// so that none of it touches the registers of the greedy path: the Gumbel-max winner (the partial
-// under temperature alone; words 0-1 of the tile's candidate block and the histogram without a
-// top-k), or the candidates for a top-k, then the partials. In nan mode argmax polls the partials
+// The LM-head tile's end when the step samples (TOKF_GUMBEL, TOKF_PDRAW, TOKF_CAND): the Gumbel-max
+// winner (the partial under temperature alone; words 0-1 of the tile's candidate block and the
+// histogram without a top-k), or the candidates for a top-k, then the partials. In nan mode argmax polls the partials
 // and then reads the candidate block: the partial's writer fences after every store to it.
 __device__ __forceinline__ void lm_sample_tail_body(const Ctx& c, const Task& t, unsigned flags) {
   float* best_v = smem_f(OFF_BEST);

@@ -39,17 +39,4 @@ __device__ void prefetch_task(const Ctx& c, const Task& t, unsigned cap) {
   }
 }
 
-// CodegenOptions.prefetch_window: a gate/up task's weights beyond what the weight pipeline's pages
-// will hold when it starts (its first PIPE_SLOTS pages: gate rows [a0, a0 + skip)), pulled into L2
-// by the task before it (o-proj) ahead of that one's wait, which on most SMs spans attention, when
-// HBM has little else to do: gate rows from a0 + skip, then up rows, `cap` bytes in all
-__device__ void prefetch_beyond_ring(const Ctx& c, const Task& t, unsigned cap) {
-  if (t.kind != K_GATEUP) return;
-  constexpr int skip = PIPE_SLOTS * PIPE_ROWS * PIPE_COLS / H;
-  const int l = t.layer, g0 = min(t.a0 + skip, t.a1);
-  const unsigned gate = (unsigned)((size_t)(t.a1 - g0) * H * 2);
-  prefetch_rows(wptr(c, l, R_WG), g0, t.a1, H, cap);
-  if (cap > gate) prefetch_rows(wptr(c, l, R_WU), t.a0, t.a1, H, cap - gate);
-}
-
 }  // namespace mk
