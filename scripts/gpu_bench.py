@@ -143,7 +143,44 @@ VARIANTS.update({f"b1-atomic-dsplit2-pages{n}": (*VARIANTS["b1-atomic-dsplit2"][
 # the list schedule as before the same-worker tie-break (affinity for chains such as downk's)
 VARIANTS.update({f"{v}-noaff": (*VARIANTS[v][:4], {**VARIANTS[v][4], "affinity": False})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "b1-atomic-dsplit2")})
+# the tensor-core GEMV fed by the weight pipeline (CodegenOptions(pipe=True) from batch 2), with
+# other page counts (default 6)
+VARIANTS.update({f"{v}-mpipe": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": True})
+                 for v in ("b8-atomic", "b8-nan", "b32-atomic", "q8-b8-atomic")})
+VARIANTS.update({f"{v}-mpipe-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": True, "pipe_pages": n})
+                 for v in ("b8-atomic", "b32-atomic", "q8-b8-atomic", "b8-nan") for n in (4, 8, 10, 11)})
+# the same kernels with the per-task trace (CodegenOptions.trace): bench adds where a step's time goes,
+# per task kind (see kind_times)
+VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})
+                 for v in ("b8-atomic", "b8-atomic-mpipe", "b8-atomic-mpipe-pages8", "q8-b8-atomic", "q8-b8-atomic-mpipe",
+                           "q8-b8-atomic-mpipe-pages8")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
+
+
+def kind_times(mk, steps: int = 8) -> dict:
+    """A traced launch of ``steps`` steps: per task kind over the last half of them, the median time
+    from a task's start (waits satisfied) to its end (outputs published), its median wait, its
+    marks' median offsets from the start, and the median step time (last end minus first wait)."""
+    import numpy as np
+
+    mk.reset()
+    mk._launch(steps, 0, 1)
+    ws, st, en = mk.trace()
+    marks = mk.trace_marks()
+    half = slice(steps // 2, steps)
+    kinds = [t.kind for t in mk.tg.tasks]
+    out = {}
+    for k in sorted(set(kinds)):
+        idx = [i for i, kk in enumerate(kinds) if kk == k]
+        run = (en[half][:, idx] - st[half][:, idx]).ravel()
+        wait = (st[half][:, idx] - ws[half][:, idx]).ravel()
+        m = marks[half][:, idx, :] - st[half][:, idx, None]
+        out[k] = dict(n=len(idx), run_us=float(np.nanmedian(run)), wait_us=float(np.nanmedian(wait)),
+                      marks_us=[round(float(x), 2) for x in np.nanmedian(m.reshape(-1, m.shape[-1]), axis=0)
+                                if not np.isnan(x)])
+    step = [float(np.nanmax(en[s]) - np.nanmin(ws[s])) for s in range(steps // 2, steps)]
+    out["step_us"] = float(np.median(step))
+    return out
 
 
 def variant_plan(variant: str, max_seq: int):
@@ -224,7 +261,12 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
         mk(prompt[:, 0], t)
         calls.append((time.perf_counter() - c0) * 1e3)
     floor = (wbytes + kvbytes) / READ_BW * 1e3
-    return dict(test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method, steps=steps, max_seq=max_seq,
+    kt = kind_times(mk) if options.trace else None
+    if kt is not None:
+        print(f"trace {variant}: step {kt['step_us']:.1f} us; " + "; ".join(
+            f"{k} x{v['n']} run {v['run_us']:.2f} wait {v['wait_us']:.2f} marks {v['marks_us']}"
+            for k, v in kt.items() if k != "step_us"), flush=True)
+    return dict(kinds=kt, test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method, steps=steps, max_seq=max_seq,
                 ms_per_token=ms_tok, ms_per_call=statistics.median(calls[5:]), floor_ms=floor,
                 pct_of_bw=100 * floor / ms_tok, predicted_us=sched.makespan, sched_s=t_sched,
                 regs=mk.kernel.num_regs, smem=mk.cfg.smem_bytes, weight_bytes=wbytes, kv_bytes=kvbytes)

@@ -407,3 +407,33 @@ def test_amd_keeps_the_fma_gemv():
     assert not cfg.mma_gemv and "MMA_GEMV = false;" in src and MMA_PTX not in live and "stage_x_bf16" not in live
     with pytest.raises(ScheduleError, match="no bf16 MMA"):
         generate(tg, rr_schedule(tg, "mi300x"), "mi300x", CodegenOptions(mma=True))
+
+
+@pytest.mark.parametrize("name,batch", [("llama-3.2-1b", 8), ("llama-3.2-1b", 32), ("qwen3-8b", 8), ("tiny-qwen2", 2)])
+def test_tensor_core_weight_pipeline_plan(name, batch):
+    """CodegenOptions(pipe=True) from batch 2: 16-row pages with padded rows beside K-chunks of whole
+    pages, every region inside the block's shared memory, the producer warp launched on top."""
+    from mkc.codegen.render import CodegenOptions, kernel_config
+    from mkc.taskgraph.plan import PIPE_MMA_COLS, PIPE_MMA_LD, PIPE_MMA_ROWS
+
+    tg = taskgraph(name, batch, 512)
+    h200 = get_target("h200")
+    sched = rr_schedule(tg, "h200", "atomic")
+    cfg = kernel_config(tg, sched, h200, CodegenOptions(pipe=True))
+    c = dict(cfg.consts)
+    assert cfg.mma_gemv and 2 <= c["PIPE_SLOTS"] <= 6 and cfg.threads == cfg.consumer_threads + 32
+    assert (c["PIPE_ROWS"], c["PIPE_COLS"], c["PIPE_LD"]) == (PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_LD)
+    assert c["KCB"] % PIPE_MMA_COLS == 0 and c["KCB"] >= PIPE_MMA_COLS and c["RING"] == 0
+    assert c["OFF_MBAR"] == c["PIPE_SLOTS"] * PIPE_MMA_ROWS * PIPE_MMA_LD * 2
+    assert cfg.smem_needed <= h200.smem_per_block and c["LEAN_COMB"] == 0
+    default = kernel_config(tg, sched, h200)
+    assert dict(default.consts)["PIPE_SLOTS"] == 0 and default.threads == default.consumer_threads
+
+
+def test_weight_pipeline_refused_where_it_cannot_run():
+    from mkc.codegen.render import CodegenOptions, kernel_config
+    from mkc.errors import ScheduleError
+
+    tg = taskgraph("tiny-llama", 8, 64, "a100")
+    with pytest.raises(ScheduleError, match="bulk asynchronous copies"):
+        kernel_config(tg, rr_schedule(tg, "a100", "atomic"), get_target("a100"), CodegenOptions(pipe=True))

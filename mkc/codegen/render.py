@@ -30,7 +30,7 @@ from mkc.taskgraph import names
 from mkc.taskgraph.ir import TaskGraph
 from mkc.taskgraph.kinds import args_of
 from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
-from mkc.taskgraph.plan import (PIPE_COLS, PIPE_ROWS, DevicePlan, PlanKnobs, attn_preload, device_plan, sample_region,
+from mkc.taskgraph.plan import (DevicePlan, PlanKnobs, attn_preload, device_plan, sample_region,
                                sample_sizes, sample_smem)
 from mkc.codegen import tables as T
 from mkc.codegen.source import inline
@@ -83,9 +83,11 @@ class CodegenOptions:
     # its last poll (docs/sync.md "Acquire once"), instead of an ld.acquire per poll
     acquire_once: bool = False
     # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (batch 1
-    # on NVIDIA sm_90+), False: off (weights through registers, as before), True: required
+    # on NVIDIA sm_90+), False: off (weights through registers, as before), True: required, and on
+    # the tensor-core path too (batch >= 2: pages of 16 rows, gemv_mma.cuh gemv_task_mma_pipe)
     pipe: bool | None = None
-    # at most this many pages in the pipeline, up to 12 (0: 8, taskgraph/plan.py PIPE_DEFAULT_PAGES)
+    # at most this many pages in the pipeline, up to 12 (0: 8, taskgraph/plan.py PIPE_DEFAULT_PAGES;
+    # 6 on the tensor-core path, PIPE_MMA_PAGES)
     pipe_pages: int = 0
     # each task's record and its thread's wait/signal entries are read while the task before it runs
     # (off: at the task's start); the step loop then holds two records in registers. Measured on the
@@ -214,8 +216,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # the early combine: the pipeline path's o-proj (batch 1) over split attention, where a
     # thread's loads of the splits' outputs fit in COMB_EARLY_MAX float4 registers
     comb_loads = -(-NH * HD // 4 // NT) * ATT_SPLIT
-    pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=PIPE_ROWS, PIPE_COLS=PIPE_COLS,
-                       LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and ATT_SPLIT > 1
+    pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
+                       LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
                                      and comb_loads <= COMB_EARLY_MAX))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:

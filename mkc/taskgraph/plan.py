@@ -35,6 +35,11 @@ PIPE_MAX_SLOTS = 12
 # 0.888 ms/token, 6 0.868, 8 0.855, 11 0.868)
 PIPE_DEFAULT_PAGES = 8
 PIPE_REGIONS = ("OFF_PIPE", "OFF_MBAR")
+# The tensor-core path's page: one 16-row MMA tile of PIPE_MMA_COLS columns, each row PIPE_MMA_LD
+# elements apart (64 bytes of padding: the two rows of each 8-lane phase of a 16-byte shared load
+# hit disjoint banks), 17 KiB; the consumer warps split its columns (gemv_mma.cuh pipe_mma_rows)
+PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_LD = 16, 512, 544
+PIPE_MMA_PAGES = 6
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,9 @@ class PlanKnobs:
     rows_per_warp: int = 2  # G: weight rows a warp streams at once (FMA path)
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0: by batch size
     attn_chunk: int = 256  # positions per attention tile
-    pipe: bool | None = None  # the cross-task weight pipeline; None: where planned (batch 1, bulk copies)
+    # the cross-task weight pipeline; None: where planned (batch 1 on the FMA path, bulk copies),
+    # True: also on the tensor-core path (batch >= 2)
+    pipe: bool | None = None
     pipe_pages: int = 0  # the pipeline's pages at most (up to PIPE_MAX_SLOTS); 0: PIPE_DEFAULT_PAGES
 
 
@@ -107,6 +114,16 @@ class DevicePlan:
     # 0: no pipeline (weights stream through registers).
     pipe_slots: int = 0
     producer_warps: int = 0  # warps beside the consumers (the pipeline's producer)
+    # a page's geometry: rows, columns, and the elements between two rows' starts (tensor-core
+    # path: PIPE_MMA_*)
+    pipe_rows: int = PIPE_ROWS
+    pipe_cols: int = PIPE_COLS
+    pipe_ld: int = PIPE_COLS
+
+    @property
+    def pipe_page(self) -> int:
+        """Bytes of one pipeline page."""
+        return self.pipe_rows * self.pipe_ld * 2
 
     @property
     def launch_threads(self) -> int:
@@ -207,39 +224,55 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
     out_cap = max(4096, HD * B, 2 * B)
     f = 4  # bytes per float / int
     ring, kcb = 0, 0
-    if mma:
-        # The input is staged as bf16 [B][XST] with XST = KCB + 32: a row is 64 bytes off 128, so the
-        # two batch columns of each 8-lane phase of a 16-byte shared load hit disjoint banks. KCB is
-        # the K-chunk: the largest multiple of 64 (of 256 when it can) that fits what the other
-        # regions leave, at most K. A chunk costs a barrier and a pause of the weight stream.
-        def k_chunk(r: int) -> int:
-            rest = (f * (out_cap + NW * 16 * B + B + NW * B + 2 * B + B * split * NH) + r * 2 * U * 16 * NT
-                    + 8 * 16 + 16)
-            per_row = (target.smem_per_block - rest) // (2 * B) - 32
-            return min(_align(k_max, 256), per_row // 256 * 256 or per_row // 64 * 64)
-
-        # the deepest weight ring (up to ring_stages) that leaves K-chunks of 1024 (or all of K); past
-        # batch 16 the staged input needs the shared memory (H200, llama-3.2-1b, batch 32: 3.01 ms/token
-        # with a ring of 3 against 2.27 without; batch 8: 1.32 against 1.53)
-        want = o.ring_stages if o.ring_stages is not None else (3 if B <= 16 else 0)
-        ring = next((r for r in range(want, 1, -1) if k_chunk(r) >= min(_align(k_max, 256), 1024)), 0)
-        kcb = k_chunk(ring)
-        if kcb < 64:
-            raise ScheduleError(f"batch {B} leaves no room to stage a K-chunk in {target.name}'s shared memory")
-        xs_bytes, part_n = 2 * B * (kcb + 32), NW * 16 * B
-    else:
-        xs_bytes, part_n = f * B * KC, NW * G * B
-    # The weight pipeline: batch 1 on the FMA path where the target has bulk copies and the block
-    # has one consumer warp per page row. The whole input is staged (one K-chunk), so a page is
-    # never waited for in the middle of a staging pass.
-    can_pipe = caps.bulk_copy and not mma and B == 1 and NW == PIPE_ROWS
+    # The weight pipeline: batch 1 on the FMA path (one consumer warp per page row), or asked for on
+    # the tensor-core path (PlanKnobs.pipe), where the target has bulk copies and 8 consumer warps.
+    # The FMA path stages the whole input (one K-chunk), so a page is never waited for in the
+    # middle of a staging pass; the tensor-core path stages K-chunks of whole pages.
+    can_pipe = caps.bulk_copy and NW == PIPE_ROWS and ((not mma and B == 1) or (mma and o.pipe is True))
     if o.pipe and not can_pipe:
-        raise ScheduleError(f"the weight pipeline needs batch 1 on the FMA path with bulk asynchronous copies and "
-                            f"{PIPE_ROWS} consumer warps; {target.name} at batch {B} has "
+        raise ScheduleError(f"the weight pipeline needs bulk asynchronous copies and {PIPE_ROWS} consumer warps, "
+                            f"batch 1 on the FMA path or the tensor-core path; {target.name} at batch {B} has "
                             f"{'bulk copies' if caps.bulk_copy else 'no bulk copies'}, {NW} warps, "
                             f"{'tensor-core' if mma else 'FMA'} GEMVs")
+    pipe_mma = can_pipe and mma
+    prows, pcols, pld = (PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_LD) if pipe_mma else (PIPE_ROWS, PIPE_COLS, PIPE_COLS)
+    page = prows * pld * 2
+    if mma:
+        part_n = NW * 16 * B * (2 if pipe_mma else 1)  # the pipeline: two row tiles' warp partials
+        # The input is staged as bf16 [B][XST] with XST = KCB + 32: a row is 64 bytes off 128, so the
+        # two batch columns of each 8-lane phase of a 16-byte shared load hit disjoint banks. KCB is
+        # the K-chunk: the largest multiple of 64 (of 256 when it can; of a page's columns with the
+        # pipeline) that fits what the other regions leave, at most K. A chunk costs a barrier and
+        # a pause of the weight stream.
+        def k_chunk(r: int, pages: int = 0) -> int:
+            rest = (f * (out_cap + part_n + B + NW * B + 2 * B + B * split * NH) + r * 2 * U * 16 * NT
+                    + 8 * 16 + 16 + (pages * (page + 16) + 16 if pages else 0))
+            per_row = (target.smem_per_block - rest) // (2 * B) - 32
+            if pages:
+                return min(_align(k_max, pcols), per_row // pcols * pcols)
+            return min(_align(k_max, 256), per_row // 256 * 256 or per_row // 64 * 64)
+
+        if pipe_mma:
+            want = min(o.pipe_pages or PIPE_MMA_PAGES, PIPE_MAX_SLOTS)
+            pages = next((p for p in range(want, 1, -1) if k_chunk(0, p) >= pcols), 0)
+            if not pages:
+                raise ScheduleError(f"batch {B} leaves no room for 2 pipeline pages and a K-chunk of {pcols} in "
+                                    f"{target.name}'s shared memory")
+            kcb = k_chunk(0, pages)
+        else:
+            # the deepest weight ring (up to ring_stages) that leaves K-chunks of 1024 (or all of K);
+            # past batch 16 the staged input needs the shared memory (H200, llama-3.2-1b, batch 32:
+            # 3.01 ms/token with a ring of 3 against 2.27 without; batch 8: 1.32 against 1.53)
+            want = o.ring_stages if o.ring_stages is not None else (3 if B <= 16 else 0)
+            ring = next((r for r in range(want, 1, -1) if k_chunk(r) >= min(_align(k_max, 256), 1024)), 0)
+            kcb = k_chunk(ring)
+        if kcb < 64:
+            raise ScheduleError(f"batch {B} leaves no room to stage a K-chunk in {target.name}'s shared memory")
+        xs_bytes = 2 * B * (kcb + 32)
+    else:
+        xs_bytes, part_n = f * B * KC, NW * G * B
     pipe_slots = 0
-    if can_pipe and o.pipe is not False:
+    if can_pipe and not mma and o.pipe is not False:
         KC = _align(k_max, 256)
         xs_bytes = f * B * KC
     regions: list[tuple[str, int, int]] = []
@@ -265,16 +298,18 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
     flag = max(gemv_end, at)
     if can_pipe and o.pipe is not False:
         # pages and their mbarriers (full, empty) first, disjoint from both task layouts, in what
-        # the block's shared memory leaves (at most PIPE_DEFAULT_PAGES, or the pages asked for)
+        # the block's shared memory leaves (at most PIPE_DEFAULT_PAGES, or the pages asked for; the
+        # tensor-core path's K-chunk was sized for its pages above)
         free = target.smem_per_block - flag - 16
-        pipe_slots = min(o.pipe_pages or PIPE_DEFAULT_PAGES, PIPE_MAX_SLOTS, free // (PIPE_PAGE + 16))
+        want = (o.pipe_pages or PIPE_MMA_PAGES) if pipe_mma else (o.pipe_pages or PIPE_DEFAULT_PAGES)
+        pipe_slots = min(want, PIPE_MAX_SLOTS, free // (page + 16))
         if pipe_slots >= 2:
-            base = _align(pipe_slots * PIPE_PAGE + 2 * 8 * pipe_slots)
-            regions = [("OFF_PIPE", 0, pipe_slots * PIPE_PAGE), ("OFF_MBAR", pipe_slots * PIPE_PAGE, 16 * pipe_slots)] + \
+            base = _align(pipe_slots * page + 2 * 8 * pipe_slots)
+            regions = [("OFF_PIPE", 0, pipe_slots * page), ("OFF_MBAR", pipe_slots * page, 16 * pipe_slots)] + \
                 [(n, o_ + base, b_) for n, o_, b_ in regions]
             flag += base
         elif o.pipe:
-            raise ScheduleError(f"the weight pipeline needs 2 pages of {PIPE_PAGE} B; batch {B} leaves {free} B")
+            raise ScheduleError(f"the weight pipeline needs 2 pages of {page} B; batch {B} leaves {free} B")
         else:
             pipe_slots = 0
     regions.append(("OFF_FLAG", flag, 16))
@@ -283,5 +318,5 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         threads=NT, warp=WARP, gemv=GEMV_MMA if mma else GEMV_FMA, ring=ring, kc=KC, kcb=kcb, rows_per_warp=G,
         loads_in_flight=U, batch_rows=min(B, 8), out_cap=out_cap, attn_split=split, attn_chunk=o.attn_chunk,
         stages=stage.stages, stage_bytes=stage.stage_bytes, regions=tuple(regions), smem_bytes=flag + 16,
-        pipe_slots=pipe_slots, producer_warps=1 if pipe_slots else 0,
+        pipe_slots=pipe_slots, producer_warps=1 if pipe_slots else 0, pipe_rows=prows, pipe_cols=pcols, pipe_ld=pld,
     )

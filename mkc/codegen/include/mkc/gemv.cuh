@@ -7,7 +7,7 @@
 namespace mk {
 
 static_assert(!MMA_GEMV || MKC_HAS_MMA_BF16, "MMA_GEMV needs a dialect with a bf16 MMA");
-static_assert(PIPE_SLOTS == 0 || (MKC_HAS_BULK_COPY && !MMA_GEMV), "the weight pipeline needs bulk copies and the FMA path");
+static_assert(PIPE_SLOTS == 0 || MKC_HAS_BULK_COPY, "the weight pipeline needs bulk copies");
 
 // Returns false (in every thread) when the kernel must stop. COMB: o-proj over split attention,
 // whose log-sum-exp per (batch row, split, head) is lse.
@@ -16,7 +16,13 @@ __device__ __forceinline__ bool gemv_task(const Ctx& c, const Task& t, int* s_ab
                                           const unsigned short* nw, const float* lse = nullptr) {
   if constexpr (PIPE_SLOTS > 0) {
 #if MKC_HAS_BULK_COPY
-    return gemv_task_pipe<K, NORM, Kind, COMB>(c, t, s_abort, kd, x, nw, lse);
+    if constexpr (MMA_GEMV) {
+#if MKC_HAS_MMA_BF16
+      return gemv_task_mma_pipe<K, NORM, Kind, COMB>(c, t, s_abort, kd, x, nw, lse);
+#endif
+    } else {
+      return gemv_task_pipe<K, NORM, Kind, COMB>(c, t, s_abort, kd, x, nw, lse);
+    }
 #endif
   } else if constexpr (MMA_GEMV) {
 #if MKC_HAS_MMA_BF16

@@ -6,6 +6,7 @@
 #include "mkc/common.cuh"
 #include "mkc/sync.cuh"
 #include "mkc/gemv_common.cuh"
+#include "mkc/pipe.cuh"
 
 #if MKC_HAS_MMA_BF16
 namespace mk {
@@ -366,6 +367,116 @@ __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* 
   }
   return true;
 }
+
+
+#if MKC_HAS_BULK_COPY
+// The tensor-core GEMV fed by the weight pipeline (pipe.cuh): out[j][b] (+)= <row j, xs[b]> for the
+// nr rows of a block over the staged chunk of kch columns, in the producer's page order. A page is
+// one 16-row tile of PIPE_COLS columns; warp w takes its segments [w * SEGW, (w + 1) * SEGW) (8
+// columns each), lane (group, quad) rows group and group + 8 of segments 4i + quad as mma_chunk
+// does, and keeps the tile's accumulators across the row's pages. At the end of a tile the warps'
+// partials go to part (two tiles' worth, alternating, so one barrier per tile) and are summed in
+// warp order: the same bits run to run.
+__device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, const unsigned short* xs, float* out,
+                                              float* part, bool accumulate) {
+  constexpr int SEGW = PIPE_COLS / 8 / NW;
+  static_assert(!MMA_GEMV || PIPE_SLOTS == 0 || (PIPE_ROWS == 16 && SEGW % 4 == 0 && SEGW > 0),
+                "a page is one 16-row tile, whole k32 steps per warp");
+  const int lane = lane_id(), w = warp_id(), g = mk_mma_group(lane), q = mk_mma_quad(lane), tid = mk_tid();
+  const int nsl = (kch + PIPE_COLS - 1) / PIPE_COLS;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  int tp = 0;  // which half of part this tile's partials use
+  for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS, tp ^= 1) {
+    float acc[NTN][4];
+#pragma unroll
+    for (int n = 0; n < NTN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    for (int sl = 0; sl < nsl; ++sl) {
+      const unsigned pn = c.pipe_n++;
+      const int slot = (int)(pn % PIPE_NS);
+      pipe_wait(c, pipe_full(slot), (pn / PIPE_NS) & 1u);
+      const int nseg = min(PIPE_COLS, kch - sl * PIPE_COLS) / 8;  // segments of this page
+      const unsigned short* pg = reinterpret_cast<const unsigned short*>(pipe_page(slot));
+      const unsigned short* xc = xs + sl * PIPE_COLS;
+#pragma unroll
+      for (int st = 0; st < SEGW / 4; ++st) {
+        if (w * SEGW + 4 * st >= nseg) break;  // the same for the whole warp, as the MMAs need
+        const int sg = w * SEGW + 4 * st + q;
+        const bool ok = sg < nseg;
+        const uint4 lo = ok ? mk_ld_shared16(pg + g * PIPE_LD + 8 * sg) : zero;
+        const uint4 hi = ok ? mk_ld_shared16(pg + (g + 8) * PIPE_LD + 8 * sg) : zero;
+#pragma unroll
+        for (int n = 0; n < NTN; ++n) {
+          const int col = 8 * n + g;
+          uint4 xv = zero;
+          if (ok && (B % 8 == 0 || col < B)) xv = mk_ld_shared16(xc + col * XST + 8 * sg);
+          mk_mma_k32(acc[n], lo, hi, xv);
+        }
+      }
+      mk_syncwarp();
+      if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
+    }
+    // C: tile rows group (+8), batch columns 8n + 2quad (+1); rows past nr hold what the page's
+    // stale rows gave and are never read
+    float* pw = part + (tp * NW + w) * 16 * B;
+#pragma unroll
+    for (int n = 0; n < NTN; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int b = 8 * n + 2 * q + e;
+          if (B % 8 == 0 || b < B) pw[(g + 8 * h) * B + b] = acc[n][2 * h + e];
+        }
+    mk_barrier();
+    const float* pt = part + tp * NW * 16 * B;
+    for (int idx = tid; idx < min(PIPE_ROWS, nr - r0) * B; idx += NT) {
+      float sum = 0.f;
+      for (int ww = 0; ww < NW; ++ww) sum += pt[ww * 16 * B + idx];
+      float* o = out + r0 * B + idx;
+      *o = accumulate ? *o + sum : sum;
+    }
+  }
+  mk_barrier();
+}
+
+// A GEMV task on tensor cores whose weights come through the weight pipeline: after the wait, each
+// K-chunk (pipe_kch, the producer's) staged as bf16 and its pages taken as the producer fills them.
+template <int K, bool NORM, class Kind, bool COMB>
+__device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
+                                                   const unsigned short* nw, const float* lse) {
+  constexpr int KCH = pipe_kch<K>();
+  constexpr int NCH = (K + KCH - 1) / KCH;
+  static_assert(KCH <= KCB, "a chunk fits the staged input");
+  unsigned short* xs = reinterpret_cast<unsigned short*>(mk_smem + OFF_XS);
+  float* out = smem_f(OFF_OUT);
+  float* part = smem_f(OFF_PART);
+  float* rs = smem_f(OFF_RS);
+  float* ssp = smem_f(OFF_SSP);
+  if (!wait_task(c, t, s_abort)) return false;
+  if constexpr (NORM) {
+    for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
+    mk_barrier();
+  }
+  attn_weights<COMB>(lse);
+  const int nblk = kd.blocks();
+  for (int blk = 0; blk < nblk; ++blk) {
+    const int nr = kd.begin(blk);
+    for (int ch = 0; ch < NCH; ++ch) {
+      const int c0 = ch * KCH, kch = min(KCH, K - c0);
+      if (NCH > 1 || blk == 0) {
+        stage_x_bf16<K, NORM, COMB>(x, c0, kch, nw, xs, ssp, blk == 0);
+        mk_barrier();
+        if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
+      }
+      pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
+    }
+    if (blk == 0) trace_mark(c, 1);  // the first block's dot products
+    gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
+  }
+  trace_mark(c, 2);  // epilogues done
+  return true;
+}
+#endif
 
 }  // namespace mk
 #endif  // MKC_HAS_MMA_BF16

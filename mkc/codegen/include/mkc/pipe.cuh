@@ -2,12 +2,14 @@
 //
 // A producer warp beside the NT consumer threads walks the worker's queue, step after step, and
 // copies the weight rows of every GEMV task into PIPE_SLOTS pages of shared memory: a page holds
-// PIPE_ROWS rows (one per consumer warp) of PIPE_COLS columns, each row one bulk asynchronous copy
-// completing on the page's `full` mbarrier. Weights never depend on anything, so the producer
+// PIPE_ROWS rows of PIPE_COLS columns (rows PIPE_LD elements apart), each row one bulk asynchronous
+// copy completing on the page's `full` mbarrier. On the FMA path (batch 1) a page is 8 rows, one
+// per consumer warp; on the tensor-core path one 16-row MMA tile whose columns the warps split. Weights never depend on anything, so the producer
 // waits only for a free page (its `empty` mbarrier, one arrival per consumer warp), never for an
 // event: while a task waits for its inputs, and while it runs its epilogue and signals, the next
-// pages keep streaming. Consumers take the pages in the same order: a GEMV task's rows in groups
-// of PIPE_ROWS, each group's K-slices of PIPE_COLS in order (so a warp sums one row's slices in
+// pages keep streaming. Consumers take the pages in the same order: a GEMV task's row blocks, each
+// block's K-chunks of KCH columns (one chunk of all K on the FMA path), each chunk's rows in groups
+// of PIPE_ROWS, each group's K-slices of PIPE_COLS in order (so a warp sums a row's slices in
 // registers). Both sides count pages in Ctx::pipe_n; page n is slot n % PIPE_NS, in its
 // (n / PIPE_NS)-th use, whose phase parity is that use's parity.
 #pragma once
@@ -18,7 +20,7 @@ namespace mk {
 #if MKC_HAS_BULK_COPY
 // slots of the ring (1 where a build has no pipeline: its code is compiled, never run)
 constexpr int PIPE_NS = PIPE_SLOTS > 0 ? PIPE_SLOTS : 1;
-__device__ __forceinline__ unsigned char* pipe_page(int slot) { return mk_smem + OFF_PIPE + slot * PIPE_ROWS * PIPE_COLS * 2; }
+__device__ __forceinline__ unsigned char* pipe_page(int slot) { return mk_smem + OFF_PIPE + slot * PIPE_ROWS * PIPE_LD * 2; }
 __device__ __forceinline__ void* pipe_full(int slot) { return mk_smem + OFF_MBAR + 8 * slot; }
 __device__ __forceinline__ void* pipe_empty(int slot) { return mk_smem + OFF_MBAR + 8 * (PIPE_NS + slot); }
 
@@ -54,18 +56,31 @@ __device__ void pipe_drain(const Ctx& c, unsigned n) {
     pipe_wait(c, pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u);
 }
 
+// The K-chunk of a GEMV task of K columns both sides walk: all of K on the FMA path (the whole
+// input is staged), else balanced chunks of whole pages, at most KCB (the staged input's columns)
+template <int K>
+__device__ constexpr int pipe_kch() {
+  if constexpr (!MMA_GEMV) {
+    return K;
+  } else {
+    constexpr int kcb = KCB > 0 ? KCB : PIPE_COLS, nch = (K + kcb - 1) / kcb;
+    return ((K + nch - 1) / nch + PIPE_COLS - 1) / PIPE_COLS * PIPE_COLS;
+  }
+}
+
 // The producer's side of one GEMV task: kd's rows (Kind: blocks/begin/row as kinds.cuh), K columns
 // each. False when the consumers stopped (an abort, or decode's early exit: they free no more pages).
 template <int K, class Kind>
 __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, volatile int* s_abort) {
-  constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
+  constexpr int KCH = pipe_kch<K>();
   const int lane = lane_id();
   const int nblk = kd.blocks();
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);
+    for (int c0 = 0; c0 < K; c0 += KCH)
     for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
-      const int rows = min(PIPE_ROWS, nr - r0);
-      for (int sl = 0; sl < NSL; ++sl) {
+      const int rows = min(PIPE_ROWS, nr - r0), nsl = (min(KCH, K - c0) + PIPE_COLS - 1) / PIPE_COLS;
+      for (int sl = 0; sl < nsl; ++sl) {
         const unsigned n = c.pipe_n++;
         const int slot = (int)(n % PIPE_NS);
         const unsigned use = n / PIPE_NS;
@@ -79,11 +94,11 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
             if (*s_abort) { pipe_drain(c, n); return false; }
           }
         }
-        const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
+        const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
         if (lane == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(rows * kw * 2));
         mk_syncwarp();
         if (lane < rows)
-          mk_bulk_copy(pipe_page(slot) + lane * PIPE_COLS * 2, kd.row(r0 + lane) + sl * PIPE_COLS, (unsigned)(kw * 2),
+          mk_bulk_copy(pipe_page(slot) + lane * PIPE_LD * 2, kd.row(r0 + lane) + k0, (unsigned)(kw * 2),
                        pipe_full(slot), policy);
       }
     }

@@ -1,0 +1,19 @@
+# The tenth session's device calls (BENCHMARKS.md, "Tenth session"). CALL=1: the tensor-core GEMV fed
+# by the weight pipeline (CodegenOptions(pipe=True), batch 8 / 32): its GPU tests, then gpu_bench
+# before/after rows and the peer.
+[ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache and .builds, carried packed (64 MiB limit)
+source scripts/gpu_env.sh
+export PYTHONPATH=$PYTHONPATH:$PWD/scripts
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+if [ "${CALL:-1}" = 1 ]; then
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_mma_pipe tests/test_gpu_megakernel.py::test_generate_in_one_launch_mma_pipe tests/test_gpu_megakernel.py::test_teacher_forced_logits[llama-3.2-1b-1-atomic] tests/test_gpu_megakernel.py::test_teacher_forced_logits[llama-3.2-1b-8-atomic]" \
+  MKC_TEST_S=200 MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=150 \
+  MKC_AB="128@b8-atomic,b8-atomic-mpipe,b8-atomic-mpipe-pages4,b8-atomic-mpipe-pages8,b1-atomic;128@b32-atomic,b32-atomic-mpipe,b32-atomic-mpipe-pages4,b8-nan,b8-nan-mpipe;128@q8-b8-atomic,q8-b8-atomic-mpipe" \
+  OUT=$OUT bash scripts/gpu_final.sh
+fi
+if [ "${CALL:-1}" = 2 ]; then  # page counts, and per-kind traces of the default and piped tensor-core kernels
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=170 \
+  MKC_AB="128@b8-atomic,b8-atomic-mpipe-pages8,b8-atomic-mpipe-pages10,b8-atomic-mpipe-pages11;128@b32-atomic,b32-atomic-mpipe,b32-atomic-mpipe-pages8,b8-nan-mpipe-pages8,b8-nan-mpipe-pages10;128@q8-b8-atomic,q8-b8-atomic-mpipe-pages8,q8-b8-atomic-mpipe-pages10;16@b8-atomic-trace,b8-atomic-mpipe-pages8-trace,q8-b8-atomic-trace,q8-b8-atomic-mpipe-pages8-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  grep "^trace" "$OUT/ab.log" | cut -c1-1500
+fi
