@@ -15,5 +15,13 @@ if [ "${CALL:-1}" = 2 ]; then  # page counts, and per-kind traces of the default
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=170 \
   MKC_AB="128@b8-atomic,b8-atomic-mpipe-pages8,b8-atomic-mpipe-pages10,b8-atomic-mpipe-pages11;128@b32-atomic,b32-atomic-mpipe,b32-atomic-mpipe-pages8,b8-nan-mpipe-pages8,b8-nan-mpipe-pages10;128@q8-b8-atomic,q8-b8-atomic-mpipe-pages8,q8-b8-atomic-mpipe-pages10;16@b8-atomic-trace,b8-atomic-mpipe-pages8-trace,q8-b8-atomic-trace,q8-b8-atomic-mpipe-pages8-trace" \
   OUT=$OUT bash scripts/gpu_final.sh
-  grep "^trace" "$OUT/ab.log" | cut -c1-1500
+  tar xzf "$OUT/pack.tgz" -O ./ab.log 2>/dev/null | grep "^trace" | cut -c1-1500
+fi
+if [ "${CALL:-1}" = 3 ]; then  # pages of 1024 / 2048 columns (fewer, longer bulk copies), traces; the inline sampler's test
+  MKC_TEST_OPTIONS='{"sampler_inline": true}' timeout 150 python3 -m pytest tests/test_gpu_tokens.py -k candidate_path_on_a_full_vocabulary -m gpu -q -p no:cacheprovider \
+    --timeout=140 -rfE 2>&1 | tail -n 3
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=170 \
+  MKC_AB="128@b8-atomic,b8-atomic-mpipe-pages8,b8-atomic-mpipe-cols1024-pages4,b8-atomic-mpipe-cols1024-pages5,b8-atomic-mpipe-cols2048-pages2;128@q8-b8-atomic,q8-b8-atomic-mpipe-cols1024-pages4,q8-b8-atomic-mpipe-cols1024-pages5,b32-atomic-mpipe-cols1024-pages3,b8-nan-mpipe-cols1024-pages4;16@b8-atomic-mpipe-cols1024-pages4-trace,q8-b8-atomic-mpipe-cols1024-pages4-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  tar xzf "$OUT/pack.tgz" -O ./ab.log 2>/dev/null | grep "^trace" | cut -c1-1500
 fi

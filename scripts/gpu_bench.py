@@ -149,11 +149,14 @@ VARIANTS.update({f"{v}-mpipe": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": Tru
                  for v in ("b8-atomic", "b8-nan", "b32-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-mpipe-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": True, "pipe_pages": n})
                  for v in ("b8-atomic", "b32-atomic", "q8-b8-atomic", "b8-nan") for n in (4, 8, 10, 11)})
+# pages of 1024 or 2048 columns (CodegenOptions.pipe_cols): fewer, longer bulk copies per page
+VARIANTS.update({f"{v}-mpipe-cols{c}-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": True, "pipe_cols": c, "pipe_pages": n})
+                 for v in ("b8-atomic", "b32-atomic", "q8-b8-atomic", "b8-nan") for c in (1024, 2048) for n in (2, 3, 4, 5)})
 # the same kernels with the per-task trace (CodegenOptions.trace): bench adds where a step's time goes,
 # per task kind (see kind_times)
 VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})
                  for v in ("b8-atomic", "b8-atomic-mpipe", "b8-atomic-mpipe-pages8", "q8-b8-atomic", "q8-b8-atomic-mpipe",
-                           "q8-b8-atomic-mpipe-pages8")})
+                           "q8-b8-atomic-mpipe-pages8", "b8-atomic-mpipe-cols1024-pages4", "q8-b8-atomic-mpipe-cols1024-pages4")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

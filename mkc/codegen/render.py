@@ -89,6 +89,8 @@ class CodegenOptions:
     # at most this many pages in the pipeline, up to 12 (0: 8, taskgraph/plan.py PIPE_DEFAULT_PAGES;
     # 6 on the tensor-core path, PIPE_MMA_PAGES)
     pipe_pages: int = 0
+    # tensor-core path: a pipeline page's columns, a multiple of 512 (0: 512, PIPE_MMA_COLS)
+    pipe_cols: int = 0
     # each task's record and its thread's wait/signal entries are read while the task before it runs
     # (off: at the task's start); the step loop then holds two records in registers. Measured on the
     # H200 (llama-3.2-1b b1, same call): 0.881 ms/token with it, 0.877 without, so it is off; the
@@ -124,7 +126,7 @@ class CodegenOptions:
         """The options that change the device plan."""
         return PlanKnobs(mma=self.mma, ring_stages=self.ring_stages, rows_per_warp=self.rows_per_warp,
                          loads_in_flight=self.loads_in_flight, attn_chunk=self.attn_chunk, pipe=self.pipe,
-                         pipe_pages=self.pipe_pages)
+                         pipe_pages=self.pipe_pages, pipe_cols=self.pipe_cols)
 
 
 @dataclass(frozen=True)

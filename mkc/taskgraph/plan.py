@@ -55,6 +55,7 @@ class PlanKnobs:
     # True: also on the tensor-core path (batch >= 2)
     pipe: bool | None = None
     pipe_pages: int = 0  # the pipeline's pages at most (up to PIPE_MAX_SLOTS); 0: PIPE_DEFAULT_PAGES
+    pipe_cols: int = 0  # tensor-core path: a page's columns (a multiple of 512); 0: PIPE_MMA_COLS
 
 
 def sample_smem(batch: int, hists: int, nb: int) -> int:
@@ -235,7 +236,11 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
                             f"{'bulk copies' if caps.bulk_copy else 'no bulk copies'}, {NW} warps, "
                             f"{'tensor-core' if mma else 'FMA'} GEMVs")
     pipe_mma = can_pipe and mma
-    prows, pcols, pld = (PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_LD) if pipe_mma else (PIPE_ROWS, PIPE_COLS, PIPE_COLS)
+    if o.pipe_cols and (o.pipe_cols % PIPE_MMA_COLS or not pipe_mma):
+        raise ScheduleError(f"pipeline pages of {o.pipe_cols} columns: the tensor-core path's pages are multiples of "
+                            f"{PIPE_MMA_COLS} columns")
+    mcols = o.pipe_cols or PIPE_MMA_COLS
+    prows, pcols, pld = (PIPE_MMA_ROWS, mcols, mcols + PIPE_MMA_LD - PIPE_MMA_COLS) if pipe_mma else (PIPE_ROWS, PIPE_COLS, PIPE_COLS)
     page = prows * pld * 2
     if mma:
         part_n = NW * 16 * B * (2 if pipe_mma else 1)  # the pipeline: two row tiles' warp partials
