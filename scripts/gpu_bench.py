@@ -61,6 +61,8 @@ VARIANTS = {
     "b8-nan": ("llama-3.2-1b", 8, "nan", "list", {}),
     "b8-atomic-ffma": ("llama-3.2-1b", 8, "atomic", "list", {"mma": False}),
     "b32-atomic": ("llama-3.2-1b", 32, "atomic", "list", {}),
+    "b4-atomic": ("llama-3.2-1b", 4, "atomic", "list", {}),
+    "b16-atomic": ("llama-3.2-1b", 16, "atomic", "list", {}),
     "b32-atomic-ffma": ("llama-3.2-1b", 32, "atomic", "list", {"mma": False}),
     "b8-atomic-U8": ("llama-3.2-1b", 8, "atomic", "list", {"loads_in_flight": 8}),
     "b32-atomic-U8": ("llama-3.2-1b", 32, "atomic", "list", {"loads_in_flight": 8}),
@@ -149,9 +151,15 @@ VARIANTS.update({f"{v}-mpipe": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": Tru
                  for v in ("b8-atomic", "b8-nan", "b32-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-mpipe-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": True, "pipe_pages": n})
                  for v in ("b8-atomic", "b32-atomic", "q8-b8-atomic", "b8-nan") for n in (4, 8, 10, 11)})
-# pages of 1024 or 2048 columns (CodegenOptions.pipe_cols): fewer, longer bulk copies per page
+# the tensor-core kernels without the weight pipeline (the cp.async ring or registers, the default before it)
+VARIANTS.update({f"{v}-ring": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": False})
+                 for v in ("b8-atomic", "b8-nan", "b32-atomic", "q8-b8-atomic", "b4-atomic", "b16-atomic")})
+# batch 1: pages of 2048 or 4096 columns (a whole llama-3.2-1b / qwen3-8b row per bulk copy)
+VARIANTS.update({f"{v}-cols{c}-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_cols": c, "pipe_pages": n})
+                 for v in ("b1-atomic", "q8-b1-atomic", "b1-nan") for c in (2048, 4096) for n in (2, 3, 4, 5)})
+# pages of 512, 1024 or 2048 columns (CodegenOptions.pipe_cols): fewer, longer bulk copies per page
 VARIANTS.update({f"{v}-mpipe-cols{c}-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe": True, "pipe_cols": c, "pipe_pages": n})
-                 for v in ("b8-atomic", "b32-atomic", "q8-b8-atomic", "b8-nan") for c in (1024, 2048) for n in (2, 3, 4, 5)})
+                 for v in ("b8-atomic", "b32-atomic", "q8-b8-atomic", "b8-nan") for c in (512, 1024, 2048) for n in (2, 3, 4, 5, 6, 8)})
 # the same kernels with the per-task trace (CodegenOptions.trace): bench adds where a step's time goes,
 # per task kind (see kind_times)
 VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})

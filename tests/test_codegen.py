@@ -411,23 +411,28 @@ def test_amd_keeps_the_fma_gemv():
 
 @pytest.mark.parametrize("name,batch", [("llama-3.2-1b", 8), ("llama-3.2-1b", 32), ("qwen3-8b", 8), ("tiny-qwen2", 2)])
 def test_tensor_core_weight_pipeline_plan(name, batch):
-    """CodegenOptions(pipe=True) from batch 2: 16-row pages with padded rows beside K-chunks of whole
-    pages, every region inside the block's shared memory, the producer warp launched on top."""
+    """The tensor-core path's weight pipeline (the default from batch 2 to 32): 16-row pages with
+    padded rows beside K-chunks of whole pages, every region inside the block's shared memory, the
+    producer warp launched on top."""
     from mkc.codegen.render import CodegenOptions, kernel_config
-    from mkc.taskgraph.plan import PIPE_MMA_COLS, PIPE_MMA_LD, PIPE_MMA_ROWS
+    from mkc.taskgraph.plan import PIPE_MMA_COLS, PIPE_MMA_PAD, PIPE_MMA_ROWS, PIPE_MMA_UNIT
 
     tg = taskgraph(name, batch, 512)
     h200 = get_target("h200")
     sched = rr_schedule(tg, "h200", "atomic")
-    cfg = kernel_config(tg, sched, h200, CodegenOptions(pipe=True))
-    c = dict(cfg.consts)
-    assert cfg.mma_gemv and 2 <= c["PIPE_SLOTS"] <= 6 and cfg.threads == cfg.consumer_threads + 32
-    assert (c["PIPE_ROWS"], c["PIPE_COLS"], c["PIPE_LD"]) == (PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_LD)
-    assert c["KCB"] % PIPE_MMA_COLS == 0 and c["KCB"] >= PIPE_MMA_COLS and c["RING"] == 0
-    assert c["OFF_MBAR"] == c["PIPE_SLOTS"] * PIPE_MMA_ROWS * PIPE_MMA_LD * 2
-    assert cfg.smem_needed <= h200.smem_per_block and c["LEAN_COMB"] == 0
-    default = kernel_config(tg, sched, h200)
-    assert dict(default.consts)["PIPE_SLOTS"] == 0 and default.threads == default.consumer_threads
+    # the default from batch 2 up to 32 (the lowering's plan), and what CodegenOptions(pipe=True) asks for
+    for cfg in (kernel_config(tg, sched, h200), kernel_config(tg, sched, h200, CodegenOptions(pipe=True))):
+        c = dict(cfg.consts)
+        assert cfg.mma_gemv and 2 <= c["PIPE_SLOTS"] <= 5 and cfg.threads == cfg.consumer_threads + 32
+        assert (c["PIPE_ROWS"], c["PIPE_COLS"], c["PIPE_LD"]) == (PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_COLS + PIPE_MMA_PAD)
+        assert c["KCB"] % PIPE_MMA_COLS == 0 and c["KCB"] >= PIPE_MMA_COLS and c["RING"] == 0
+        assert c["OFF_MBAR"] == c["PIPE_SLOTS"] * PIPE_MMA_ROWS * (PIPE_MMA_COLS + PIPE_MMA_PAD) * 2
+        assert cfg.smem_needed <= h200.smem_per_block and c["LEAN_COMB"] == 0
+    # pages of 512 columns (PIPE_MMA_UNIT), or the ring without the pipeline
+    c = dict(kernel_config(tg, sched, h200, CodegenOptions(pipe=True, pipe_cols=PIPE_MMA_UNIT)).consts)
+    assert c["PIPE_COLS"] == PIPE_MMA_UNIT and c["KCB"] % PIPE_MMA_UNIT == 0
+    off = kernel_config(tg, sched, h200, CodegenOptions(pipe=False))
+    assert dict(off.consts)["PIPE_SLOTS"] == 0 and off.threads == off.consumer_threads
 
 
 def test_weight_pipeline_refused_where_it_cannot_run():
@@ -437,3 +442,9 @@ def test_weight_pipeline_refused_where_it_cannot_run():
     tg = taskgraph("tiny-llama", 8, 64, "a100")
     with pytest.raises(ScheduleError, match="bulk asynchronous copies"):
         kernel_config(tg, rr_schedule(tg, "a100", "atomic"), get_target("a100"), CodegenOptions(pipe=True))
+    tg = taskgraph("llama-3.2-1b", 8, 64)
+    with pytest.raises(ScheduleError, match="multiples of 512 columns"):
+        kernel_config(tg, rr_schedule(tg, "h200", "atomic"), get_target("h200"), CodegenOptions(pipe=True, pipe_cols=768))
+    # batch 64: past PIPE_MMA_MAX_BATCH the tensor-core path keeps the ring (or registers) by default
+    tg = taskgraph("llama-3.2-1b", 64, 64)
+    assert dict(kernel_config(tg, rr_schedule(tg, "h200", "atomic"), get_target("h200")).consts)["PIPE_SLOTS"] == 0

@@ -67,14 +67,15 @@ def test_emit_and_build_binary(tmp_path):
 @pytest.mark.parametrize("batch", [8, 32])
 @pytest.mark.parametrize("sampler", [False, True])
 def test_tensor_core_gemv_compiles_cleanly(target, batch, sampler, tmp_path):
-    """Batch >= 2 takes the mma.sync GEMV: no warning, no spill; HMMA in the SASS where cuobjdump is."""
+    """Batch >= 2 takes the mma.sync GEMV; without the weight pipeline (the cp.async ring, or registers
+    at batch 32): no warning, no spill; HMMA in the SASS where cuobjdump is."""
     import subprocess
 
     from mkc.codegen.render import CodegenOptions
     from mkc.targets.nvidia.compiler import build_cubin
 
     tg = taskgraph("llama-3.2-1b", batch, 4096, target)
-    src, cfg, _ = generate(tg, rr_schedule(tg, target, "atomic"), target, CodegenOptions(sampler=sampler))
+    src, cfg, _ = generate(tg, rr_schedule(tg, target, "atomic"), target, CodegenOptions(sampler=sampler, pipe=False))
     assert cfg.mma_gemv
     res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
     assert res.warnings == [], res.log
@@ -93,18 +94,22 @@ def test_tensor_core_gemv_compiles_cleanly(target, batch, sampler, tmp_path):
         assert "LDS.128" in sass and "LDG.E.NA.128.CONSTANT" in sass
 
 
-@pytest.mark.parametrize("batch,sync", [(8, "atomic"), (8, "nan"), (32, "atomic")])
-def test_tensor_core_weight_pipeline_compiles_cleanly(batch, sync, tmp_path):
-    """CodegenOptions(pipe=True) at batch 8 and 32: the tensor-core GEMV reading its weights from the
-    pipeline's pages builds without a warning; the producer warp leaves 168 registers per thread, and
-    the greedy kernel spills at most a word or two (4 bytes on 2026-12-02)."""
+@pytest.mark.parametrize("batch,sync,sampler", [(8, "atomic", False), (8, "nan", False), (32, "atomic", False),
+                                                (8, "atomic", True), (32, "atomic", True)])
+def test_tensor_core_weight_pipeline_compiles_cleanly(batch, sync, sampler, tmp_path):
+    """The default from batch 2 to 32: the tensor-core GEMV reading its weights from the pipeline's
+    pages builds without a warning. The producer warp leaves 168 registers per thread: the greedy
+    kernel spills a few words (16 bytes at batch 8, 12 at 32 on 2026-12-02); with the sampler the
+    kernel and the filtered sampler's functions spill more (136 bytes in the kernel, 224 / 296 in
+    sample_pdraw at batch 8 / 32), which only the sampling steps pay: past 320 is a blow-up."""
     from mkc.codegen.render import CodegenOptions
     from mkc.targets.nvidia.compiler import build_cubin
 
     tg = taskgraph("llama-3.2-1b", batch, 4096, "h200")
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=False, pipe=True))
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=sampler))
     assert cfg.mma_gemv and cfg.threads == 288 and "cp.async.bulk.shared::cluster.global" in src
+    assert dict(cfg.consts)["PIPE_SLOTS"] >= 2
     res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) <= 16, res.log
+    assert spills and max(spills) <= (320 if sampler else 16), res.log

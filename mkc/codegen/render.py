@@ -82,14 +82,17 @@ class CodegenOptions:
     # atomic waits poll their counters relaxed and each polling thread issues one acquire fence after
     # its last poll (docs/sync.md "Acquire once"), instead of an ld.acquire per poll
     acquire_once: bool = False
-    # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (batch 1
-    # on NVIDIA sm_90+), False: off (weights through registers, as before), True: required, and on
-    # the tensor-core path too (batch >= 2: pages of 16 rows, gemv_mma.cuh gemv_task_mma_pipe)
+    # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (NVIDIA
+    # sm_90+: batch 1 on the FMA path, batch 2-32 on the tensor-core path, pages of 16 rows,
+    # gemv_mma.cuh gemv_task_mma_pipe), False: off (weights through registers or the cp.async ring,
+    # as before), True: required
     pipe: bool | None = None
     # at most this many pages in the pipeline, up to 12 (0: 8, taskgraph/plan.py PIPE_DEFAULT_PAGES;
-    # 6 on the tensor-core path, PIPE_MMA_PAGES)
+    # 5 on the tensor-core path, PIPE_MMA_PAGES)
     pipe_pages: int = 0
-    # tensor-core path: a pipeline page's columns, a multiple of 512 (0: 512, PIPE_MMA_COLS)
+    # a pipeline page's columns: a multiple of 1024 on the FMA path (0: 1024, PIPE_COLS), of 512 on
+    # the tensor-core path (0: 1024, PIPE_MMA_COLS: a bulk copy per row of 2 KiB streams faster than
+    # one of 1 KiB)
     pipe_cols: int = 0
     # each task's record and its thread's wait/signal entries are read while the task before it runs
     # (off: at the task's start); the step loop then holds two records in registers. Measured on the

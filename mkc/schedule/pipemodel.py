@@ -8,7 +8,7 @@ task's weight rows into shared-memory pages in queue order, across tasks and ste
 a free page, so a GEMV task's weights partly arrive during the waits and tasks before it. Here:
 
 - the producer streams the weight bytes of the worker's GEMV tasks at the worker's share of the
-  bandwidth, holding at most ``pipe_slots * PIPE_PAGE`` bytes that their task has not consumed; a
+  bandwidth, holding at most ``pipe_slots`` pages (``DevicePlan.pipe_page`` bytes each) that their task has not consumed; a
   started task consumes its bytes as they arrive, which frees their pages. Of those pages, the
   bandwidth times ``page_latency_us`` are still queued at HBM at any time, so the bytes that can be
   ahead of the tasks are the pages' capacity less that (``effective_capacity``): on the H200 every
@@ -72,9 +72,10 @@ def task_parts(tg: TaskGraph, target: Target, cost: CostModel | None = None, pip
     """Each task's piped weight bytes, own bytes and flop time. ``pipe_slots``: pages per worker,
     by default the device plan's (0 for a graph without one)."""
     cost = cost or DEFAULT_COST
+    plan = plan_of(tg, target)
     if pipe_slots is None:
-        plan = plan_of(tg, target)
         pipe_slots = plan.pipe_slots if plan is not None else 0
+    page = plan.pipe_page if plan is not None and plan.pipe_slots else PIPE_PAGE
     mma = tg.plan is not None and tg.plan.mma
     role = {b.name: (b.role, DTYPE_BYTES[b.dtype]) for b in tg.buffers}
     piped, own, flop = [], [], []
@@ -86,7 +87,7 @@ def task_parts(tg: TaskGraph, target: Target, cost: CostModel | None = None, pip
         piped.append(float(w))
         own.append(float(t.bytes - w))
         flop.append(t.flops / cost.flops_per_sm(target, t.kind, mma))
-    return Parts(tuple(piped), tuple(own), tuple(flop), float(pipe_slots * PIPE_PAGE))
+    return Parts(tuple(piped), tuple(own), tuple(flop), float(pipe_slots * page))
 
 
 def effective_capacity(capacity: float, bw: float, page_latency_us: float) -> float:

@@ -35,11 +35,17 @@ PIPE_MAX_SLOTS = 12
 # 0.888 ms/token, 6 0.868, 8 0.855, 11 0.868)
 PIPE_DEFAULT_PAGES = 8
 PIPE_REGIONS = ("OFF_PIPE", "OFF_MBAR")
-# The tensor-core path's page: one 16-row MMA tile of PIPE_MMA_COLS columns, each row PIPE_MMA_LD
-# elements apart (64 bytes of padding: the two rows of each 8-lane phase of a 16-byte shared load
-# hit disjoint banks), 17 KiB; the consumer warps split its columns (gemv_mma.cuh pipe_mma_rows)
-PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_LD = 16, 512, 544
-PIPE_MMA_PAGES = 6
+# The tensor-core path's page: one 16-row MMA tile of PIPE_MMA_COLS columns (a multiple of
+# PIPE_MMA_UNIT), each row PIPE_MMA_PAD elements longer (64 bytes: the two rows of each 8-lane phase
+# of a 16-byte shared load hit disjoint banks), 33 KiB; the consumer warps split its columns
+# (gemv_mma.cuh pipe_mma_rows). H200, same call (BENCHMARKS.md, tenth session): rows of 1 KiB
+# (512 columns, 1 KiB per bulk copy) streamed ~21 GB/s per SM, rows of 2 KiB ~32 (llama-3.2-1b b8
+# 1.149 -> 1.006 ms/token).
+PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_UNIT, PIPE_MMA_PAD = 16, 1024, 512, 32
+PIPE_MMA_PAGES = 5
+# the tensor-core path takes the pipeline by default up to this batch (measured at 8 and 32; past it
+# the staged input leaves too little room for pages)
+PIPE_MMA_MAX_BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -51,11 +57,13 @@ class PlanKnobs:
     rows_per_warp: int = 2  # G: weight rows a warp streams at once (FMA path)
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0: by batch size
     attn_chunk: int = 256  # positions per attention tile
-    # the cross-task weight pipeline; None: where planned (batch 1 on the FMA path, bulk copies),
-    # True: also on the tensor-core path (batch >= 2)
+    # the cross-task weight pipeline; None: where planned (bulk copies: batch 1 on the FMA path,
+    # 2..PIPE_MMA_MAX_BATCH on the tensor-core path), True: required (any batch on the tensor-core path)
     pipe: bool | None = None
-    pipe_pages: int = 0  # the pipeline's pages at most (up to PIPE_MAX_SLOTS); 0: PIPE_DEFAULT_PAGES
-    pipe_cols: int = 0  # tensor-core path: a page's columns (a multiple of 512); 0: PIPE_MMA_COLS
+    # the pipeline's pages at most (up to PIPE_MAX_SLOTS); 0: PIPE_DEFAULT_PAGES / PIPE_MMA_PAGES
+    pipe_pages: int = 0
+    # a page's columns, a multiple of PIPE_COLS (FMA path) or PIPE_MMA_UNIT (tensor cores); 0: the default
+    pipe_cols: int = 0
 
 
 def sample_smem(batch: int, hists: int, nb: int) -> int:
@@ -229,42 +237,57 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
     # the tensor-core path (PlanKnobs.pipe), where the target has bulk copies and 8 consumer warps.
     # The FMA path stages the whole input (one K-chunk), so a page is never waited for in the
     # middle of a staging pass; the tensor-core path stages K-chunks of whole pages.
-    can_pipe = caps.bulk_copy and NW == PIPE_ROWS and ((not mma and B == 1) or (mma and o.pipe is True))
-    if o.pipe and not can_pipe:
+    # The weight pipeline: batch 1 on the FMA path (one consumer warp per page row), and on the
+    # tensor-core path up to batch PIPE_MMA_MAX_BATCH (or asked for), where the target has bulk
+    # copies and 8 consumer warps. The FMA path stages the whole input (one K-chunk), so a page is
+    # never waited for in the middle of a staging pass; the tensor-core path stages K-chunks of
+    # whole pages.
+    base_ok = caps.bulk_copy and NW == PIPE_ROWS
+    can_pipe = base_ok and ((not mma and B == 1) or (mma and (o.pipe is True or (o.pipe is None and B <= PIPE_MMA_MAX_BATCH))))
+    if o.pipe and not (base_ok and (mma or B == 1)):
         raise ScheduleError(f"the weight pipeline needs bulk asynchronous copies and {PIPE_ROWS} consumer warps, "
                             f"batch 1 on the FMA path or the tensor-core path; {target.name} at batch {B} has "
                             f"{'bulk copies' if caps.bulk_copy else 'no bulk copies'}, {NW} warps, "
                             f"{'tensor-core' if mma else 'FMA'} GEMVs")
     pipe_mma = can_pipe and mma
-    if o.pipe_cols and (o.pipe_cols % PIPE_MMA_COLS or not pipe_mma):
-        raise ScheduleError(f"pipeline pages of {o.pipe_cols} columns: the tensor-core path's pages are multiples of "
-                            f"{PIPE_MMA_COLS} columns")
-    mcols = o.pipe_cols or PIPE_MMA_COLS
-    prows, pcols, pld = (PIPE_MMA_ROWS, mcols, mcols + PIPE_MMA_LD - PIPE_MMA_COLS) if pipe_mma else (PIPE_ROWS, PIPE_COLS, PIPE_COLS)
+    unit = PIPE_MMA_UNIT if mma else PIPE_COLS
+    if o.pipe_cols and o.pipe_cols % unit:
+        raise ScheduleError(f"pipeline pages of {o.pipe_cols} columns: the {'tensor-core' if mma else 'FMA'} path's "
+                            f"pages are multiples of {unit} columns")
+    if mma:
+        prows, pcols = PIPE_MMA_ROWS, o.pipe_cols or PIPE_MMA_COLS
+        pld = pcols + PIPE_MMA_PAD
+    else:
+        prows, pcols = PIPE_ROWS, o.pipe_cols or PIPE_COLS
+        pld = pcols
     page = prows * pld * 2
     if mma:
-        part_n = NW * 16 * B * (2 if pipe_mma else 1)  # the pipeline: two row tiles' warp partials
         # The input is staged as bf16 [B][XST] with XST = KCB + 32: a row is 64 bytes off 128, so the
         # two batch columns of each 8-lane phase of a 16-byte shared load hit disjoint banks. KCB is
         # the K-chunk: the largest multiple of 64 (of 256 when it can; of a page's columns with the
         # pipeline) that fits what the other regions leave, at most K. A chunk costs a barrier and
-        # a pause of the weight stream.
+        # a pause of the weight stream. The pipeline keeps two row tiles' warp partials.
         def k_chunk(r: int, pages: int = 0) -> int:
-            rest = (f * (out_cap + part_n + B + NW * B + 2 * B + B * split * NH) + r * 2 * U * 16 * NT
+            part = NW * 16 * B * (2 if pages else 1)
+            rest = (f * (out_cap + part + B + NW * B + 2 * B + B * split * NH) + r * 2 * U * 16 * NT
                     + 8 * 16 + 16 + (pages * (page + 16) + 16 if pages else 0))
             per_row = (target.smem_per_block - rest) // (2 * B) - 32
             if pages:
                 return min(_align(k_max, pcols), per_row // pcols * pcols)
             return min(_align(k_max, 256), per_row // 256 * 256 or per_row // 64 * 64)
 
+        pages = 0
         if pipe_mma:
             want = min(o.pipe_pages or PIPE_MMA_PAGES, PIPE_MAX_SLOTS)
             pages = next((p for p in range(want, 1, -1) if k_chunk(0, p) >= pcols), 0)
-            if not pages:
+            if not pages and o.pipe:
                 raise ScheduleError(f"batch {B} leaves no room for 2 pipeline pages and a K-chunk of {pcols} in "
                                     f"{target.name}'s shared memory")
+            pipe_mma = can_pipe = pages > 0  # else the ring below, as without the pipeline
+        if pipe_mma:
             kcb = k_chunk(0, pages)
         else:
+            prows, pcols, pld = PIPE_ROWS, PIPE_COLS, PIPE_COLS
             # the deepest weight ring (up to ring_stages) that leaves K-chunks of 1024 (or all of K);
             # past batch 16 the staged input needs the shared memory (H200, llama-3.2-1b, batch 32:
             # 3.01 ms/token with a ring of 3 against 2.27 without; batch 8: 1.32 against 1.53)
@@ -273,7 +296,7 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
             kcb = k_chunk(ring)
         if kcb < 64:
             raise ScheduleError(f"batch {B} leaves no room to stage a K-chunk in {target.name}'s shared memory")
-        xs_bytes = 2 * B * (kcb + 32)
+        xs_bytes, part_n = 2 * B * (kcb + 32), NW * 16 * B * (2 if pipe_mma else 1)
     else:
         xs_bytes, part_n = f * B * KC, NW * G * B
     pipe_slots = 0
