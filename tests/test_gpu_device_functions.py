@@ -33,14 +33,15 @@ def on_gpu(test):
 
 # configurations the wrappers are compiled for: (model, batch, target, sync, options)
 CONFIGS = {
-    # FMA GEMV, attention split over the sequence; without the weight pipeline, whose producer warp
-    # these single-function wrappers do not run (its consumers would wait for pages forever)
+    # FMA GEMV, attention split over the sequence; without the weight pipeline (batch 1 and 2-32 by
+    # default), whose producer warp these single-function wrappers do not run (its consumers would
+    # wait for pages forever): the tensor-core configurations test the ring and register paths
     "b1": ("llama-3.2-1b", 1, "h200", "atomic", {"pipe": False}),
-    "b2-nan": ("llama-3.2-1b", 2, "h200", "nan", {}),  # polled 3-D regions (batch x split x columns), caches
+    "b2-nan": ("llama-3.2-1b", 2, "h200", "nan", {"pipe": False}),  # polled 3-D regions (batch x split x columns), caches
     "fma-b4": ("llama-3.2-1b", 4, "h200", "atomic", {"mma": False}),
-    "mma-ring-b8": ("llama-3.2-1b", 8, "h200", "atomic", {}),
-    "mma-reg-b8": ("llama-3.2-1b", 8, "h200", "atomic", {"ring_stages": 0}),
-    "mma-b3": ("llama-3.2-1b", 3, "h200", "atomic", {}),  # batch columns past B in the MMA tile
+    "mma-ring-b8": ("llama-3.2-1b", 8, "h200", "atomic", {"pipe": False}),
+    "mma-reg-b8": ("llama-3.2-1b", 8, "h200", "atomic", {"ring_stages": 0, "pipe": False}),
+    "mma-b3": ("llama-3.2-1b", 3, "h200", "atomic", {"pipe": False}),  # batch columns past B in the MMA tile
     "qkn-b1": ("qwen3-0.6b", 1, "h200", "atomic", {"pipe": False}),  # q/k norm in attention, head_dim 128
     "qkn-tiny-nan": ("tiny-qwen3", 1, "h200", "nan", {"pipe": False}),  # q/k norm, head_dim 32 (rotary pairs across lanes)
     "qkn-late": ("qwen3-0.6b", 1, "h200", "atomic", {"attn_early": False, "pipe": False}),  # attention loads after its wait
@@ -54,7 +55,7 @@ def setup(key: str):
     tg = taskgraph(model, batch, 512, t)
     sched = rr_schedule(tg, t, sync)
     cfg = kernel_config(tg, sched, t, CodegenOptions(**opts))
-    # a wrapper runs no producer warp: a batch-1 configuration needs pipe=False (else its barriers
+    # a wrapper runs no producer warp: a configuration with the pipeline needs pipe=False (else its barriers
     # count 256 of the 288 threads launched and the wrapper hangs)
     assert cfg.threads == cfg.consumer_threads, f"{key}: give it pipe=False"
     return tg, sched, cfg, t
