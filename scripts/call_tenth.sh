@@ -31,7 +31,7 @@ if [ "${CALL:-1}" = 4 ]; then  # the new defaults: every GPU test, the before/af
   OUT=$OUT bash scripts/gpu_final.sh
 fi
 if [ "${CALL:-1}" = 5 ]; then  # mkc bench (torch.compile baselines), batch-1 page widths, batch 4 / 16, the peer
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=170 MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_S=260 \
+  MKC_TESTS=tests/test_gpu_device_functions.py MKC_TEST_S=100 MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=170 MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_S=250 \
   MKC_AB="128@b1-atomic,b1-atomic-cols2048-pages4,b1-atomic-cols2048-pages5,b1-atomic-cols4096-pages2,b4-atomic,b4-atomic-ring,b16-atomic,b16-atomic-ring;128@q8-b1-atomic,q8-b1-atomic-cols2048-pages4,q8-b1-atomic-cols4096-pages2" \
   OUT=$OUT bash scripts/gpu_final.sh
 fi
