@@ -35,3 +35,8 @@ if [ "${CALL:-1}" = 5 ]; then  # mkc bench (torch.compile baselines), batch-1 pa
   MKC_AB="128@b1-atomic,b1-atomic-cols2048-pages4,b1-atomic-cols2048-pages5,b1-atomic-cols4096-pages2,b4-atomic,b4-atomic-ring,b16-atomic,b16-atomic-ring;128@q8-b1-atomic,q8-b1-atomic-cols2048-pages4,q8-b1-atomic-cols4096-pages2" \
   OUT=$OUT bash scripts/gpu_final.sh
 fi
+if [ "${CALL:-1}" = 6 ]; then  # the sampling tests on today's defaults (inline sampler at batch 1, the pipeline from batch 2), sampling cost b1 / b8, the peer
+  MKC_TESTS="tests/test_gpu_tokens.py tests/test_gpu_text.py" MKC_TEST_S=160 MKC_AB=none MKC_TOKENS_S=75 MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
+  timeout 75 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 8 --steps 120 --json "$OUT/tokens-b8.json" > "$OUT/tokens-b8.log" 2>&1
+  echo "tokens b8 rc=$?"; tail -n 14 "$OUT/tokens-b8.log"
+fi

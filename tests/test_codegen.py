@@ -370,11 +370,12 @@ def test_tensor_core_gemv_from_batch_2(target, batch):
 
 
 def test_cp_async_weight_ring_up_to_batch_16():
-    """B <= 16 streams MMA weights through a cp.async ring in shared memory; past it, or with
-    ring_stages=0, through registers; the ring never costs more than halving K-chunks to 1024."""
+    """Without the weight pipeline (CodegenOptions(pipe=False); past batch 32 by default), B <= 16
+    streams MMA weights through a cp.async ring in shared memory; past it, or with ring_stages=0,
+    through registers; the ring never costs more than halving K-chunks to 1024."""
     for batch, want in ((2, 3), (8, 3), (16, 3), (32, 0)):
         tg = taskgraph("llama-3.2-1b", batch, 512)
-        src, cfg, _ = generate(tg, rr_schedule(tg), "h200")
+        src, cfg, _ = generate(tg, rr_schedule(tg), "h200", CodegenOptions(pipe=False))
         c = dict(cfg.consts)
         assert cfg.ring == c["RING"] == want
         assert cfg.mma_gemv and "constexpr bool MMA_GEMV = true;" in src and f"constexpr int RING = {want};" in src
@@ -383,7 +384,7 @@ def test_cp_async_weight_ring_up_to_batch_16():
             assert c["OFF_RING"] % 16 == 0 and c["OFF_RING"] + ring_bytes <= cfg.smem_needed <= cfg.smem_bytes
             assert c["KCB"] >= 1024
     tg = taskgraph("llama-3.2-1b", 8, 512)
-    src, cfg, _ = generate(tg, rr_schedule(tg), "h200", CodegenOptions(ring_stages=0))
+    src, cfg, _ = generate(tg, rr_schedule(tg), "h200", CodegenOptions(ring_stages=0, pipe=False))
     assert cfg.ring == 0 and "constexpr int RING = 0;" in src and "OFF_RING" not in dict(cfg.consts)
     assert "constexpr int OFF_RING = 0;  // not used by this build's GEMV path" in src
 

@@ -99,7 +99,7 @@ def test_tensor_core_gemv_compiles_cleanly(target, batch, sampler, tmp_path):
 def test_tensor_core_weight_pipeline_compiles_cleanly(batch, sync, sampler, tmp_path):
     """The default from batch 2 to 32: the tensor-core GEMV reading its weights from the pipeline's
     pages builds without a warning. The producer warp leaves 168 registers per thread: the greedy
-    kernel spills a few words (16 bytes at batch 8, 12 at 32 on 2026-12-02); with the sampler the
+    kernel spills a few words (16 bytes at batch 8, 36 in nan mode, 12 at 32 on 2026-12-02); with the sampler the
     kernel and the filtered sampler's functions spill more (136 bytes in the kernel, 224 / 296 in
     sample_pdraw at batch 8 / 32), which only the sampling steps pay: past 320 is a blow-up."""
     from mkc.codegen.render import CodegenOptions
@@ -112,4 +112,4 @@ def test_tensor_core_weight_pipeline_compiles_cleanly(batch, sync, sampler, tmp_
     res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) <= (320 if sampler else 16), res.log
+    assert spills and max(spills) <= (320 if sampler else 48), res.log

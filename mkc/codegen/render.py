@@ -115,9 +115,11 @@ class CodegenOptions:
     # tiles), the kernel Megakernel launches for steps that sample without a filter
     sample_filter: bool = True
     # the filtered sampler's functions inline (MK_OUTLINE __forceinline__) rather than out of line:
-    # 2.4 % faster per filtered step on llama-3.2-1b batch 1 (BENCHMARKS.md, ninth session), off until
-    # the GPU sampling tests have run on it (inlined, it spilled the batch-32 tensor-core build before)
-    sampler_inline: bool = False
+    # 1.2-2.7 % faster per filtered step on llama-3.2-1b batch 1 (BENCHMARKS.md, ninth session).
+    # None: where it was measured and the GPU sampling tests ran on it, batch 1 with atomic counters
+    # and the weight pipeline (sm_90+); elsewhere it spills (118 bytes at batch 1 in nan mode, more
+    # on the tensor-core kernels, 168 registers under the pipeline), so they keep the calls
+    sampler_inline: bool | None = None
     # top-p / min-p without a top-k: the LM-head tiles' Gumbel winner checked, then rejection rounds
     # (sampling.cuh sample_pdraw); False: the exact path alone (other draws: for measurements)
     sample_pdraw: bool = True
@@ -254,7 +256,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
-        ATT_SPLIT=ATT_SPLIT, DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and o.sampler_inline), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+        ATT_SPLIT=ATT_SPLIT, DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
