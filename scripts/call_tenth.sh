@@ -36,7 +36,7 @@ if [ "${CALL:-1}" = 5 ]; then  # mkc bench (torch.compile baselines), batch-1 pa
   OUT=$OUT bash scripts/gpu_final.sh
 fi
 if [ "${CALL:-1}" = 6 ]; then  # the sampling tests on today's defaults (inline sampler at batch 1, the pipeline from batch 2), sampling cost b1 / b8, the peer
-  MKC_TESTS="tests/test_gpu_tokens.py tests/test_gpu_text.py" MKC_TEST_S=160 MKC_AB=none MKC_TOKENS_S=75 MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
-  timeout 75 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 8 --steps 120 --json "$OUT/tokens-b8.json" > "$OUT/tokens-b8.log" 2>&1
+  MKC_TESTS="tests/test_gpu_tokens.py tests/test_gpu_text.py" MKC_TEST_S=130 MKC_AB=none MKC_TOKENS_S=60 MKC_PEER_S=75 MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
+  timeout 60 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 8 --steps 120 --json "$OUT/tokens-b8.json" > "$OUT/tokens-b8.log" 2>&1
   echo "tokens b8 rc=$?"; tail -n 14 "$OUT/tokens-b8.log"
 fi
