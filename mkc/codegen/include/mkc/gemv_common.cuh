@@ -2,6 +2,7 @@
 // attention, the combination weights of the splits, and the end of a row block (1/rms, epilogue).
 #pragma once
 #include "mkc/common.cuh"
+#include "mkc/sync.cuh"
 
 namespace mk {
 
@@ -50,6 +51,18 @@ __device__ __forceinline__ void attn_weights(const float* lse) {
     }
     mk_barrier();
   }
+}
+
+// A GEMV task's wait on its inputs, then (NORM) the warps' sums of squares cleared for stage_x.
+// False (in every thread) to stop.
+template <bool NORM>
+__device__ __forceinline__ bool gemv_wait(const Ctx& c, const Task& t, int* s_abort, float* ssp) {
+  if (!wait_task(c, t, s_abort)) return false;
+  if constexpr (NORM) {
+    for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
+    mk_barrier();
+  }
+  return true;
 }
 
 // The end of a row block: with NORM, scale by 1/rms of each batch row; then the kind's epilogue.

@@ -235,11 +235,7 @@ __device__ __forceinline__ bool gemv_task_fma(const Ctx& c, const Task& t, int* 
   float* ssp = smem_f(OFF_SSP);
   uint4 pre[G][U];
   if constexpr (PRELOAD) gemv_preload(kd, kd.begin(0), min(KCH, K), pre);
-  if (!wait_task(c, t, s_abort)) return false;
-  if constexpr (NORM) {
-    for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
-    mk_barrier();
-  }
+  if (!gemv_wait<NORM>(c, t, s_abort, ssp)) return false;
   attn_weights<COMB>(lse);
   const int nblk = kd.blocks();
   for (int blk = 0; blk < nblk; ++blk) {
@@ -268,11 +264,7 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
   float* out = smem_f(OFF_OUT);
   float* rs = smem_f(OFF_RS);
   float* ssp = smem_f(OFF_SSP);
-  if (!wait_task(c, t, s_abort)) return false;
-  if constexpr (NORM) {
-    for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
-    mk_barrier();
-  }
+  if (!gemv_wait<NORM>(c, t, s_abort, ssp)) return false;
   if constexpr (LEAN_COMB && COMB) {
     stage_x_comb<K>(x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
   } else {

@@ -452,11 +452,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   float* part = smem_f(OFF_PART);
   float* rs = smem_f(OFF_RS);
   float* ssp = smem_f(OFF_SSP);
-  if (!wait_task(c, t, s_abort)) return false;
-  if constexpr (NORM) {
-    for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
-    mk_barrier();
-  }
+  if (!gemv_wait<NORM>(c, t, s_abort, ssp)) return false;
   attn_weights<COMB>(lse);
   const int nblk = kd.blocks();
   for (int blk = 0; blk < nblk; ++blk) {
