@@ -16,6 +16,7 @@ import json
 
 from gpu_bench import variant_plan
 
+from mkc.codegen.render import plan_for
 from mkc.schedule.cost import load_calibration
 from mkc.schedule.pipemodel import pipelined_timeline
 from mkc.target import get_target
@@ -38,8 +39,11 @@ def main() -> None:
     print("| variant | measured (us) | pipelined model | scheduler's model |")
     print("|---|---|---|---|")
     for v in a.variants.split(","):
-        tg, sched, _ = variant_plan(v, a.max_seq)
-        p = pipelined_timeline(tg, sched.queues, get_target(tg.target), cost, steps=a.steps).step_us()[-1]
+        tg, sched, options = variant_plan(v, a.max_seq)
+        target = get_target(tg.target)
+        # the pages of the kernel gpu_bench built (a variant's options may drop the pipeline)
+        slots = plan_for(tg, target, options).pipe_slots
+        p = pipelined_timeline(tg, sched.queues, target, cost, steps=a.steps, pipe_slots=slots).step_us()[-1]
         m = measured.get(v)
         ratio = f" ({p / m:.2f}x)" if m else ""
         own = f"{sched.makespan:.1f}" if sched.makespan else "-"
