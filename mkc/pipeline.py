@@ -194,6 +194,10 @@ def _codegen(b: Build) -> None:
 
     paths = _timed(b.log, "codegen", emit, b.tg, b.sched, b.target, b.bdir)
     b.report["kernel"] = {k: str(Path(v).name) for k, v in paths.items()}
+    if b.tg.plan is not None:
+        plan = b.report["kernel"]["plan"] = b.tg.plan.summary()
+        b.log(f"kernel    GEMVs on {plan['gemv']}, weights through {plan['weights']}; {plan['threads']} threads, "
+              f"{plan['smem_bytes'] / 1024:.0f} KiB shared memory per block")
     if b.opts.compile_binary:
         from mkc.codegen import build_binary
 

@@ -25,6 +25,10 @@ def test_compile_writes_every_stage(tmp_path, capsys):
         assert rep["batch"] == b and rep["verify"]["ok"] is True
         assert rep["graph"]["param_bytes"] > 0 and rep["tasks"]
         assert rep["schedule"]["makespan_us"] >= rep["schedule"]["lower_bound_us"] > 0
+        # what the kernel does: batch 1 FMAs, batch 3 tensor cores, both fed by the weight pipeline on the H200
+        plan = rep["kernel"]["plan"]
+        assert plan["gemv"] == ("fp32 FMA" if b == 1 else "tensor cores (mma.sync bf16)")
+        assert plan["weights"].startswith("a weight pipeline") and plan["threads"] == plan["consumer_threads"] + 32
     # the saved schedules verify again from disk, and can be drawn
     assert main(["verify", str(out)]) == 0
     assert main(["inspect", str(out)]) == 0

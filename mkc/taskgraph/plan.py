@@ -148,6 +148,20 @@ class DevicePlan:
         """Shared memory the task before a GEMV task holds to stream that task's weights early."""
         return self.stages * self.stage_bytes
 
+    def summary(self) -> dict:
+        """What the kernel does with this plan, for build reports: the GEMV path, how weights reach
+        it, the staged input's K-chunk, the block and its shared memory."""
+        if self.pipe_slots:
+            weights = (f"a weight pipeline of {self.pipe_slots} pages of {self.pipe_rows} rows x {self.pipe_cols} "
+                       f"columns ({self.pipe_page // 1024} KiB) filled by a producer warp")
+        elif self.mma and self.ring:
+            weights = f"a cp.async ring of {self.ring} stages"
+        else:
+            weights = "registers"
+        return {"gemv": "tensor cores (mma.sync bf16)" if self.mma else "fp32 FMA", "weights": weights,
+                "k_chunk": self.kcb if self.mma else self.kc, "threads": self.launch_threads,
+                "consumer_threads": self.threads, "smem_bytes": self.smem_bytes, "attn_split": self.attn_split}
+
     def offsets(self) -> dict[str, int]:
         return {name: off for name, off, _ in self.regions}
 
