@@ -1,6 +1,12 @@
-# The tenth session's device calls (BENCHMARKS.md, "Tenth session"). CALL=1: the tensor-core GEMV fed
-# by the weight pipeline (CodegenOptions(pipe=True), batch 8 / 32): its GPU tests, then gpu_bench
-# before/after rows and the peer.
+# The tenth session's device calls (BENCHMARKS.md, "Tenth session"), after scripts/prebuild.py on the
+# CPU machine and `tar czf out/carry/cache.tgz .cache` (carry out/carry, .whl, .peer):
+#   CALL=1  the tensor-core GEMV fed by the weight pipeline (pages of 512 columns): its GPU tests,
+#           gpu_bench before/after rows, the peer
+#   CALL=2  page counts, per-kind traces of the ring and pipeline kernels
+#   CALL=3  pages of 1024 / 2048 columns, traces; the inline sampler's candidate-path test
+#   CALL=4  the new defaults: every GPU test, the before/after rows (-ring), the peer
+#   CALL=5  the device-function tests, mkc bench (torch.compile baselines), batch-1 page widths, b4/b16
+#   CALL=6  the sampling tests on today's defaults, bench_tokens at batch 1 and 8, the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache and .builds, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
