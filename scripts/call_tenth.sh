@@ -12,7 +12,9 @@ source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 if [ "${CALL:-1}" = 1 ]; then
-  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_mma_pipe tests/test_gpu_megakernel.py::test_generate_in_one_launch_mma_pipe tests/test_gpu_megakernel.py::test_teacher_forced_logits[llama-3.2-1b-1-atomic] tests/test_gpu_megakernel.py::test_teacher_forced_logits[llama-3.2-1b-8-atomic]" \
+  # (call 1 ran test_teacher_forced_logits_mma_pipe and test_generate_in_one_launch_mma_pipe, since folded
+  # into the defaults' cases and test_teacher_forced_logits_tensor_core_paths)
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_tensor_core_paths tests/test_gpu_megakernel.py::test_teacher_forced_logits[llama-3.2-1b-1-atomic] tests/test_gpu_megakernel.py::test_teacher_forced_logits[llama-3.2-1b-8-atomic]" \
   MKC_TEST_S=200 MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=150 \
   MKC_AB="128@b8-atomic,b8-atomic-mpipe,b8-atomic-mpipe-pages4,b8-atomic-mpipe-pages8,b1-atomic;128@b32-atomic,b32-atomic-mpipe,b32-atomic-mpipe-pages4,b8-nan,b8-nan-mpipe;128@q8-b8-atomic,q8-b8-atomic-mpipe" \
   OUT=$OUT bash scripts/gpu_final.sh

@@ -73,13 +73,13 @@ def test_sources(trace: bool = False):
         tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), down_split=split)
         yield from kernels(f"test llama-3.2-1b b1 {s} down split {split}", tg, rr_schedule(tg, "h200", s), "h200",
                            sampling=False)
-    # test_teacher_forced_logits_mma_pipe
-    from test_gpu_megakernel import MMA_PIPE_CASES
+    # test_teacher_forced_logits_tensor_core_paths
+    from test_gpu_megakernel import MMA_CASES
 
-    for m, b, s in sorted(set(MMA_PIPE_CASES) | {("tiny-qwen3", 8, "nan"), ("llama-3.2-1b", 8, "atomic")}):
+    for m, b, s, opts in MMA_CASES:
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
-        yield from kernels(f"test {m} b{b} {s} mma pipe", tg, rr_schedule(tg, "h200", s), "h200",
-                           CodegenOptions(pipe=True), sampling=False)
+        yield from kernels(f"test {m} b{b} {s} {opts}", tg, rr_schedule(tg, "h200", s), "h200",
+                           CodegenOptions(**opts), sampling=False)
     for m, b, s in TRACE_TEST_CASES if trace else ():
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         yield from kernels(f"test {m} b{b} {s} trace", tg, rr_schedule(tg, "h200", s), "h200",

@@ -247,10 +247,6 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
     out_cap = max(4096, HD * B, 2 * B)
     f = 4  # bytes per float / int
     ring, kcb = 0, 0
-    # The weight pipeline: batch 1 on the FMA path (one consumer warp per page row), or asked for on
-    # the tensor-core path (PlanKnobs.pipe), where the target has bulk copies and 8 consumer warps.
-    # The FMA path stages the whole input (one K-chunk), so a page is never waited for in the
-    # middle of a staging pass; the tensor-core path stages K-chunks of whole pages.
     # The weight pipeline: batch 1 on the FMA path (one consumer warp per page row), and on the
     # tensor-core path up to batch PIPE_MMA_MAX_BATCH (or asked for), where the target has bulk
     # copies and 8 consumer warps. The FMA path stages the whole input (one K-chunk), so a page is

@@ -24,6 +24,22 @@ __device__ __forceinline__ uint4* ring_slot(int st, int h, int v) {
   return reinterpret_cast<uint4*>(mk_smem + OFF_RING) + ((st * 2 + h) * U + v) * NT + mk_tid();
 }
 
+// Each accumulator of a warp's 16-row MMA tile (acc[n] from mk_mma_k32): f(r, b, v) for tile row
+// r (the lane's group, and group + 8) and batch column b (8n + 2 quad, and + 1) where b < B.
+template <class F>
+__device__ __forceinline__ void mma_tile_each(const float (&acc)[NTN][4], F&& f) {
+  const int g = mk_mma_group(lane_id()), q = mk_mma_quad(lane_id());
+#pragma unroll
+  for (int n = 0; n < NTN; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int b = 8 * n + 2 * q + e;
+        if (B % 8 == 0 || b < B) f(g + 8 * h, b, acc[n][2 * h + e]);
+      }
+}
+
 // K parts per row tile: enough units for every warp, each at least one step long. (Splitting more
 // to even out, say, 12 tiles on 8 warps was slower on the H200: the partials cost a pass and a barrier.)
 __device__ __forceinline__ int mma_split_k(int nr, int nseg) {
@@ -169,24 +185,17 @@ __device__ __forceinline__ void mma_chunk(const Rows& rows, int nr, int c0, int 
 #pragma unroll
         for (int v = 0; v < U; ++v) cur[h][v] = nxt[h][v];
     }
-    // C: rows rt*16 + group (+8), batch columns 8n + 2quad (+1)
     const int rt = u / ks, p = u % ks;
-#pragma unroll
-    for (int n = 0; n < NTN; ++n)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = rt * 16 + g + 8 * h, b = 8 * n + 2 * q + e;
-          if (j >= nr || (B % 8 != 0 && b >= B)) continue;
-          const float v = acc[n][2 * h + e];
-          if (ks == 1) {
-            float* o = out + j * B + b;
-            *o = accumulate ? *o + v : v;
-          } else {
-            part[(p * nrt * 16 + j) * B + b] = v;
-          }
-        }
+    mma_tile_each(acc, [&](int r, int b, float v) {
+      const int j = rt * 16 + r;
+      if (j >= nr) return;
+      if (ks == 1) {
+        float* o = out + j * B + b;
+        *o = accumulate ? *o + v : v;
+      } else {
+        part[(p * nrt * 16 + j) * B + b] = v;
+      }
+    });
   }
   if (ks > 1) {
     mk_barrier();
@@ -243,22 +252,16 @@ __device__ __forceinline__ void mma_chunk_ring(const Rows& rows, int nr, int c0,
       }
     }
     const int rt = u / ks, p = u % ks;
-#pragma unroll
-    for (int n = 0; n < NTN; ++n)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = rt * 16 + g + 8 * h, b = 8 * n + 2 * q + e;
-          if (j >= nr || (B % 8 != 0 && b >= B)) continue;
-          const float v = acc[n][2 * h + e];
-          if (ks == 1) {
-            float* o = out + j * B + b;
-            *o = accumulate ? *o + v : v;
-          } else {
-            part[(p * nrt * 16 + j) * B + b] = v;
-          }
-        }
+    mma_tile_each(acc, [&](int r, int b, float v) {
+      const int j = rt * 16 + r;
+      if (j >= nr) return;
+      if (ks == 1) {
+        float* o = out + j * B + b;
+        *o = accumulate ? *o + v : v;
+      } else {
+        part[(p * nrt * 16 + j) * B + b] = v;
+      }
+    });
   }
   mk_cp_async_wait<0>();  // the empty tail groups: nothing of this chunk is left in flight
   if (ks > 1) {
@@ -415,18 +418,9 @@ __device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, con
       mk_syncwarp();
       if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
     }
-    // C: tile rows group (+8), batch columns 8n + 2quad (+1); rows past nr hold what the page's
-    // stale rows gave and are never read
+    // rows past nr hold what the page's stale rows gave and are never read
     float* pw = part + (tp * NW + w) * 16 * B;
-#pragma unroll
-    for (int n = 0; n < NTN; ++n)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int b = 8 * n + 2 * q + e;
-          if (B % 8 == 0 || b < B) pw[(g + 8 * h) * B + b] = acc[n][2 * h + e];
-        }
+    mma_tile_each(acc, [&](int r, int b, float v) { pw[r * B + b] = v; });
     mk_barrier();
     const float* pt = part + tp * NW * 16 * B;
     for (int idx = tid; idx < min(PIPE_ROWS, nr - r0) * B; idx += NT) {

@@ -4,8 +4,8 @@
 // copies the weight rows of every GEMV task into PIPE_SLOTS pages of shared memory: a page holds
 // PIPE_ROWS rows of PIPE_COLS columns (rows PIPE_LD elements apart), each row one bulk asynchronous
 // copy completing on the page's `full` mbarrier. On the FMA path (batch 1) a page is 8 rows, one
-// per consumer warp; on the tensor-core path one 16-row MMA tile whose columns the warps split. Weights never depend on anything, so the producer
-// waits only for a free page (its `empty` mbarrier, one arrival per consumer warp), never for an
+// per consumer warp; on the tensor-core path one 16-row MMA tile whose columns the warps split.
+// Weights never depend on anything, so the producer waits only for a free page (its `empty` mbarrier, one arrival per consumer warp), never for an
 // event: while a task waits for its inputs, and while it runs its epilogue and signals, the next
 // pages keep streaming. Consumers take the pages in the same order: a GEMV task's row blocks, each
 // block's K-chunks of KCH columns (one chunk of all K on the FMA path), each chunk's rows in groups
@@ -77,29 +77,31 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
   const int nblk = kd.blocks();
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);
-    for (int c0 = 0; c0 < K; c0 += KCH)
-    for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
-      const int rows = min(PIPE_ROWS, nr - r0), nsl = (min(KCH, K - c0) + PIPE_COLS - 1) / PIPE_COLS;
-      for (int sl = 0; sl < nsl; ++sl) {
-        const unsigned n = c.pipe_n++;
-        const int slot = (int)(n % PIPE_NS);
-        const unsigned use = n / PIPE_NS;
-        if (use > 0) {
-          // the consumers' release of this slot's previous use
-          // No time bound here: the consumers free this page once their task's waits end, and those
-          // waits are bounded (spin_limit); when one gives up, the block's abort flag tells this
-          // loop to drain and stop. (A trap here would kill the launch before the consumers could
-          // report which wait timed out.)
-          while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u)) {
-            if (*s_abort) { pipe_drain(c, n); return false; }
+    for (int c0 = 0; c0 < K; c0 += KCH) {
+      const int nsl = (min(KCH, K - c0) + PIPE_COLS - 1) / PIPE_COLS;
+      for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
+        const int rows = min(PIPE_ROWS, nr - r0);
+        for (int sl = 0; sl < nsl; ++sl) {
+          const unsigned n = c.pipe_n++;
+          const int slot = (int)(n % PIPE_NS);
+          const unsigned use = n / PIPE_NS;
+          if (use > 0) {
+            // the consumers' release of this slot's previous use
+            // No time bound here: the consumers free this page once their task's waits end, and those
+            // waits are bounded (spin_limit); when one gives up, the block's abort flag tells this
+            // loop to drain and stop. (A trap here would kill the launch before the consumers could
+            // report which wait timed out.)
+            while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u)) {
+              if (*s_abort) { pipe_drain(c, n); return false; }
+            }
           }
+          const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
+          if (lane == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(rows * kw * 2));
+          mk_syncwarp();
+          if (lane < rows)
+            mk_bulk_copy(pipe_page(slot) + lane * PIPE_LD * 2, kd.row(r0 + lane) + k0, (unsigned)(kw * 2),
+                         pipe_full(slot), policy);
         }
-        const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
-        if (lane == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(rows * kw * 2));
-        mk_syncwarp();
-        if (lane < rows)
-          mk_bulk_copy(pipe_page(slot) + lane * PIPE_LD * 2, kd.row(r0 + lane) + k0, (unsigned)(kw * 2),
-                       pipe_full(slot), policy);
       }
     }
   }
