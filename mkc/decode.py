@@ -37,10 +37,13 @@ class DecodePlan:
         return out
 
     def ctl_head(self) -> np.ndarray:
-        """The words of the control block the host writes: prompt lengths, budgets, stop tokens."""
+        """The words of the control block the host writes: prompt lengths, budgets, stop tokens, the
+        rows' stop flags (0; argmax sets them at step 0) and, for each step of the launch, the
+        all-stopped flag at 1 (an argmax task with a row still going clears it: tokens.cuh)."""
         B = len(self.plens)
         at = T.ctl_layout(B, 1)
-        head = np.zeros(at["CTL_STOP"], dtype=np.int32)
+        head = np.zeros(at["CTL_DONE"] + self.nsteps, dtype=np.int32)
+        head[at["CTL_DONE"]:] = 1
         head[at["CTL_PLEN"]: at["CTL_PLEN"] + B] = self.plens
         head[at["CTL_MAXNEW"]: at["CTL_MAXNEW"] + B] = np.minimum(self.max_new, 2**31 - 1)
         head[at["CTL_NEOS"]] = len(self.eos)

@@ -509,7 +509,7 @@ class Megakernel:
         self.driver.upload(self.ctl, plan.ctl_head())
         streaming = on_step is not None and self.stream_host is not None
         if streaming:
-            self.stream_host[0] = 0
+            self.stream_host[: self.B] = 0
         self._launch(plan.nsteps, start_pos, 0, wait=not streaming, ctl=True, stream=streaming, sampling=smp)
         if streaming:
             self._follow_stream(plan, on_step)
@@ -539,10 +539,10 @@ class Megakernel:
         seen = 0
         while True:
             finished = done_ev.query()
-            n = int(host[0])
+            n = int(host[: self.B].min())  # each row's argmax task counts its steps: all rows have n
             if n > seen:
                 seen = n
-                on_step(row_outputs(host[1: 1 + n * self.B].reshape(n, self.B), plan))
+                on_step(row_outputs(host[self.B: (1 + n) * self.B].reshape(n, self.B), plan))
             if finished:
                 return
             time.sleep(200e-6)

@@ -43,8 +43,10 @@ def bench(model: str, batch: int, steps: int, exact_too: bool = False) -> list[d
     hf = hf_models(model)
     from mkc.codegen.render import CodegenOptions
 
-    # MKC_TOKENS_OPTIONS: CodegenOptions fields as JSON (the sampling kernels of an experiment)
-    mk = megakernel(hf, batch, "atomic", options=CodegenOptions(**json.loads(os.environ.get("MKC_TOKENS_OPTIONS", "{}"))))
+    # MKC_TOKENS_OPTIONS: CodegenOptions fields as JSON (the sampling kernels of an experiment);
+    # MKC_TOKENS_LOWER: lower()'s knobs as JSON (e.g. {"argmax_tasks": 1}: one argmax task for every row)
+    mk = megakernel(hf, batch, "atomic", lower_kw=json.loads(os.environ.get("MKC_TOKENS_LOWER", "{}")),
+                    options=CodegenOptions(**json.loads(os.environ.get("MKC_TOKENS_OPTIONS", "{}"))))
     rng = np.random.default_rng(0)
     rows = rng.integers(1, hf.vocab, (batch, 4)).tolist()
     P = 4

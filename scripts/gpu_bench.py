@@ -142,6 +142,9 @@ VARIANTS.update({f"{v}-dsplit{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_s
                  for v in ("q8-b1-atomic-rr", "q8-b1-atomic-cpsat") for n in (2, 4)})
 VARIANTS.update({f"b1-atomic-dsplit2-pages{n}": (*VARIANTS["b1-atomic-dsplit2"][:4], {**VARIANTS["b1-atomic-dsplit2"][4], "pipe_pages": n})
                  for n in (10, 11)})
+# one argmax task for every row (lower(argmax_tasks=1)), the graph before argmax went per row
+VARIANTS.update({f"{v}-amax1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "argmax_tasks": 1})
+                 for v in ("b8-atomic", "b8-nan", "b32-atomic", "q8-b8-atomic")})
 # the list schedule as before the same-worker tie-break (affinity for chains such as downk's)
 VARIANTS.update({f"{v}-noaff": (*VARIANTS[v][:4], {**VARIANTS[v][4], "affinity": False})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "b1-atomic-dsplit2")})
@@ -164,7 +167,8 @@ VARIANTS.update({f"{v}-mpipe-cols{c}-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v
 # per task kind (see kind_times)
 VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})
                  for v in ("b8-atomic", "b8-atomic-mpipe", "b8-atomic-mpipe-pages8", "q8-b8-atomic", "q8-b8-atomic-mpipe",
-                           "q8-b8-atomic-mpipe-pages8", "b8-atomic-mpipe-cols1024-pages4", "q8-b8-atomic-mpipe-cols1024-pages4")})
+                           "q8-b8-atomic-mpipe-pages8", "b8-atomic-mpipe-cols1024-pages4", "q8-b8-atomic-mpipe-cols1024-pages4",
+                           "b32-atomic", "b32-atomic-ring", "b1-atomic")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 
@@ -208,7 +212,8 @@ def variant_plan(variant: str, max_seq: int):
     opts.pop("one_kernel", None)  # bench's
     affinity = opts.pop("affinity", True)
     tg = lower(shape_graph(name, batch, max_seq), get_target("h200"), qkv_cross=opts.pop("qkv_cross", qkv_cross_pays(batch, sync)),
-               attn_split=opts.pop("attn_split", None), down_split=opts.pop("down_split", None))
+               attn_split=opts.pop("attn_split", None), down_split=opts.pop("down_split", None),
+               argmax_tasks=opts.pop("argmax_tasks", None))
     # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
     # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
     cache = os.environ.get("MKC_SCHED_CACHE")

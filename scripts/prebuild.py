@@ -181,6 +181,10 @@ def tokens_bench_sources():
             ((CodegenOptions(**json.loads(extra)),) if extra else ()):
         yield from kernels(f"tokens bench llama-3.2-1b b1 sample_pdraw={o.sample_pdraw} pdraw_bound={o.pdraw_bound}", tg,
                            rr_schedule(tg, "h200", "atomic"), "h200", o)
+    # batch 8 with one argmax task for all rows (MKC_TOKENS_LOWER='{"argmax_tasks": 1}'): the graph
+    # before argmax went per row; the per-row kernels are the tests' (--tests)
+    tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"), argmax_tasks=1)
+    yield from kernels("tokens bench llama-3.2-1b b8 argmax_tasks=1", tg, rr_schedule(tg, "h200", "atomic"), "h200")
 
 
 def main() -> None:

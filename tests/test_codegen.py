@@ -149,7 +149,7 @@ def test_tables_pack_the_schedule(name, sync):
     tab = T.build_tables(tg, sched)
     F = {k: i for i, k in enumerate(T.RECORD)}
     assert tab.ints.dtype == np.int32 and tab.header("HDR_N_WORKERS") == 7
-    assert tab.header("HDR_N_EVENTS") == len(tg.events) and tab.n_argmax == 1
+    assert tab.header("HDR_N_EVENTS") == len(tg.events) and tab.n_argmax == tg.batch  # one argmax task per row
     seen = []
     for w, q in enumerate(sched.queues):
         for i, tid in enumerate(q):

@@ -168,6 +168,10 @@ def test_megakernel_uploads_and_launches(tiny, sync):
     def kernel(fake, a):  # argmax writes next token k+1 for every step
         for k in range(a["nsteps"]):
             fake.htod(addr("tokens") + 4 * 2 * k, np.array([100 + k, 200 + k], dtype=np.int32))
+            # no row stops before the launch's last step: the argmax tasks clear each step's
+            # all-stopped flag, which the host set to 1 (decode.DecodePlan.ctl_head)
+            if a["step0"] == 0 and a["nforced"] == 0 and k < a["nsteps"] - 1:
+                fake.htod(mk.ctl.ptr + 4 * (mk.ctl_at["CTL_DONE"] + k), np.zeros(1, dtype=np.int32))
 
     fake = FakeHip(on_launch=kernel)
     mk = Megakernel(tg, sched, w, driver=HipDriver(hip=fake), binary=b"\x7fELF-not-really", spin_limit=1234)

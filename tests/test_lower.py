@@ -523,3 +523,30 @@ def test_split_k_down_waits_only_for_its_chunk():
         check_down_split(2, 8, 8192)
     with pytest.raises(ValueError, match="multiple"):
         check_down_split(3, 1, 8192)
+
+
+@pytest.mark.parametrize("batch, n", [(1, 1), (8, 8), (8, 1), (8, 3), (32, 32), (5, 2)])
+def test_argmax_tasks_split_the_rows(batch, n):
+    """One argmax task per row by default at batch > 1; any count in 1..batch takes contiguous runs
+    of rows that cover each row once, and each task reads and writes only its rows."""
+    from mkc.taskgraph.lower import argmax_rows
+
+    tg = lower(shape_graph("tiny-llama", batch, 64), get_target("h200"), argmax_tasks=n)
+    am = [t for t in tg.tasks if t.kind == "argmax"]
+    assert [t.args for t in am] == argmax_rows(batch, n) and len(am) == n
+    assert [r for t in am for r in range(*t.args)] == list(range(batch))
+    assert max(b1 - b0 for b0, b1 in argmax_rows(batch, n)) - min(b1 - b0 for b0, b1 in argmax_rows(batch, n)) <= 1
+    for t in am:
+        b0, b1 = t.args
+        assert {r.buffer for r in t.reads} == {"amax_part", "amax_idx", "logits", names.LM_CAND}
+        assert all(r.box[0] == (b0, b1) for r in t.reads) and [w.box for w in t.writes] == [((b0, b1),)]
+        # every LM-head tile writes each of its rows' partials: a task waits on all the tiles
+        assert len(t.waits) >= 1
+    default = lower(shape_graph("tiny-llama", batch, 64), get_target("h200"))
+    assert sum(t.kind == "argmax" for t in default.tasks) == batch
+
+
+@pytest.mark.parametrize("n", [0, 9, -1])
+def test_argmax_tasks_out_of_range_are_refused(n):
+    with pytest.raises(ValueError, match=f"argmax_tasks {n} must be in 1..batch=8"):
+        lower(shape_graph("tiny-llama", 8, 64), get_target("h200"), argmax_tasks=n)

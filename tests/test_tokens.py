@@ -296,7 +296,8 @@ def test_plan_decode_pads_and_lays_out_the_control_block():
     assert ids.shape == (3, 4) and ids[:, 0].tolist() == [5, 6, 7] and ids[:, 1].tolist() == [8, 0, 0]
     at = T.ctl_layout(4, 32)
     head = p.ctl_head()
-    assert len(head) == at["CTL_STOP"]
+    assert len(head) == at["CTL_DONE"] + 6  # through each step's all-stopped flag, 1 until an argmax task clears it
+    assert head[at["CTL_STOP"]: at["CTL_DONE"]].tolist() == [0] * 4 and head[at["CTL_DONE"]:].tolist() == [1] * 6
     assert head[at["CTL_PLEN"]: at["CTL_PLEN"] + 4].tolist() == [3, 1, 0, 0]
     assert head[at["CTL_MAXNEW"]: at["CTL_MAXNEW"] + 4].tolist() == [4, 2, 0, 0]
     assert head[at["CTL_NEOS"]] == 2 and head[at["CTL_EOS"]: at["CTL_EOS"] + 2].tolist() == [3, 9]
@@ -420,7 +421,8 @@ def _play_kernel(mk, fake, next_token):
                     if not st and j >= 0 and (j + 1 >= mx or toks[b] in eos):
                         st = 1
                     ctl[at["CTL_STOP"] + b] = st
-                ctl[at["CTL_DONE"] + k] = int(all(ctl[at["CTL_STOP"]: at["CTL_STOP"] + B]))
+                    if not st:  # one argmax task per row: a row still going clears the step's flag
+                        ctl[at["CTL_DONE"] + k] = 0
                 fk.htod(ctl_at, ctl)
     fake.on_launch = kernel
 

@@ -267,13 +267,20 @@ def test_unpolled_buffer_does_not_wait(nan):
 
 def test_every_task_before_argmax(nan):
     tg, sched, target = nan
-    argmax = next(t for t in tg.tasks if t.kind == "argmax")
-    bad_tg = replace_task(tg, argmax.id, waits=())
+    argmaxes = [t for t in tg.tasks if t.kind == "argmax"]
+    assert len(argmaxes) == tg.batch  # one per row
+    bad_tg = tg
+    for a in argmaxes:  # with one of them still waiting, every LM-head tile would still happen before it
+        bad_tg = replace_task(bad_tg, a.id, waits=())
     rep = verify(bad_tg, sched, target)
     on = sched.worker_of()
-    lm = next(t for t in tg.tasks if t.kind == "lmhead" and on[t.id] != on[argmax.id])
+    lm = next(t for t in tg.tasks if t.kind == "lmhead" and all(on[t.id] != on[a.id] for a in argmaxes))
     assert any(f"task {lm.id} " in m and "before the step's argmax" in m for m in errors(rep, "nan"))
     assert not judge(bad_tg, sched, target).safe
+    # one argmax task without its waits: every task still happens before the others, but it reads
+    # the LM head's partials unordered (a race), and the verdict says unsafe
+    one = replace_task(tg, argmaxes[0].id, waits=())
+    assert not judge(one, sched, target).safe
 
 
 # ---- 6 queue and table sizes ----------------------------------------------------------------

@@ -248,6 +248,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # the LM-head tiles' candidates (sampling.cuh lm_candidates) need their logits' keys in the
     # sampler's region A; without room, or on AMD, the filtered sampler always reads the whole row
     lm_rows = max((args_of(t).r1 - args_of(t).r0 for t in tg.tasks if t.kind == "lmhead"), default=0)
+    amax_rows = max((args_of(t).b1 - args_of(t).b0 for t in tg.tasks if t.kind == "argmax"), default=1)
     region_a = max(SAMPLE_HISTS * 2048, 32 * SAMPLE_NB)
     cand_ok = int(4 * lm_rows + 1552 <= region_a)  # keys, 256 bins, 4 words, 64 (key, index) slots
     smem = launched_smem(needed, sched.plan, target)
@@ -262,6 +263,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
+        AMAX_ROWS=amax_rows,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

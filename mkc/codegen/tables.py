@@ -90,15 +90,17 @@ MAX_EOS = 4  # stop tokens the decode control block holds
 def ctl_layout(B: int, L: int) -> dict[str, int]:
     """Word offsets of the decode control block (int32), which ``Megakernel.decode`` uploads and
     the kernel's embed / argmax / step loop read: per-row prompt lengths and budgets, the stop
-    tokens (count, then up to ``MAX_EOS`` ids), then what argmax writes: each row's stopped flag
-    and, per step of the launch, whether every row had stopped after it."""
+    tokens (count, then up to ``MAX_EOS`` ids), then what the argmax tasks write: each row's stopped
+    flag and, per step of the launch, whether every row had stopped after it (the host sets it to 1,
+    the task of a row still going clears it)."""
     return dict(CTL_PLEN=0, CTL_MAXNEW=B, CTL_NEOS=2 * B, CTL_EOS=2 * B + 1, CTL_STOP=2 * B + 1 + MAX_EOS,
                 CTL_DONE=3 * B + 1 + MAX_EOS, CTL_WORDS=3 * B + 1 + MAX_EOS + L)
 
 
 def stream_words(B: int, L: int) -> int:
-    """The host-mapped token stream: word 0 counts the steps published, then tokens [L, B]."""
-    return 1 + L * B
+    """The host-mapped token stream: words 0..B-1 count the steps published for each row (the argmax
+    task of the row writes it; the host takes the least), then tokens [L, B]."""
+    return B + L * B
 
 
 def slot_of(name: str) -> int | None:

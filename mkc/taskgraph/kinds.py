@@ -42,8 +42,10 @@ down        r0, r1                 xm[l][:, r0:r1] = xa[l][:, r0:r1] + h[l] @ Wd
 lmhead      r0, r1, t              logits[:, r0:r1] = rmsnorm_final(x_last) @ W_lm[r0:r1].T, and tile
                                    t's per-row max -> amax_part[:, t] (f32) and the first (lowest)
                                    vocabulary index reaching it -> amax_idx[:, t] (i32)
-argmax      (none)                 next_ids[b] = amax_idx[b, t*] where t* is the first tile whose
-                                   amax_part[b, t] is the row's maximum (ties: lowest index)
+argmax      b0, b1                 rows b0..b1-1: next_ids[b] = amax_idx[b, t*] where t* is the first
+                                   tile whose amax_part[b, t] is the row's maximum (ties: lowest
+                                   index), or the row sampled with a filter; one task per row at
+                                   batch > 1 by default (lower.argmax_tasks), so rows sample at once
 downk       r0, r1, k0, k1         down over chunk c = k0 / KC of h (KC = I / dims["down_split"]):
                                    y[:, r0:r1] = prev[:, r0:r1] + h[l][:, k0:k1] @ Wd[r0:r1, k0:k1].T,
                                    prev = xa[l] for the first chunk, else xmp[l][c - 1]; y = xm[l]
@@ -112,6 +114,11 @@ class NoArgs(NamedTuple):
     pass
 
 
+class BatchArgs(NamedTuple):
+    b0: int
+    b1: int
+
+
 @dataclass(frozen=True)
 class TaskKind:
     name: str
@@ -135,7 +142,7 @@ KINDS: tuple[TaskKind, ...] = (
     TaskKind("gateup", gemv=True, calibrated=True, loop_role=None, Args=RowArgs, color="#2ca02c", smem=SMEM_GEMV),
     TaskKind("down", gemv=True, calibrated=True, loop_role=None, Args=RowArgs, color="#9467bd", smem=SMEM_GEMV),
     TaskKind("lmhead", gemv=True, calibrated=True, loop_role=None, Args=LmheadArgs, color="#8c564b", smem=SMEM_GEMV),
-    TaskKind("argmax", gemv=False, calibrated=True, loop_role=STEP_END, Args=NoArgs, color="#e377c2", smem=SMEM_SMALL),
+    TaskKind("argmax", gemv=False, calibrated=True, loop_role=STEP_END, Args=BatchArgs, color="#e377c2", smem=SMEM_SMALL),
     TaskKind("downk", gemv=True, calibrated=True, loop_role=None, Args=DownkArgs, color="#c5b0d5", smem=SMEM_GEMV),
 )
 KIND: dict[str, TaskKind] = {k.name: k for k in KINDS}

@@ -60,7 +60,8 @@ def _no_gc():
 
 
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
-          qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None) -> TaskGraph:
+          qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None,
+          argmax_tasks: int | None = None) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
@@ -69,7 +70,9 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     default ``qkv_cross_pays(batch)``;
     ``attn_split``: attention splits per (batch row, kv head), default ``attn_splits``'s choice;
     ``down_split``: chunks of the intermediate dimension down-proj is split over (``downk`` tasks,
-    batch 1 only; default 1, none: ``down_split_pays``).
+    batch 1 only; default 1, none: ``down_split_pays``);
+    ``argmax_tasks``: tasks the rows' argmax (and sampling) is spread over, default one per row
+    (``argmax_tasks_pay``).
     """
     if isinstance(target, str):
         target = get_target(target)
@@ -77,8 +80,10 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
         qkv_cross = qkv_cross_pays(graph.batch)
     if down_split is None:
         down_split = down_split_pays(graph.batch)
+    if argmax_tasks is None:
+        argmax_tasks = argmax_tasks_pay(graph.batch)
     with _no_gc():
-        return _lower(graph, target, context, name, qkv_cross, attn_split, down_split)
+        return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks)
 
 
 def down_split_pays(batch: int) -> int:
@@ -111,7 +116,7 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 
 
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
-           attn_split: int | None, down_split: int = 1) -> TaskGraph:
+           attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -120,7 +125,8 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     if not 1 <= split <= graph.max_seq_len:
         raise ValueError(f"attn_split {split} must be in 1..max_seq_len={graph.max_seq_len}")
     check_down_split(down_split, graph.batch, graph.model.intermediate)
-    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split)
+    argmax_rows(graph.batch, argmax_tasks)  # a ValueError for a count outside 1..batch
+    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
     buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
@@ -270,7 +276,7 @@ SMEM_RULES = {
 
 
 def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1, qkv_cross: bool = True,
-               down_split: int = 1):
+               down_split: int = 1, argmax_tasks: int = 1):
     """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
     cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split)
     lower_embed(cx)
@@ -281,7 +287,7 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: i
         lower_gateup(cx, l)
         (lower_downk if cx.down_split > 1 else lower_down)(cx, l)
     lower_lmhead(cx)
-    lower_argmax(cx)
+    lower_argmax(cx, argmax_tasks)
     return cx.drafts, cx.plan
 
 
@@ -436,9 +442,26 @@ def lower_lmhead(cx: _Lowering) -> None:
         cx.add("lmhead", -1, (r0, r1, t), reads, writes, 2 * B * (r1 - r0) * H + 4 * B * H + 2 * B * (r1 - r0), k=H)
 
 
-def lower_argmax(cx: _Lowering) -> None:
-    """One task reduces the LM head's per-tile partials."""
+def argmax_rows(batch: int, n_tasks: int) -> list[tuple[int, int]]:
+    """The rows each of ``n_tasks`` argmax tasks takes: contiguous, sizes differing by at most one."""
+    if not 1 <= n_tasks <= batch:
+        raise ValueError(f"argmax_tasks {n_tasks} must be in 1..batch={batch}")
+    return [(batch * i // n_tasks, batch * (i + 1) // n_tasks) for i in range(n_tasks)]
+
+
+def argmax_tasks_pay(batch: int) -> int:
+    """Argmax tasks by default: one per row. A task samples its rows one after another (the filtered
+    sampler is block-wide), so at batch 8 one task for all rows made a top-p 0.9 step 47 % dearer than
+    a greedy one (BENCHMARKS.md, tenth session, call 6); per row the rows sample at once on as many
+    SMs, for one more loop-counter bump each."""
+    return batch
+
+
+def lower_argmax(cx: _Lowering, n_tasks: int) -> None:
+    """Argmax tasks reduce the LM head's per-tile partials (and sample), each for a run of rows."""
     B, T = cx.B, len(row_tiles(cx.V, cx.NS))
-    reads = [cx.full("amax_part", B, T), cx.full("amax_idx", B, T), cx.full("logits", B, cx.V),
-             cx.full(names.LM_CAND, B, LM_CAND_WORDS * T)]
-    cx.add("argmax", -1, (), reads, [cx.full("next_ids", B)], 2 * B * T)
+    for b0, b1 in argmax_rows(B, n_tasks):
+        rows = (b0, b1)
+        reads = [Region("amax_part", _box(rows, (0, T))), Region("amax_idx", _box(rows, (0, T))),
+                 Region("logits", _box(rows, (0, cx.V))), Region(names.LM_CAND, _box(rows, (0, LM_CAND_WORDS * T)))]
+        cx.add("argmax", -1, rows, reads, [Region("next_ids", _box(rows))], 2 * (b1 - b0) * T)

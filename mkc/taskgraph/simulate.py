@@ -25,7 +25,7 @@ from mkc.errors import MkcError
 from mkc.taskgraph import names
 from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
 from mkc.taskgraph.ir import Task, TaskGraph
-from mkc.taskgraph.kinds import AttnArgs, DownkArgs, EmbedArgs, LmheadArgs, NoArgs, QkvArgs, RowArgs, args_of
+from mkc.taskgraph.kinds import AttnArgs, BatchArgs, DownkArgs, EmbedArgs, LmheadArgs, QkvArgs, RowArgs, args_of
 from mkc.taskgraph.tiling import qkv_segments
 
 Box = tuple[tuple[int, int], ...]
@@ -345,12 +345,12 @@ class _Sim:
         block = torch.cat([head, cand.reshape(B, 2 * C)], 1)
         self.write(t, names.LM_CAND, ((0, B), (LM_CAND_WORDS * k, LM_CAND_WORDS * (k + 1))), block)
 
-    def _argmax(self, t: Task, a: NoArgs) -> None:
-        B, T = self.tg.batch, self.d["n_lm_tiles"]
-        part = self.read(t, "amax_part", (0, B), (0, T))
-        idx = self.read(t, "amax_idx", (0, B), (0, T)).long()
+    def _argmax(self, t: Task, a: BatchArgs) -> None:
+        T = self.d["n_lm_tiles"]
+        part = self.read(t, "amax_part", (a.b0, a.b1), (0, T))
+        idx = self.read(t, "amax_idx", (a.b0, a.b1), (0, T)).long()
         best = _first_argmax(part)  # tiles are in vocabulary order: the first maximal tile has the lowest index
-        self.write(t, "next_ids", ((0, B),), idx.gather(1, best[:, None])[:, 0])
+        self.write(t, "next_ids", ((a.b0, a.b1),), idx.gather(1, best[:, None])[:, 0])
 
 
 def run_step(

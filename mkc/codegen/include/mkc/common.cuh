@@ -36,7 +36,7 @@ __device__ __forceinline__ int* tok_ctl(const Ctx& c) {
   if (!(tok_flags(c) & TOKF_CTL)) return nullptr;
   return reinterpret_cast<int*>(((unsigned long long)tok_word(c, WS_CTL_HI) << 32) | tok_word(c, WS_CTL_LO));
 }
-// the host-mapped token stream [steps published, tokens [L, B]], nullptr: none
+// the host-mapped token stream [per row: steps published [B], tokens [L, B]], nullptr: none
 __device__ __forceinline__ int* tok_stream(const Ctx& c) {
   if (!(tok_flags(c) & TOKF_STREAM)) return nullptr;
   return reinterpret_cast<int*>(((unsigned long long)tok_word(c, WS_STREAM_HI) << 32) | tok_word(c, WS_STREAM_LO));

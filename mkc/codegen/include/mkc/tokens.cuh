@@ -46,10 +46,17 @@ __device__ __forceinline__ bool stop_launch(const Ctx& c) {
   return ctl != nullptr && mk_ld_int(ctl + CTL_DONE + k - 2) != 0;
 }
 
-// next_ids[b] = first argmax over the tiles' partials (ties: lowest vocabulary index); with
-// temperature > 0 the partials already hold Gumbel-max scores (LmHeadKind), or, with a filter,
-// the row is sampled here over the LM head's fp32 logits. Then the token log, the stream, and the
-// per-row stop state (decode control block).
+// Rows [t.a0, t.a1) (lower.lower_argmax: one task per row by default): next_ids[b] = first argmax
+// over the tiles' partials (ties: lowest vocabulary index); with temperature > 0 the partials
+// already hold Gumbel-max scores (LmHeadKind), or, with a filter, the row is sampled here over the
+// LM head's fp32 logits. Then the token log, the stream, and the per-row stop state (decode control
+// block). What concerns every row is shared between the tasks without one more hop:
+// - ctl[CTL_DONE + k] (all rows stopped after step k): the host sets it to 1 before the launch
+//   (decode.DecodePlan.ctl_head) and a task with a row still going clears it, a relaxed store of
+//   the one value 0, however many tasks store it; stop_launch reads it two steps later, after the
+//   loop counter that every argmax task of step k released after its stores;
+// - the stream's count: one word per row (tables.stream_words), which the host takes the least of;
+// - the device clock: the task of row 0 advances it (every task would store the same words).
 __device__ void task_argmax(const Ctx& c, const Task& t) {
   const float* pv = gptr<const float>(c, S_AMAX_PART, c.par);
   const int* pi = gptr<const int>(c, S_AMAX_IDX, c.par);
@@ -59,12 +66,15 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   float* s_max = reinterpret_cast<float*>(mk_smem + SM_ROW + 4 * B);
   int* s_all = reinterpret_cast<int*>(mk_smem + SM_RES + 40);
   const int lane = lane_id(), tid = mk_tid();
-  const int k = c.step - c.step0;
+  // AMAX_ROWS: the most rows an argmax task of this build takes (1 with a task per row): the
+  // sampler's loop below has a constant trip count (at batch 1 a variable one spilled the filtered
+  // sampler inlined: 188 bytes against 48)
+  const int k = c.step - c.step0, b0 = B == 1 ? 0 : t.a0, b1 = B == 1 ? 1 : t.a1;
   const unsigned flags = tok_flags(c);
   int* ctl = tok_ctl(c);
   int* stream = tok_stream(c);
   if (tid == 0) *s_all = 1;
-  for (int b = warp_id(); b < B; b += NW) {
+  for (int b = b0 + warp_id(); b < b1; b += NW) {
     float v = -INFINITY;
     int i = 0x7fffffff;
     for (int j = lane; j < NTILES; j += WARP) argmax_merge(v, i, mk_ld_act(pv + b * NTILES + j), mk_ld_int(pi + b * NTILES + j));
@@ -74,18 +84,20 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   mk_barrier();
   if (SAMPLE_FILTER && (flags & TOKF_FILTER)) {  // the filtered sampler's build only (CodegenOptions.sample_filter)
     const Sampler smp = tok_sampler(c);
-    for (int b = 0; b < B; ++b) {
+    for (int r = 0; r < AMAX_ROWS; ++r) {
+      const int b = b0 + r;
+      if (AMAX_ROWS > 1 && b >= b1) break;
       const int tok = sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0,
                                       SAMPLE_PDRAW && (flags & TOKF_PDRAW) != 0);
       if (tid == 0) s_tok[b] = tok;
     }
     mk_barrier();
   }
-  for (int b = tid; b < B; b += NT) {
+  for (int b = b0 + tid; b < b1; b += NT) {
     const int tok = s_tok[b];
     nxt[b] = tok;
     if (toks != nullptr && k < TOKENS_CAP) toks[k * B + b] = tok;
-    if (stream != nullptr && k < TOKENS_CAP) stream[1 + k * B + b] = tok;
+    if (stream != nullptr && k < TOKENS_CAP) stream[B + k * B + b] = tok;
     if (ctl != nullptr) {
       // row b emits its j-th new token at step plen - 1 + j; it stops after max_new of them or an EOS
       const int plen = mk_ld_int(ctl + CTL_PLEN + b), mx = mk_ld_int(ctl + CTL_MAXNEW + b);
@@ -98,14 +110,16 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   }
   mk_barrier();
   if (tid == 0) {
-    // the device clock, read by the next launch when it is passed step0 < 0: every block read it at
-    // its start, before its first task, which happens before argmax(step0)
-    c.ws[WS_CLK_STEP] = (unsigned)(c.step + 1);
-    c.ws[WS_CLK_POS] = (unsigned)(c.pos + 1);
-    if (ctl != nullptr && k < L) ctl[CTL_DONE + k] = *s_all;
+    if (b0 == 0) {
+      // the device clock, read by the next launch when it is passed step0 < 0: every block read it at
+      // its start, before its first task, which happens before argmax(step0)
+      c.ws[WS_CLK_STEP] = (unsigned)(c.step + 1);
+      c.ws[WS_CLK_POS] = (unsigned)(c.pos + 1);
+    }
+    if (ctl != nullptr && k < L && !*s_all) mk_st_relaxed(reinterpret_cast<unsigned*>(ctl + CTL_DONE + k), 0u);
     if (stream != nullptr) {
-      mk_fence_system();  // the block's token stores (ordered before by the barrier) before the count
-      mk_st_system(stream, k + 1);
+      mk_fence_system();  // the block's token stores (ordered before by the barrier) before the counts
+      for (int b = b0; b < b1; ++b) mk_st_system(stream + b, k + 1);
     }
   }
 }

@@ -1,0 +1,27 @@
+# The eleventh session's device calls (BENCHMARKS.md, "Eleventh session"), after scripts/prebuild.py on
+# the CPU machine and `tar czf out/carry/cache.tgz .cache` (carry out/carry, .whl, .peer):
+#   CALL=1  one argmax task per row: every GPU test, the sampling cost at batch 1 and 8 before
+#           (lower(argmax_tasks=1)) and after, the peer
+#   CALL=2  greedy rows before/after (gpu_bench -amax1), per-kind traces at batch 32 and 1, mkc bench
+#           with both torch.compile baselines (--autotune), the peer
+[ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
+source scripts/gpu_env.sh
+export PYTHONPATH=$PYTHONPATH:$PWD/scripts
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+tokens_b8() {  # $1: label, then MKC_TOKENS_LOWER for bench_tokens
+  MKC_TOKENS_LOWER="$2" timeout 62 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 8 --steps 120 \
+    --json "$OUT/tokens-b8-$1.json" > "$OUT/tokens-b8-$1.log" 2>&1
+  echo "tokens b8 $1 rc=$?"; grep "decode, " "$OUT/tokens-b8-$1.log"
+}
+if [ "${CALL:-1}" = 1 ]; then
+  MKC_TEST_S=290 MKC_AB=none MKC_TOKENS_S=55 MKC_PEER_S=75 MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
+  tokens_b8 per-row '{}'
+  tokens_b8 one-task '{"argmax_tasks": 1}'
+fi
+if [ "${CALL:-1}" = 2 ]; then
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=160 MKC_PEER_S=75 \
+  MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_ARGS=--autotune MKC_BENCH_S=280 \
+  MKC_AB="128@b8-atomic,b8-atomic-amax1,b8-nan,b8-nan-amax1,b32-atomic,b32-atomic-amax1;16@b32-atomic-trace,b32-atomic-ring-trace,b1-atomic-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  tar xzf "$OUT/pack.tgz" -O ./ab.log 2>/dev/null | grep "^trace" | cut -c1-1500
+fi
