@@ -2,8 +2,8 @@
 # the CPU machine and `tar czf out/carry/cache.tgz .cache` (carry out/carry, .whl, .peer):
 #   CALL=1  one argmax task per row: every GPU test, the sampling cost at batch 1 and 8 before
 #           (lower(argmax_tasks=1)) and after, the peer
-#   CALL=2  greedy rows before/after (gpu_bench -amax1), per-kind traces at batch 32 and 1, mkc bench
-#           with both torch.compile baselines (--autotune), the peer
+#   CALL=2  the bf16-h test; greedy rows before/after: one argmax task (-amax1), h in bf16 (-hbf16),
+#           staging 2 rows per warp (-srb2); per-kind traces at batch 32 and of filtered sampling, the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -19,9 +19,9 @@ if [ "${CALL:-1}" = 1 ]; then
   tokens_b8 one-task '{"argmax_tasks": 1}'
 fi
 if [ "${CALL:-1}" = 2 ]; then
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=160 MKC_PEER_S=75 \
-  MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_ARGS=--autotune MKC_BENCH_S=280 \
-  MKC_AB="128@b8-atomic,b8-atomic-amax1,b8-nan,b8-nan-amax1,b32-atomic,b32-atomic-amax1;16@b32-atomic-trace,b32-atomic-ring-trace,b1-atomic-trace" \
+  timeout 60 python3 -m pytest tests/test_gpu_megakernel.py -k bf16_h -m gpu -q -p no:cacheprovider --timeout=50 -rfE 2>&1 | tail -n 3
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PACK=1 MKC_AB_S=150 MKC_PEER_S=75 \
+  MKC_AB="128@b8-atomic,b8-atomic-amax1,b8-atomic-hbf16,b8-nan,b8-nan-amax1;128@b32-atomic,b32-atomic-amax1,b32-atomic-hbf16,b32-atomic-srb2,b32-atomic-hbf16-srb2,b16-atomic,b16-atomic-hbf16;128@q8-b8-atomic,q8-b8-atomic-hbf16;16@b32-atomic-trace,b8-atomic-trace-topk50,b8-atomic-amax1-trace-topk50,b1-atomic-trace-topk50" \
   OUT=$OUT bash scripts/gpu_final.sh
   tar xzf "$OUT/pack.tgz" -O ./ab.log 2>/dev/null | grep "^trace" | cut -c1-1500
 fi

@@ -142,6 +142,13 @@ VARIANTS.update({f"{v}-dsplit{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_s
                  for v in ("q8-b1-atomic-rr", "q8-b1-atomic-cpsat") for n in (2, 4)})
 VARIANTS.update({f"b1-atomic-dsplit2-pages{n}": (*VARIANTS["b1-atomic-dsplit2"][:4], {**VARIANTS["b1-atomic-dsplit2"][4], "pipe_pages": n})
                  for n in (10, 11)})
+# the tensor-core staging of N batch rows per warp at once (CodegenOptions.stage_rows)
+VARIANTS.update({f"{v}-srb{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_rows": n})
+                 for v in ("b16-atomic", "b32-atomic") for n in (2, 4)})
+# gate/up's output h in bf16, which down stages as it is with cp.async (lower(h_bf16=True))
+VARIANTS.update({f"{v}-hbf16": (*VARIANTS[v][:4], {**VARIANTS[v][4], "h_bf16": True})
+                 for v in ("b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+VARIANTS["b32-atomic-hbf16-srb2"] = (*VARIANTS["b32-atomic"][:4], {"h_bf16": True, "stage_rows": 2})
 # one argmax task for every row (lower(argmax_tasks=1)), the graph before argmax went per row
 VARIANTS.update({f"{v}-amax1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "argmax_tasks": 1})
                  for v in ("b8-atomic", "b8-nan", "b32-atomic", "q8-b8-atomic")})
@@ -169,17 +176,22 @@ VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": Tr
                  for v in ("b8-atomic", "b8-atomic-mpipe", "b8-atomic-mpipe-pages8", "q8-b8-atomic", "q8-b8-atomic-mpipe",
                            "q8-b8-atomic-mpipe-pages8", "b8-atomic-mpipe-cols1024-pages4", "q8-b8-atomic-mpipe-cols1024-pages4",
                            "b32-atomic", "b32-atomic-ring", "b1-atomic")})
+# traced launches that sample with a filter (the kernel with the filtered sampler): where the batch-8
+# filtered step's time goes, per task kind
+SAMPLINGS = {"topk50": dict(temperature=0.8, top_k=50, seed=1), "topp09": dict(temperature=0.8, top_p=0.9, seed=1)}
+VARIANTS.update({f"{v}-trace-{s}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True, "trace_sampling": kw})
+                 for v in ("b8-atomic", "b1-atomic", "b8-atomic-amax1") for s, kw in SAMPLINGS.items()})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 
-def kind_times(mk, steps: int = 8) -> dict:
+def kind_times(mk, steps: int = 8, sampling=None) -> dict:
     """A traced launch of ``steps`` steps: per task kind over the last half of them, the median time
     from a task's start (waits satisfied) to its end (outputs published), its median wait, its
     marks' median offsets from the start, and the median step time (last end minus first wait)."""
     import numpy as np
 
     mk.reset()
-    mk._launch(steps, 0, 1)
+    mk._launch(steps, 0, 1, **({"sampling": sampling} if sampling is not None else {}))
     ws, st, en = mk.trace()
     marks = mk.trace_marks()
     half = slice(steps // 2, steps)
@@ -210,10 +222,11 @@ def variant_plan(variant: str, max_seq: int):
 
     opts = dict(opts)
     opts.pop("one_kernel", None)  # bench's
+    opts.pop("trace_sampling", None)  # bench's
     affinity = opts.pop("affinity", True)
     tg = lower(shape_graph(name, batch, max_seq), get_target("h200"), qkv_cross=opts.pop("qkv_cross", qkv_cross_pays(batch, sync)),
                attn_split=opts.pop("attn_split", None), down_split=opts.pop("down_split", None),
-               argmax_tasks=opts.pop("argmax_tasks", None))
+               argmax_tasks=opts.pop("argmax_tasks", None), h_bf16=opts.pop("h_bf16", None))
     # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
     # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
     cache = os.environ.get("MKC_SCHED_CACHE")
@@ -277,7 +290,12 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
         mk(prompt[:, 0], t)
         calls.append((time.perf_counter() - c0) * 1e3)
     floor = (wbytes + kvbytes) / READ_BW * 1e3
-    kt = kind_times(mk) if options.trace else None
+    smp = None
+    if opts.get("trace_sampling"):  # the traced launch samples (the filtered sampler's kernel)
+        from mkc.sampling import Sampling
+
+        smp = Sampling(**opts["trace_sampling"])
+    kt = kind_times(mk, sampling=smp) if options.trace else None
     if kt is not None:
         print(f"trace {variant}: step {kt['step_us']:.1f} us; " + "; ".join(
             f"{k} x{v['n']} run {v['run_us']:.2f} wait {v['wait_us']:.2f} marks {v['marks_us']}"
