@@ -142,13 +142,8 @@ VARIANTS.update({f"{v}-dsplit{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_s
                  for v in ("q8-b1-atomic-rr", "q8-b1-atomic-cpsat") for n in (2, 4)})
 VARIANTS.update({f"b1-atomic-dsplit2-pages{n}": (*VARIANTS["b1-atomic-dsplit2"][:4], {**VARIANTS["b1-atomic-dsplit2"][4], "pipe_pages": n})
                  for n in (10, 11)})
-# the tensor-core staging of N batch rows per warp at once (CodegenOptions.stage_rows)
-VARIANTS.update({f"{v}-srb{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_rows": n})
-                 for v in ("b16-atomic", "b32-atomic") for n in (2, 4)})
-# gate/up's output h in bf16, which down stages as it is with cp.async (lower(h_bf16=True))
-VARIANTS.update({f"{v}-hbf16": (*VARIANTS[v][:4], {**VARIANTS[v][4], "h_bf16": True})
-                 for v in ("b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
-VARIANTS["b32-atomic-hbf16-srb2"] = (*VARIANTS["b32-atomic"][:4], {"h_bf16": True, "stage_rows": 2})
+# (the eleventh session's -srbN (CodegenOptions.stage_rows) and -hbf16 (lower(h_bf16=True)) variants
+# lost and were removed with their options: BENCHMARKS.md, eleventh session; code at e777675)
 # one argmax task for every row (lower(argmax_tasks=1)), the graph before argmax went per row
 VARIANTS.update({f"{v}-amax1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "argmax_tasks": 1})
                  for v in ("b8-atomic", "b8-nan", "b32-atomic", "q8-b8-atomic")})
@@ -226,7 +221,7 @@ def variant_plan(variant: str, max_seq: int):
     affinity = opts.pop("affinity", True)
     tg = lower(shape_graph(name, batch, max_seq), get_target("h200"), qkv_cross=opts.pop("qkv_cross", qkv_cross_pays(batch, sync)),
                attn_split=opts.pop("attn_split", None), down_split=opts.pop("down_split", None),
-               argmax_tasks=opts.pop("argmax_tasks", None), h_bf16=opts.pop("h_bf16", None))
+               argmax_tasks=opts.pop("argmax_tasks", None))
     # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
     # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
     cache = os.environ.get("MKC_SCHED_CACHE")

@@ -80,14 +80,6 @@ def test_sources(trace: bool = False):
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         yield from kernels(f"test {m} b{b} {s} {opts}", tg, rr_schedule(tg, "h200", s), "h200",
                            CodegenOptions(**opts), sampling=False)
-    # test_bf16_h_gives_the_same_logits_bit_for_bit
-    from test_gpu_megakernel import H_BF16_CASES
-
-    for m, b, opts in H_BF16_CASES:
-        for h in (False, True):
-            tg = lower(shape_graph(m, b, 128), get_target("h200"), h_bf16=h)
-            yield from kernels(f"test {m} b{b} atomic {opts} h_bf16={h}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
-                               CodegenOptions(**opts), sampling=False)
     for m, b, s in TRACE_TEST_CASES if trace else ():
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         yield from kernels(f"test {m} b{b} {s} trace", tg, rr_schedule(tg, "h200", s), "h200",

@@ -449,19 +449,3 @@ def test_weight_pipeline_refused_where_it_cannot_run():
     # batch 64: past PIPE_MMA_MAX_BATCH the tensor-core path keeps the ring (or registers) by default
     tg = taskgraph("llama-3.2-1b", 64, 64)
     assert dict(kernel_config(tg, rr_schedule(tg, "h200", "atomic"), get_target("h200")).consts)["PIPE_SLOTS"] == 0
-
-
-def test_bf16_h_needs_counters_and_the_tensor_cores():
-    from codegen_fixtures import shape_graph
-    from mkc.errors import ScheduleError
-    from mkc.taskgraph import lower
-
-    tg = lower(shape_graph("tiny-llama", 8, 64), get_target("h200"), h_bf16=True)
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")
-    assert cfg.const("H_BF16") == 1 and "mk_cp_async16(xs + b * XST + 8 * j" in src
-    with pytest.raises(ScheduleError, match="keeps h .* in bf16, which needs atomic counters"):
-        generate(tg, rr_schedule(tg, "h200", "nan"), "h200")
-    with pytest.raises(ScheduleError, match="FMA path"):
-        generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(mma=False))
-    plain = lower(shape_graph("tiny-llama", 8, 64), get_target("h200"))
-    assert generate(plain, rr_schedule(plain, "h200", "atomic"), "h200")[1].const("H_BF16") == 0

@@ -550,14 +550,3 @@ def test_argmax_tasks_split_the_rows(batch, n):
 def test_argmax_tasks_out_of_range_are_refused(n):
     with pytest.raises(ValueError, match=f"argmax_tasks {n} must be in 1..batch=8"):
         lower(shape_graph("tiny-llama", 8, 64), get_target("h200"), argmax_tasks=n)
-
-
-def test_h_bf16_keeps_only_h_in_bf16():
-    tg = lower(shape_graph("tiny-llama", 8, 64), get_target("h200"), h_bf16=True)
-    dt = {b.name: b.dtype for b in tg.buffers if b.role == "act"}
-    assert {n for n, d in dt.items() if d == "bf16"} == {names.h_act(l) for l in range(tg.dim("n_layers"))}
-    down = next(t for t in tg.tasks if t.kind == "down")
-    base = next(t for t in lower(shape_graph("tiny-llama", 8, 64), get_target("h200")).tasks if t.id == down.id)
-    assert down.bytes < base.bytes  # down's input moves half the bytes
-    with pytest.raises(ValueError, match="h_bf16 needs the tensor-core GEMV"):
-        lower(shape_graph("tiny-llama", 1, 64), get_target("h200"), h_bf16=True)

@@ -62,9 +62,6 @@ class CodegenOptions:
     preload: bool = True  # GEMV tasks issue their first weight loads before waiting on their inputs
     rows_per_warp: int = 2  # G: weight rows a warp streams at once
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0 = by batch size
-    # tensor-core path: batch rows a warp stages at once (8 16-byte loads in flight per lane for each;
-    # gemv_mma.cuh stage_x_bf16); matters where a warp stages several rows (batch > 8)
-    stage_rows: int = 1
     attn_chunk: int = 256  # positions per attention tile
     av_batch: int = 4  # attention: 16-byte V loads in flight per thread in the weighted sum over positions
     # attention loads its first K/V rows, pointers and q/k-norm immutables before waiting on q
@@ -219,13 +216,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if o.trace and not for_target(target).capabilities(target).trace_timer:
         raise ScheduleError(f"the per-task trace needs a device timer; mkc has none for {target.name} ({target.arch})")
     mma, ring = plan.mma, plan.ring
-    # lower(h_bf16=True): gate/up's output h in bf16, staged by down as it is (tensor-core path); with
-    # NaN sentinels a 16-bit value cannot be its own flag (tables.region_desc polls 32-bit words)
-    h_bf16 = any(b.name == names.h_act(0) and b.dtype == "bf16" for b in tg.buffers)
-    if h_bf16 and (not mma or sched.sync == "nan"):
-        raise ScheduleError(f"the task graph keeps h (gate/up's output) in bf16, which needs atomic counters and "
-                            f"the tensor-core GEMV; this build has {sched.sync} sync and the "
-                            f"{'tensor-core' if mma else 'FMA'} path: lower it again with h_bf16=False")
     G, U, BB, KC, out_cap = plan.rows_per_warp, plan.loads_in_flight, plan.batch_rows, plan.kc, plan.out_cap
     ATT_CH = plan.attn_chunk
     off = plan.offsets()
@@ -273,7 +263,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
-        AMAX_ROWS=amax_rows, STAGE_RB=max(1, o.stage_rows), H_BF16=int(h_bf16),
+        AMAX_ROWS=amax_rows,
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

@@ -277,74 +277,45 @@ __device__ __forceinline__ void mma_chunk_ring(const Rows& rows, int nr, int c0,
 
 // stage_x for the MMA path: x[:, c0:c0+kch] (times w_norm with NORM) as bf16 into xs [B][XST].
 // Each batch row goes to WPR warps (all of them share the rows when B < NW); a lane keeps SB
-// independent 16-byte loads in flight for each of RB rows at once (the staging is bound by L2
-// latency otherwise: at batch 32 a down-proj task stages 4x its weight bytes; STAGE_RB,
-// CodegenOptions.stage_rows). With NORM, each warp adds its share of a row's sum of squares into
-// ssp [NW][B]; a warp takes the same rows, and a lane the same elements in the same order, for
-// any RB (the sums are bit for bit those of RB = 1).
-// XB: x holds bf16 already (down's input h with H_BF16): copied as it is, 16 bytes per cp.async,
-// every copy in flight at once and none through registers.
-template <int K, bool NORM, bool COMB, bool XB = false>
+// independent 16-byte loads in flight (the staging is bound by L2 latency otherwise: at batch 32
+// a down-proj task stages 4x its weight bytes). With NORM, each warp adds its share of a row's
+// sum of squares into ssp [NW][B].
+template <int K, bool NORM, bool COMB>
 __device__ void stage_x_bf16(const float* x, int c0, int kch, const unsigned short* nw, unsigned short* xs, float* ssp,
                              bool sum) {
-  if constexpr (XB) {
-    static_assert(!NORM && !COMB && K % 8 == 0, "a bf16 input is staged without a norm or a combine");
-    const unsigned short* xb = reinterpret_cast<const unsigned short*>(x);
-    const int q = kch / 8;  // kch: whole pages or chunks of 32
-    for (int i = mk_tid(); i < B * q; i += NT) {
-      const int b = i / q, j = i - b * q;
-      mk_cp_async16(xs + b * XST + 8 * j, xb + (size_t)b * K + c0 + 8 * j, true);
-    }
-    mk_cp_async_commit();
-    mk_cp_async_wait<0>();
-    return;
-  }
   constexpr int SB = 8, WPR = NW > B ? NW / B : 1, NRW = NW / WPR;
-  constexpr int ROWS = (B + NRW - 1) / NRW, RB = STAGE_RB < ROWS ? STAGE_RB : ROWS;  // a warp's rows, at once
   const int q = kch / 4, lane = lane_id(), w = warp_id(), part = w % WPR;
-  for (int b0 = w / WPR; b0 < B; b0 += NRW * RB) {
-    float ss[RB];
-#pragma unroll
-    for (int r = 0; r < RB; ++r) ss[r] = 0.f;
+  for (int b = w / WPR; b < B; b += NRW) {
+    unsigned short* sb = xs + b * XST;
+    float ss = 0.f;
     for (int i0 = part * WARP + lane; i0 < q; i0 += WPR * WARP * SB) {
-      float4 v[RB][SB];
+      float4 v[SB];
       unsigned w01[SB], w23[SB];
 #pragma unroll
       for (int e = 0; e < SB; ++e) {
         const int i = i0 + e * WPR * WARP;
         if (i < q) {
+          v[e] = load_x4<K, COMB>(x, b, c0 + 4 * i);
           if constexpr (NORM) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
-#pragma unroll
-          for (int r = 0; r < RB; ++r)
-            if (RB == 1 || b0 + r * NRW < B) v[r][e] = load_x4<K, COMB>(x, b0 + r * NRW, c0 + 4 * i);
         }
       }
 #pragma unroll
       for (int e = 0; e < SB; ++e) {
         const int i = i0 + e * WPR * WARP;
         if (i >= q) break;
-#pragma unroll
-        for (int r = 0; r < RB; ++r) {
-          if (RB > 1 && b0 + r * NRW >= B) break;
-          float4& u = v[r][e];
-          if constexpr (NORM) {
-            ss[r] = fmaf(u.x, u.x, ss[r]); ss[r] = fmaf(u.y, u.y, ss[r]);
-            ss[r] = fmaf(u.z, u.z, ss[r]); ss[r] = fmaf(u.w, u.w, ss[r]);
-            u.x *= mk_lo_bf16(w01[e]); u.y *= mk_hi_bf16(w01[e]);
-            u.z *= mk_lo_bf16(w23[e]); u.w *= mk_hi_bf16(w23[e]);
-          }
-          mk_st_shared8(xs + (b0 + r * NRW) * XST + 4 * i, mk_pack_bf16x2(u.x, u.y), mk_pack_bf16x2(u.z, u.w));
+        if constexpr (NORM) {
+          ss = fmaf(v[e].x, v[e].x, ss); ss = fmaf(v[e].y, v[e].y, ss);
+          ss = fmaf(v[e].z, v[e].z, ss); ss = fmaf(v[e].w, v[e].w, ss);
+          v[e].x *= mk_lo_bf16(w01[e]); v[e].y *= mk_hi_bf16(w01[e]);
+          v[e].z *= mk_lo_bf16(w23[e]); v[e].w *= mk_hi_bf16(w23[e]);
         }
+        mk_st_shared8(sb + 4 * i, mk_pack_bf16x2(v[e].x, v[e].y), mk_pack_bf16x2(v[e].z, v[e].w));
       }
     }
     if constexpr (NORM) {
       if (sum) {
-#pragma unroll
-        for (int r = 0; r < RB; ++r) {
-          if (RB > 1 && b0 + r * NRW >= B) break;
-          const float t = warp_sum(ss[r]);
-          if (lane == 0) ssp[w * B + b0 + r * NRW] += t;
-        }
+        ss = warp_sum(ss);
+        if (lane == 0) ssp[w * B + b] += ss;
       }
     }
   }
@@ -353,7 +324,7 @@ __device__ void stage_x_bf16(const float* x, int c0, int kch, const unsigned sho
 // A GEMV task on tensor cores: rows in blocks that fit the output staging, K in balanced chunks of
 // at most KCB. Every chunk's first weight loads go out before its input is staged (the first
 // chunk's before the task waits on its inputs). Returns false to stop.
-template <int K, bool NORM, class Kind, bool COMB, bool XB = false>
+template <int K, bool NORM, class Kind, bool COMB>
 __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
                                               const unsigned short* nw, const float* lse) {
   constexpr int NCH0 = (K + KCB - 1) / KCB;
@@ -389,7 +360,7 @@ __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* 
         else mma_preload(kd, nr, c0, kch, pre);
       }
       if (NCH > 1 || blk == 0) {
-        stage_x_bf16<K, NORM, COMB, XB>(x, c0, kch, nw, xs, ssp, blk == 0);
+        stage_x_bf16<K, NORM, COMB>(x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
       }
       if constexpr (RING > 0) mma_chunk_ring(kd, nr, c0, kch, xs, out, part, ch > 0);
@@ -464,7 +435,7 @@ __device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, con
 
 // A GEMV task on tensor cores whose weights come through the weight pipeline: after the wait, each
 // K-chunk (pipe_kch, the producer's) staged as bf16 and its pages taken as the producer fills them.
-template <int K, bool NORM, class Kind, bool COMB, bool XB = false>
+template <int K, bool NORM, class Kind, bool COMB>
 __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
                                                    const unsigned short* nw, const float* lse) {
   constexpr int KCH = pipe_kch<K>();
@@ -483,7 +454,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
     for (int ch = 0; ch < NCH; ++ch) {
       const int c0 = ch * KCH, kch = min(KCH, K - c0);
       if (NCH > 1 || blk == 0) {
-        stage_x_bf16<K, NORM, COMB, XB>(x, c0, kch, nw, xs, ssp, blk == 0);
+        stage_x_bf16<K, NORM, COMB>(x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
         if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
       }

@@ -158,12 +158,7 @@ struct GateUpKind {
     for (int idx = mk_tid(); idx < nb * B; idx += NT) {
       const int b = idx / nb, j = idx % nb;
       const float gt = out[j * B + b], up = out[(nb + j) * B + b];
-      // H_BF16 (lower(h_bf16=True), atomic counters and the tensor-core path only: render checks):
-      // h is bf16, rounded as the tensor-core staging rounds it, so down stages it as it is
-      if constexpr (H_BF16)
-        reinterpret_cast<unsigned short*>(y)[(size_t)b * I + rb + j] = mk_f32_to_bf16(gt / (1.0f + expf(-gt)) * up);
-      else
-        put_f32(y + (size_t)b * I + rb + j, gt / (1.0f + expf(-gt)) * up);
+      put_f32(y + (size_t)b * I + rb + j, gt / (1.0f + expf(-gt)) * up);
     }
   }
 };
