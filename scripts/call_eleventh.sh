@@ -4,6 +4,8 @@
 #           (lower(argmax_tasks=1)) and after, the peer
 #   CALL=2  the bf16-h test; greedy rows before/after: one argmax task (-amax1), h in bf16 (-hbf16),
 #           staging 2 rows per warp (-srb2); per-kind traces at batch 32 and of filtered sampling, the peer
+#           (ran at e777675; the -hbf16 and -srb variants were removed with their options after it)
+#   CALL=3  mkc bench with both torch.compile baselines (default and max-autotune-no-cudagraphs), the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -24,4 +26,8 @@ if [ "${CALL:-1}" = 2 ]; then
   MKC_AB="128@b8-atomic,b8-atomic-amax1,b8-atomic-hbf16,b8-nan,b8-nan-amax1;128@b32-atomic,b32-atomic-amax1,b32-atomic-hbf16,b32-atomic-srb2,b32-atomic-hbf16-srb2,b16-atomic,b16-atomic-hbf16;128@q8-b8-atomic,q8-b8-atomic-hbf16;16@b32-atomic-trace,b8-atomic-trace-topk50,b8-atomic-amax1-trace-topk50,b1-atomic-trace-topk50" \
   OUT=$OUT bash scripts/gpu_final.sh
   tar xzf "$OUT/pack.tgz" -O ./ab.log 2>/dev/null | grep "^trace" | cut -c1-1500
+fi
+if [ "${CALL:-1}" = 3 ]; then
+  MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_PEER_S=75 MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_ARGS=--autotune \
+  MKC_BENCH_S=470 MKC_ITERS=30 OUT=$OUT bash scripts/gpu_final.sh
 fi
