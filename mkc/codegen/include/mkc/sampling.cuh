@@ -422,7 +422,7 @@ struct CandScan {
 // index) pairs sorted by key (descending; ties by index; -1: unused). Ties at the cut are kept
 // while slots remain: argmax trusts the candidates only above every cut tile's smallest kept key,
 // and the first LM_PREF of each tile above every tile's LM_PREF-th key. Block-wide.
-__device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile) {
+__device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1, int tile) {
   unsigned* keys = reinterpret_cast<unsigned*>(mk_smem + SM_A);
   unsigned* hist = keys + LM_ROWS;
   unsigned* res = hist + 256;  // chosen digit, count above it, slots taken
@@ -506,6 +506,103 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
   }
 }
 
+// The same candidates with a warp per row (rows w, w + NW, ...: batch >= CAND_WARP_ROWS), so the
+// rows' selects run at once instead of one after another behind block barriers (at batch 8 the
+// block-wide select took ~80 us of the LM-head tile, BENCHMARKS.md eleventh session). Each warp
+// has its own scratch (256 u32 bins, 4 result words, LM_CAND keys and indices) and reads the keys
+// from the tile's logits (global: this block's stores, visible after the barrier), as the block
+// version reads them from shared memory. The same digits, cut and ranks: a row's result is the
+// block version's (which ties at the cut fill the last slots may differ; argmax never trusts them).
+constexpr int CAND_WARP_ROWS = 4;
+constexpr int CAND_WS = 256 + 4 + 2 * LM_CAND;  // scratch words per warp
+__device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1, int tile) {
+  static_assert(NW * CAND_WS * 4 <= (SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 * SNB),
+                "every warp's candidate scratch fits region A");
+  unsigned* hist = reinterpret_cast<unsigned*>(mk_smem + SM_A) + warp_id() * CAND_WS;
+  unsigned* res = hist + 256;  // chosen digit, count above it, slots taken
+  unsigned* ckey = res + 4;
+  int* cidx = reinterpret_cast<int*>(ckey + LM_CAND);
+  const int n = r1 - r0, lane = lane_id();
+  const float* lgb = gptr<const float>(c, S_LOGITS, 0);
+  int* out = gptr<int>(c, S_LM_CAND, 0);
+  mk_barrier();  // the tile's logits stores are visible to the block; region A's earlier users are done
+  for (int b = warp_id(); b < B; b += NW) {
+    const float* lg = lgb + (size_t)b * V + r0;
+    int* o = out + ((size_t)b * NTILES + tile) * LM_CAND_WORDS;
+    unsigned cut = 0;
+    if (n > LM_CAND) {
+      unsigned need = LM_CAND;
+#pragma unroll 1
+      for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = lane; i < 256; i += WARP) hist[i] = 0;
+        mk_syncwarp();
+#pragma unroll 4
+        for (int i = lane; i < n; i += WARP) {
+          const unsigned key = order_key(lg[i]);
+          if (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))) mk_smem_add_u32(hist + ((key >> shift) & 255u), 1u);
+        }
+        mk_syncwarp();
+        constexpr int PER = 256 / WARP;  // bins from the top: the digit where the count reaches need
+        unsigned own = 0;
+        for (int j = 0; j < PER; ++j) own += hist[255 - lane * PER - j];
+        unsigned incl = own;
+        for (int off = 1; off < WARP; off <<= 1) {
+          const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
+          if (lane >= off) incl += o2;
+        }
+        unsigned acc = incl - own;
+        if (acc < need && acc + own >= need) {
+          for (int j = 0; j < PER; ++j) {
+            const int bin = 255 - lane * PER - j;
+            if (acc + hist[bin] >= need) { res[0] = (unsigned)bin; res[1] = acc; break; }
+            acc += hist[bin];
+          }
+        }
+        mk_syncwarp();
+        cut |= res[0] << shift;
+        need -= res[1];
+        mk_syncwarp();
+      }
+    }
+    if (lane == 0) res[2] = 0;
+    mk_syncwarp();
+    for (int pass = 0; pass < 2; ++pass) {  // above the cut (fewer than LM_CAND), then ties while slots remain
+      for (int i = lane; i < n; i += WARP) {
+        const unsigned key = order_key(lg[i]);
+        if (pass == 0 ? key > cut : key == cut) {
+          const unsigned sl = mk_smem_add_u32(res + 2, 1u);
+          if (sl < (unsigned)LM_CAND) { ckey[sl] = key; cidx[sl] = r0 + i; }
+        }
+      }
+      mk_syncwarp();
+    }
+    const int used = min((int)res[2], LM_CAND);
+    for (int sl = lane; sl < LM_CAND; sl += WARP) {
+      if (sl < used) {
+        const unsigned k = ckey[sl];
+        const int v = cidx[sl];
+        int r = 0;
+        for (int j = 0; j < used; ++j) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
+        o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);
+        o[LM_CAND_HEAD + 1 + 2 * r] = v;
+        if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;
+      } else {
+        o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
+      }
+    }
+    if (lane == 0) {
+      o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
+      if (n <= LM_PREF) o[2] = 0;
+    }
+    mk_syncwarp();  // the next row reuses the scratch
+  }
+}
+
+__device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile) {
+  if constexpr (B >= CAND_WARP_ROWS) lm_candidates_warps(c, r0, r1, tile);
+  else lm_candidates_block(c, r0, r1, tile);
+}
+
 // ---- the LM-head tiles' histograms for sample_pdraw's bounds (TOKF_PDRAW, PDRAW_BOUND) ----
 // Per row, the counts of the tile's z = logit / T in PD_HB bins of 1/8 on an absolute grid from the
 // tile's largest down: bin j holds z in [(A - j) / 8, (A - j + 1) / 8), A = floor(8 max z) (word 2
@@ -516,26 +613,46 @@ constexpr int PD_HB = 128;
 constexpr int PD_NOHIST = (int)0x80000000;
 static_assert(LM_CAND_HEAD % 4 == 0 && LM_CAND_WORDS % 4 == 0 && LM_CAND_HEAD + PD_HB / 2 <= LM_CAND_WORDS && 4 * PD_HB <= SAMPLE_SMEM, "the tiles' histograms");
 static_assert(OFF_BEST >= SM_A + 4 * PD_HB || OFF_BEST + 16 * B <= SM_A, "the histogram's bins clear of the tile's maxima");
+// PD_RB rows at once (their bins side by side in region A, clear of the tile's maxima, which hold
+// rawmax): one clear, one count and one write-out pass for them, not three block barriers per row.
+constexpr int PD_RA = SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 * SNB;  // region A's bytes
+constexpr int PD_RB0 = B < PD_RA / (4 * PD_HB) ? B : PD_RA / (4 * PD_HB);
+constexpr int PD_RB = (OFF_BEST >= SM_A && OFF_BEST < SM_A + 4 * PD_HB * PD_RB0) ? (OFF_BEST - SM_A) / (4 * PD_HB) : PD_RB0;
+static_assert(PD_RB >= 1, "a row's histogram fits region A");
+__device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, int n, float& top) {
+  top = floorf(rawmax[b] / temp * 8.0f);
+  return n <= 65535 && fabsf(top) < 1.0e6f;
+}
 __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
   unsigned* h = reinterpret_cast<unsigned*>(mk_smem + SM_A);  // region A: free once the GEMV is done
   const float temp = tok_sampler(c).temperature;
   const float* lgb = gptr<const float>(c, S_LOGITS, 0);
+  int* cand = gptr<int>(c, S_LM_CAND, 0);
   const int n = r1 - r0, tid = mk_tid();
-  for (int b = 0; b < B; ++b) {
-    int* o = gptr<int>(c, S_LM_CAND, 0) + ((size_t)b * NTILES + tile) * LM_CAND_WORDS;
-    mk_barrier();  // the tile's logits stores are visible to the block; the last row's readers are done
-    for (int i = tid; i < PD_HB; i += NT) h[i] = 0u;
+  for (int b0 = 0; b0 < B; b0 += PD_RB) {
+    const int nb = min(PD_RB, B - b0);
+    mk_barrier();  // the tile's logits stores are visible to the block; the last rows' readers are done
+    for (int i = tid; i < nb * PD_HB; i += NT) h[i] = 0u;
     mk_barrier();
-    const float top = floorf(rawmax[b] / temp * 8.0f);
-    const bool ok = n <= 65535 && fabsf(top) < 1.0e6f;
 #pragma unroll 4
-    for (int i = tid; i < (ok ? n : 0); i += NT) {
-      const float j = top - floorf(lgb[(size_t)b * V + r0 + i] / temp * 8.0f);
-      mk_smem_add_u32(h + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), 1u);  // NaN: the last bin
+    for (int idx = tid; idx < nb * n; idx += NT) {
+      const int r = idx / n, i = idx - r * n;
+      float top;
+      if (!pd_top(rawmax, b0 + r, temp, n, top)) continue;
+      const float j = top - floorf(lgb[(size_t)(b0 + r) * V + r0 + i] / temp * 8.0f);
+      mk_smem_add_u32(h + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), 1u);  // NaN: the last bin
     }
     mk_barrier();
-    for (int i = tid; i < PD_HB / 2; i += NT) o[LM_CAND_HEAD + i] = (int)(h[2 * i] | h[2 * i + 1] << 16);
-    if (tid == 0) o[2] = ok ? (int)top : PD_NOHIST;
+    for (int idx = tid; idx < nb * (PD_HB / 2); idx += NT) {
+      const int r = idx / (PD_HB / 2), i = idx - r * (PD_HB / 2);
+      int* o = cand + ((size_t)(b0 + r) * NTILES + tile) * LM_CAND_WORDS;
+      o[LM_CAND_HEAD + i] = (int)(h[r * PD_HB + 2 * i] | h[r * PD_HB + 2 * i + 1] << 16);
+    }
+    if (tid < nb) {
+      float top;
+      const bool ok = pd_top(rawmax, b0 + tid, temp, n, top);
+      cand[((size_t)(b0 + tid) * NTILES + tile) * LM_CAND_WORDS + 2] = ok ? (int)top : PD_NOHIST;
+    }
   }
 }
 
