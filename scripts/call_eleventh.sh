@@ -6,6 +6,8 @@
 #           staging 2 rows per warp (-srb2); per-kind traces at batch 32 and of filtered sampling, the peer
 #           (ran at e777675; the -hbf16 and -srb variants were removed with their options after it)
 #   CALL=3  mkc bench with both torch.compile baselines (default and max-autotune-no-cudagraphs), the peer
+#   CALL=4  the LM-head tiles' candidates with a warp per row: the sampling and text tests, the
+#           sampling cost at batch 1 and 8, the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -30,4 +32,9 @@ fi
 if [ "${CALL:-1}" = 3 ]; then
   MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_PEER_S=75 MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_ARGS=--autotune \
   MKC_BENCH_S=470 MKC_ITERS=30 OUT=$OUT bash scripts/gpu_final.sh
+fi
+if [ "${CALL:-1}" = 4 ]; then
+  MKC_TESTS="tests/test_gpu_tokens.py tests/test_gpu_text.py" MKC_TEST_S=150 MKC_AB=none MKC_TOKENS_S=55 MKC_PEER_S=75 \
+  MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
+  tokens_b8 warp-cand '{}'
 fi
