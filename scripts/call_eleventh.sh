@@ -8,6 +8,8 @@
 #   CALL=3  mkc bench with both torch.compile baselines (default and max-autotune-no-cudagraphs), the peer
 #   CALL=4  the LM-head tiles' candidates with a warp per row: the sampling and text tests, the
 #           sampling cost at batch 1 and 8, the peer
+#   CALL=5  the same at batch 8 with the tails row after row (CodegenOptions(lm_rows_at_once=False)) and
+#           at once, same call; the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -37,4 +39,15 @@ if [ "${CALL:-1}" = 4 ]; then
   MKC_TESTS="tests/test_gpu_tokens.py tests/test_gpu_text.py" MKC_TEST_S=150 MKC_AB=none MKC_TOKENS_S=55 MKC_PEER_S=75 \
   MKC_PACK=1 OUT=$OUT bash scripts/gpu_final.sh
   tokens_b8 warp-cand '{}'
+fi
+if [ "${CALL:-1}" = 5 ]; then
+  tokens_opts() {  # $1 label, $2 MKC_TOKENS_OPTIONS
+    MKC_TOKENS_OPTIONS="$2" timeout 62 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 8 --steps 120 \
+      --json "$OUT/tokens-b8-$1.json" > "$OUT/tokens-b8-$1.log" 2>&1
+    echo "tokens b8 $1 rc=$?"; grep "decode, " "$OUT/tokens-b8-$1.log"
+  }
+  tokens_opts row-after-row '{"lm_rows_at_once": false}'
+  tokens_opts at-once '{}'
+  HAZY_PREBUILT_SO=$PWD/.peer/mk_llama.cpython-312-x86_64-linux-gnu.so OUT=$OUT/peer timeout 75 bash .peer/run.sh > "$OUT/peer.log" 2>&1
+  echo "peer: $(tail -n 1 "$OUT/peer.log")"
 fi

@@ -186,6 +186,10 @@ def tokens_bench_sources():
                            rr_schedule(tg, "h200", "atomic"), "h200", o)
     # batch 8 with one argmax task for all rows (MKC_TOKENS_LOWER='{"argmax_tasks": 1}'): the graph
     # before argmax went per row; the per-row kernels are the tests' (--tests)
+    if extra:  # batch 8 with those options too (the per-row kernels of the tests' plan)
+        tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
+        yield from kernels(f"tokens bench llama-3.2-1b b8 {extra}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                           CodegenOptions(**json.loads(extra)))
     tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"), argmax_tasks=1)
     yield from kernels("tokens bench llama-3.2-1b b8 argmax_tasks=1", tg, rr_schedule(tg, "h200", "atomic"), "h200")
 

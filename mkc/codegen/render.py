@@ -62,6 +62,9 @@ class CodegenOptions:
     preload: bool = True  # GEMV tasks issue their first weight loads before waiting on their inputs
     rows_per_warp: int = 2  # G: weight rows a warp streams at once
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0 = by batch size
+    # the LM-head tiles' sampler tails over several rows at once (sampling.cuh: candidates with a
+    # warp per row from batch 4, histograms of several rows per pass); False: row after row
+    lm_rows_at_once: bool = True
     attn_chunk: int = 256  # positions per attention tile
     av_batch: int = 4  # attention: 16-byte V loads in flight per thread in the weighted sum over positions
     # attention loads its first K/V rows, pointers and q/k-norm immutables before waiting on q
@@ -263,7 +266,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
-        AMAX_ROWS=amax_rows,
+        AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

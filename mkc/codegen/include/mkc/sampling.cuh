@@ -599,7 +599,7 @@ __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1
 }
 
 __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile) {
-  if constexpr (B >= CAND_WARP_ROWS) lm_candidates_warps(c, r0, r1, tile);
+  if constexpr (LM_ROWS_AT_ONCE && B >= CAND_WARP_ROWS) lm_candidates_warps(c, r0, r1, tile);
   else lm_candidates_block(c, r0, r1, tile);
 }
 
@@ -616,7 +616,7 @@ static_assert(OFF_BEST >= SM_A + 4 * PD_HB || OFF_BEST + 16 * B <= SM_A, "the hi
 // PD_RB rows at once (their bins side by side in region A, clear of the tile's maxima, which hold
 // rawmax): one clear, one count and one write-out pass for them, not three block barriers per row.
 constexpr int PD_RA = SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 * SNB;  // region A's bytes
-constexpr int PD_RB0 = B < PD_RA / (4 * PD_HB) ? B : PD_RA / (4 * PD_HB);
+constexpr int PD_RB0 = !LM_ROWS_AT_ONCE ? 1 : B < PD_RA / (4 * PD_HB) ? B : PD_RA / (4 * PD_HB);
 constexpr int PD_RB = (OFF_BEST >= SM_A && OFF_BEST < SM_A + 4 * PD_HB * PD_RB0) ? (OFF_BEST - SM_A) / (4 * PD_HB) : PD_RB0;
 static_assert(PD_RB >= 1, "a row's histogram fits region A");
 __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, int n, float& top) {
