@@ -47,7 +47,7 @@ if [ "${CALL:-1}" = 5 ]; then
     echo "tokens b8 $1 rc=$?"; grep "decode, " "$OUT/tokens-b8-$1.log"
   }
   tokens_opts row-after-row '{"lm_rows_at_once": false}'
-  tokens_opts at-once '{}'
+  tokens_opts at-once '{"lm_rows_at_once": true}'  # ran as '{}', the default at 323edbf
   HAZY_PREBUILT_SO=$PWD/.peer/mk_llama.cpython-312-x86_64-linux-gnu.so OUT=$OUT/peer timeout 75 bash .peer/run.sh > "$OUT/peer.log" 2>&1
   echo "peer: $(tail -n 1 "$OUT/peer.log")"
 fi

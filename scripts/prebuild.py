@@ -80,6 +80,10 @@ def test_sources(trace: bool = False):
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         yield from kernels(f"test {m} b{b} {s} {opts}", tg, rr_schedule(tg, "h200", s), "h200",
                            CodegenOptions(**opts), sampling=False)
+    # test_candidate_path_at_batch_8_with_a_warp_per_row
+    tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
+    yield from kernels("test llama-3.2-1b b8 atomic lm_rows_at_once", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                       CodegenOptions(lm_rows_at_once=True))
     for m, b, s in TRACE_TEST_CASES if trace else ():
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         yield from kernels(f"test {m} b{b} {s} trace", tg, rr_schedule(tg, "h200", s), "h200",

@@ -449,3 +449,15 @@ def test_weight_pipeline_refused_where_it_cannot_run():
     # batch 64: past PIPE_MMA_MAX_BATCH the tensor-core path keeps the ring (or registers) by default
     tg = taskgraph("llama-3.2-1b", 64, 64)
     assert dict(kernel_config(tg, rr_schedule(tg, "h200", "atomic"), get_target("h200")).consts)["PIPE_SLOTS"] == 0
+
+
+def test_lm_rows_at_once_selects_the_tails():
+    """CodegenOptions.lm_rows_at_once: the LM-head tiles' candidates with a warp per row from batch 4
+    and their histograms several rows per pass; off by default (its batch-8 GPU test is pending)."""
+    tg = taskgraph("tiny-llama", 8, 64)
+    off = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True))
+    on = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True, lm_rows_at_once=True))
+    assert off[1].const("LM_ROWS_AT_ONCE") == 0 and on[1].const("LM_ROWS_AT_ONCE") == 1
+    assert CodegenOptions().lm_rows_at_once is False
+    for src in (off[0], on[0]):
+        assert "if constexpr (LM_ROWS_AT_ONCE && B >= CAND_WARP_ROWS) lm_candidates_warps(c, r0, r1, tile);" in src

@@ -188,6 +188,33 @@ def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
     assert later >= 2, f"only {later} of 12 top-p 0.5 draws came from the rejection rounds"
 
 
+def test_candidate_path_at_batch_8_with_a_warp_per_row():
+    """From batch 4 each LM-head tile selects its candidates with a warp per row (sampling.cuh
+    lm_candidates_warps): on llama-3.2-1b's cut tiles, every row's top-k draw equals the reference's."""
+    import dataclasses
+
+    from mkc.sampling import Sampling
+
+    from mkc.codegen.render import CodegenOptions
+
+    hf = hf_models("llama-3.2-1b")
+    mk = megakernel(hf, 8, "atomic", options=CodegenOptions(lm_rows_at_once=True))
+    rows = _rows(hf.vocab, [3] * 8, seed=13)
+    agree = total = 0
+    for smp in (Sampling(temperature=1.0, top_k=50, seed=5), Sampling(temperature=0.7, top_k=64, top_p=0.9, seed=6),
+                Sampling(temperature=1.3, top_k=1, seed=7)):
+        for s in range(4):
+            smp_s = dataclasses.replace(smp, seed=smp.seed + 31 * s)
+            out = mk.decode(rows, 1, sampling=smp_s)
+            lg = mk.logits().float().cpu().numpy()
+            for b in range(8):
+                want = ref.sample_row(lg[b], smp_s.temperature, smp_s.seed, pos=2, b=b,
+                                      top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p)
+                agree += int(out[b][0] == want)
+                total += 1
+    assert agree >= total - 2, f"{agree} of {total}"
+
+
 def test_same_seed_same_tokens_different_seed_different_and_steps_equal_one_launch():
     import torch
 
