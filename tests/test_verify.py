@@ -332,3 +332,34 @@ def test_llama_3_2_1b_verify_time():
         rep = verify(tg, dataclasses.replace(sched, sync=sync), target)
         print(f"llama-3.2-1b {len(tg.tasks)} tasks, sync {sync}: verify {time.perf_counter() - t0:.2f} s")
         assert rep.ok, rep.text()
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_a_read_before_its_writer_in_the_step_is_rejected(sync):
+    """Split-K down: chunk c reads chunk c - 1's partial and writes its own. A chunk that also reads
+    the partial it writes, or the next chunk's, reads it before it is written in the step (the
+    previous step's data; nan mode: the sentinel). The 5000-mutant campaign of the eleventh session
+    found two such mutants accepted (grow_read on xmp: a chunk reading its own output); the
+    verifier now wants every reader after its writer and no task reading what it writes."""
+    import dataclasses as dc
+
+    from mkc.verify.mutants import real_schedule
+
+    target = dc.replace(get_target("h200"), name="h200-8sm", sms=8)
+    tg, sched, tgt = real_schedule("llama", 1, sync, target, 2, "list", down_split=4)
+    t = next(t for t in tg.tasks if t.kind == "downk" and any(r.buffer.startswith("xmp.") and r.box[0] == (0, 1)
+                                                              for r in t.reads))
+    i = next(i for i, r in enumerate(t.reads) if r.buffer.startswith("xmp."))
+    r = t.reads[i]
+    grown = dc.replace(r, box=((0, 2),) + r.box[1:])
+    bad = replace_task(tg, t.id, reads=t.reads[:i] + (grown,) + t.reads[i + 1:])
+    rep = verify(bad, sched, tgt)
+    assert any(f"{r.buffer}[1:2" in m and "which it writes itself" in m for m in errors(rep, "race"))
+    assert not judge(bad, sched, tgt).safe
+    # the next chunk's partial: written by a task that waits (through this one's output) for the reader
+    nxt = next(u for u in tg.tasks if u.kind == "downk" and any(w.buffer == r.buffer and w.box[0] == (2, 3) for w in u.writes))
+    two = dc.replace(r, box=((2, 3),) + r.box[1:])
+    bad2 = replace_task(tg, t.id, reads=t.reads + (two,))
+    assert any(f"reads {r.buffer}[2:3" in m and f"before task {nxt.id} " in m for m in errors(verify(bad2, sched, tgt), "race"))
+    assert not judge(bad2, sched, tgt).safe
+    assert not [m for m in errors(verify(tg, sched, tgt), "race")]

@@ -464,11 +464,20 @@ def _races(a: _Analysis, hb: _HB, check: Check) -> tuple[list[tuple[int, int, st
                             pairs.append((w, o, buffer, where))
                             check.error(f"{fmt_box(buffer, where)} is written by both {a.task(w)} and {a.task(o)} "
                                         f"in one step (one writer per element)")
-                    for r in _bits(rset & ~hb.ordered(w)):
+                    # a task that reads what it writes itself reads it before it is written (an
+                    # activation has one writer per step; caches are by position: not here)
+                    if (rset >> w) & 1 and role != "cache" and (w, w) not in seen:
+                        seen.add((w, w))
+                        pairs.append((w, w, buffer, where))
+                        check.error(f"{a.task(w)} reads {fmt_box(buffer, where)}, which it writes itself in the "
+                                    f"step: it reads the previous step's data{' or the sentinel' if a.nan else ''}")
+                    # a reader must happen after the writer: one that happens before it reads the
+                    # previous step's data (nan mode: the sentinel), one unordered with it races
+                    for r in _bits(rset & ~(hb.desc[w] | (1 << w))):
                         if (w, r) not in seen:
                             seen.add((w, r))
                             pairs.append((w, r, buffer, where))
-                            check.error(_race_msg(a, w, r, buffer, where))
+                            check.error(_race_msg(a, w, r, buffer, where, before=bool((hb.anc[w] >> r) & 1)))
         # every read of a produced buffer must be fully written in the step
         if role in ("act", "output", "cache"):
             for box, (rset, _) in groups.items():
@@ -487,7 +496,11 @@ def _races(a: _Analysis, hb: _HB, check: Check) -> tuple[list[tuple[int, int, st
     return pairs, n_checked
 
 
-def _race_msg(a: _Analysis, w: int, r: int, buffer: str, box: Box) -> str:
+def _race_msg(a: _Analysis, w: int, r: int, buffer: str, box: Box, before: bool = False) -> str:
+    if before:
+        return (f"{a.task(r)} reads {fmt_box(buffer, box)} before {a.task(w)} writes it in the same step (the "
+                f"writer waits, directly or through tasks before it, for the reader): it reads the previous "
+                f"step's data{' or the sentinel' if a.nan else ''}")
     how = ("no region it polls (directly or through tasks before it) covers it" if a.nan
            else "no event it waits on (directly or through tasks before it) orders it after the writer")
     if r in a.worker and w in a.worker:
