@@ -40,6 +40,7 @@ CONFIGS: dict[str, tuple[str, int, str, str, dict]] = {
     "llama-b1-greedy": ("llama-3.2-1b", 1, "h200", "atomic", {"sampler": False}),
     "llama-b8-greedy": ("llama-3.2-1b", 8, "h200", "atomic", {"sampler": False}),
     "llama-b8-ring": ("llama-3.2-1b", 8, "h200", "atomic", {"pipe": False}),
+    "llama-b8-rows-at-once": ("llama-3.2-1b", 8, "h200", "atomic", {"lm_rows_at_once": True}),
     "qwen3-b1": ("qwen3-0.6b", 1, "h200", "atomic", {}),
     "qwen3-b8": ("qwen3-0.6b", 8, "h200", "atomic", {}),
     "tiny-qwen2-b1": ("tiny-qwen2", 1, "h200", "atomic", {}),

@@ -414,6 +414,41 @@ struct CandScan {
   }
 };
 
+// One step of the candidates' radix select, run by one warp (all lanes): over the 256 bins from the
+// top, the digit where the count reaches need -> res[0], and the count above that digit -> res[1].
+__device__ __forceinline__ void cand_digit(const unsigned* hist, unsigned need, unsigned* res, int lane) {
+  constexpr int PER = 256 / WARP;
+  unsigned own = 0;
+  for (int j = 0; j < PER; ++j) own += hist[255 - lane * PER - j];
+  unsigned incl = own;
+  for (int off = 1; off < WARP; off <<= 1) {
+    const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
+    if (lane >= off) incl += o2;
+  }
+  unsigned acc = incl - own;
+  if (acc < need && acc + own >= need) {
+    for (int j = 0; j < PER; ++j) {
+      const int bin = 255 - lane * PER - j;
+      if (acc + hist[bin] >= need) { res[0] = (unsigned)bin; res[1] = acc; break; }
+      acc += hist[bin];
+    }
+  }
+}
+// Slot sl of the collected candidates into the tile's block o at its rank (keys above it, and equal
+// keys at lower indices), or an unused slot cleared.
+__device__ __forceinline__ void cand_write(int* o, const unsigned* ckey, const int* cidx, int used, int n, int sl) {
+  if (sl < used) {
+    const unsigned k = ckey[sl];
+    const int v = cidx[sl];
+    int r = 0;
+    for (int j = 0; j < used; ++j) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
+    o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);  // the logit's bits
+    o[LM_CAND_HEAD + 1 + 2 * r] = v;
+    if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;  // (then used >= LM_PREF: some slot ranks there)
+  } else {
+    o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
+  }
+}
 // The LM-head tile's LM_CAND largest logits of each batch row, for the filtered sampler's candidate
 // path (TOKF_CAND): a radix select over the order keys of the tile's logits [r0, r1) in shared
 // memory (region A, free once the tile's GEMV is done), then the words of block ``tile``: how many,
@@ -448,24 +483,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
           if (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))) mk_smem_add_u32(hist + ((key >> shift) & 255u), 1u);
         }
         mk_barrier();
-        if (warp_id() == 0) {  // bins from the top: the digit where the count reaches need
-          constexpr int PER = 256 / WARP;
-          unsigned own = 0;
-          for (int j = 0; j < PER; ++j) own += hist[255 - lane * PER - j];
-          unsigned incl = own;
-          for (int off = 1; off < WARP; off <<= 1) {
-            const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
-            if (lane >= off) incl += o2;
-          }
-          unsigned acc = incl - own;
-          if (acc < need && acc + own >= need) {
-            for (int j = 0; j < PER; ++j) {
-              const int bin = 255 - lane * PER - j;
-              if (acc + hist[bin] >= need) { res[0] = (unsigned)bin; res[1] = acc; break; }
-              acc += hist[bin];
-            }
-          }
-        }
+        if (warp_id() == 0) cand_digit(hist, need, res, lane);
         mk_barrier();
         cut |= res[0] << shift;
         need -= res[1];
@@ -486,19 +504,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
       mk_barrier();
     }
     const int used = min((int)res[2], LM_CAND);
-    for (int sl = tid; sl < LM_CAND; sl += NT) {
-      if (sl < used) {  // its rank: keys above it, and equal keys at lower indices
-        const unsigned k = ckey[sl];
-        const int v = cidx[sl];
-        int r = 0;
-        for (int j = 0; j < used; ++j) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
-        o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);  // the logit's bits
-        o[LM_CAND_HEAD + 1 + 2 * r] = v;
-        if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;  // (then used >= LM_PREF: some slot ranks there)
-      } else {
-        o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
-      }
-    }
+    for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(o, ckey, cidx, used, n, sl);
     if (tid == 0) {
       o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
       if (n <= LM_PREF) o[2] = 0;
@@ -542,22 +548,7 @@ __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1
           if (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))) mk_smem_add_u32(hist + ((key >> shift) & 255u), 1u);
         }
         mk_syncwarp();
-        constexpr int PER = 256 / WARP;  // bins from the top: the digit where the count reaches need
-        unsigned own = 0;
-        for (int j = 0; j < PER; ++j) own += hist[255 - lane * PER - j];
-        unsigned incl = own;
-        for (int off = 1; off < WARP; off <<= 1) {
-          const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
-          if (lane >= off) incl += o2;
-        }
-        unsigned acc = incl - own;
-        if (acc < need && acc + own >= need) {
-          for (int j = 0; j < PER; ++j) {
-            const int bin = 255 - lane * PER - j;
-            if (acc + hist[bin] >= need) { res[0] = (unsigned)bin; res[1] = acc; break; }
-            acc += hist[bin];
-          }
-        }
+        cand_digit(hist, need, res, lane);
         mk_syncwarp();
         cut |= res[0] << shift;
         need -= res[1];
@@ -577,19 +568,7 @@ __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1
       mk_syncwarp();
     }
     const int used = min((int)res[2], LM_CAND);
-    for (int sl = lane; sl < LM_CAND; sl += WARP) {
-      if (sl < used) {
-        const unsigned k = ckey[sl];
-        const int v = cidx[sl];
-        int r = 0;
-        for (int j = 0; j < used; ++j) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
-        o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);
-        o[LM_CAND_HEAD + 1 + 2 * r] = v;
-        if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;
-      } else {
-        o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
-      }
-    }
+    for (int sl = lane; sl < LM_CAND; sl += WARP) cand_write(o, ckey, cidx, used, n, sl);
     if (lane == 0) {
       o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
       if (n <= LM_PREF) o[2] = 0;
