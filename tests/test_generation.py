@@ -205,6 +205,10 @@ def test_rows_of_one_length_decode_in_one_launch_and_stop_at_eos(hip_mk_parts):
     def kernel(mk, fake, a):  # step k's argmax: 100 + k in row 0, 200 + k in row 1
         for k in range(a["nsteps"]):
             fake.htod(mk.buffers["tokens"].ptr + 4 * 2 * k, np.array([100 + k, 200 + k], dtype=np.int32))
+            # Megakernel.decode's launch (the control block: nforced 0): a row still going clears the
+            # step's all-stopped flag, which the host set to 1 (decode.DecodePlan.ctl_head)
+            if a["nforced"] == 0 and k < a["nsteps"] - 1:
+                fake.htod(mk.ctl.ptr + 4 * (mk.ctl_at["CTL_DONE"] + k), np.zeros(1, dtype=np.int32))
 
     mk, fake = _hip_mk(hip_mk_parts, kernel)
     # the stand-in on its own (runtimes without Megakernel.decode use it)
