@@ -458,6 +458,10 @@ def test_lm_rows_at_once_selects_the_tails():
     off = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True))
     on = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True, lm_rows_at_once=True))
     assert off[1].const("LM_ROWS_AT_ONCE") == 0 and on[1].const("LM_ROWS_AT_ONCE") == 1
+    assert (off[1].const("LM_CAND_WARPS"), on[1].const("LM_CAND_WARPS")) == (0, 1)
+    tg2 = taskgraph("tiny-llama", 2, 64)  # below CAND_WARP_ROWS: the block-wide select
+    assert generate(tg2, rr_schedule(tg2, "h200", "atomic"), "h200",
+                    CodegenOptions(sampler=True, lm_rows_at_once=True))[1].const("LM_CAND_WARPS") == 0
     assert CodegenOptions().lm_rows_at_once is False
     for src in (off[0], on[0]):
-        assert "if constexpr (LM_ROWS_AT_ONCE && B >= CAND_WARP_ROWS) lm_candidates_warps(c, r0, r1, tile);" in src
+        assert "if constexpr (LM_CAND_WARPS) lm_candidates_warps(c, r0, r1, tile);" in src

@@ -45,6 +45,11 @@ KERNEL_TEMPLATE = "kernel.j2"
 COMB_EARLY_MAX = 16
 
 
+# from this batch on, lm_rows_at_once selects the LM-head tiles' candidates with a warp per row
+# (sampling.cuh lm_candidates_warps); below it the block-wide select has fewer rows to serialise
+CAND_WARP_ROWS = 4
+
+
 @dataclass(frozen=True)
 class CodegenOptions:
     """Knobs of the emitted code (defaults are what the tests and benchmarks use)."""
@@ -270,6 +275,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
+        LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS),
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

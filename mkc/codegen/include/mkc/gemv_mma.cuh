@@ -40,6 +40,23 @@ __device__ __forceinline__ void mma_tile_each(const float (&acc)[NTN][4], F&& f)
       }
 }
 
+// Unit u's accumulators (row tile u / ks, K-part u % ks) out: into the output block (added to it
+// with accumulate) when the tile is not split, else into its part of the partial sums.
+__device__ __forceinline__ void mma_unit_out(const float (&acc)[NTN][4], int u, int ks, int nr, int nrt, float* out,
+                                             float* part, bool accumulate) {
+  const int rt = u / ks, p = u % ks;
+  mma_tile_each(acc, [&](int r, int b, float v) {
+    const int j = rt * 16 + r;
+    if (j >= nr) return;
+    if (ks == 1) {
+      float* o = out + j * B + b;
+      *o = accumulate ? *o + v : v;
+    } else {
+      part[(p * nrt * 16 + j) * B + b] = v;
+    }
+  });
+}
+
 // K parts per row tile: enough units for every warp, each at least one step long. (Splitting more
 // to even out, say, 12 tiles on 8 warps was slower on the H200: the partials cost a pass and a barrier.)
 __device__ __forceinline__ int mma_split_k(int nr, int nseg) {
@@ -185,17 +202,7 @@ __device__ __forceinline__ void mma_chunk(const Rows& rows, int nr, int c0, int 
 #pragma unroll
         for (int v = 0; v < U; ++v) cur[h][v] = nxt[h][v];
     }
-    const int rt = u / ks, p = u % ks;
-    mma_tile_each(acc, [&](int r, int b, float v) {
-      const int j = rt * 16 + r;
-      if (j >= nr) return;
-      if (ks == 1) {
-        float* o = out + j * B + b;
-        *o = accumulate ? *o + v : v;
-      } else {
-        part[(p * nrt * 16 + j) * B + b] = v;
-      }
-    });
+    mma_unit_out(acc, u, ks, nr, nrt, out, part, accumulate);
   }
   if (ks > 1) {
     mk_barrier();
@@ -251,17 +258,7 @@ __device__ __forceinline__ void mma_chunk_ring(const Rows& rows, int nr, int c0,
         }
       }
     }
-    const int rt = u / ks, p = u % ks;
-    mma_tile_each(acc, [&](int r, int b, float v) {
-      const int j = rt * 16 + r;
-      if (j >= nr) return;
-      if (ks == 1) {
-        float* o = out + j * B + b;
-        *o = accumulate ? *o + v : v;
-      } else {
-        part[(p * nrt * 16 + j) * B + b] = v;
-      }
-    });
+    mma_unit_out(acc, u, ks, nr, nrt, out, part, accumulate);
   }
   mk_cp_async_wait<0>();  // the empty tail groups: nothing of this chunk is left in flight
   if (ks > 1) {

@@ -434,6 +434,19 @@ __device__ __forceinline__ void cand_digit(const unsigned* hist, unsigned need, 
     }
   }
 }
+// One collect pass over the tile's keys i0, i0 + step, ... < n: pass 0 the keys above the cut, pass
+// 1 those at it, into the slots res[2] hands out while they last.
+template <class KeyOf>
+__device__ __forceinline__ void cand_collect(int pass, int i0, int step, int n, unsigned cut, int r0, unsigned* res,
+                                             unsigned* ckey, int* cidx, KeyOf&& key_of) {
+  for (int i = i0; i < n; i += step) {
+    const unsigned key = key_of(i);
+    if (pass == 0 ? key > cut : key == cut) {
+      const unsigned sl = mk_smem_add_u32(res + 2, 1u);
+      if (sl < (unsigned)LM_CAND) { ckey[sl] = key; cidx[sl] = r0 + i; }
+    }
+  }
+}
 // Slot sl of the collected candidates into the tile's block o at its rank (keys above it, and equal
 // keys at lower indices), or an unused slot cleared.
 __device__ __forceinline__ void cand_write(int* o, const unsigned* ckey, const int* cidx, int used, int n, int sl) {
@@ -494,13 +507,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
     mk_barrier();
     // the logits above the cut (fewer than LM_CAND), then ties at the cut while slots remain
     for (int pass = 0; pass < 2; ++pass) {
-      for (int i = tid; i < n; i += NT) {
-        const unsigned key = keys[i];
-        if (pass == 0 ? key > cut : key == cut) {
-          const unsigned sl = mk_smem_add_u32(res + 2, 1u);
-          if (sl < (unsigned)LM_CAND) { ckey[sl] = key; cidx[sl] = r0 + i; }
-        }
-      }
+      cand_collect(pass, tid, NT, n, cut, r0, res, ckey, cidx, [&](int i) { return keys[i]; });
       mk_barrier();
     }
     const int used = min((int)res[2], LM_CAND);
@@ -512,14 +519,13 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
   }
 }
 
-// The same candidates with a warp per row (rows w, w + NW, ...: batch >= CAND_WARP_ROWS), so the
+// The same candidates with a warp per row (rows w, w + NW, ...: LM_CAND_WARPS, render.py's choice), so the
 // rows' selects run at once instead of one after another behind block barriers (at batch 8 the
 // block-wide select took ~80 us of the LM-head tile, BENCHMARKS.md eleventh session). Each warp
 // has its own scratch (256 u32 bins, 4 result words, LM_CAND keys and indices) and reads the keys
 // from the tile's logits (global: this block's stores, visible after the barrier), as the block
 // version reads them from shared memory. The same digits, cut and ranks: a row's result is the
 // block version's (which ties at the cut fill the last slots may differ; argmax never trusts them).
-constexpr int CAND_WARP_ROWS = 4;
 constexpr int CAND_WS = 256 + 4 + 2 * LM_CAND;  // scratch words per warp
 __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1, int tile) {
   static_assert(NW * CAND_WS * 4 <= (SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 * SNB),
@@ -558,13 +564,7 @@ __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1
     if (lane == 0) res[2] = 0;
     mk_syncwarp();
     for (int pass = 0; pass < 2; ++pass) {  // above the cut (fewer than LM_CAND), then ties while slots remain
-      for (int i = lane; i < n; i += WARP) {
-        const unsigned key = order_key(lg[i]);
-        if (pass == 0 ? key > cut : key == cut) {
-          const unsigned sl = mk_smem_add_u32(res + 2, 1u);
-          if (sl < (unsigned)LM_CAND) { ckey[sl] = key; cidx[sl] = r0 + i; }
-        }
-      }
+      cand_collect(pass, lane, WARP, n, cut, r0, res, ckey, cidx, [&](int i) { return order_key(lg[i]); });
       mk_syncwarp();
     }
     const int used = min((int)res[2], LM_CAND);
@@ -578,7 +578,7 @@ __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1
 }
 
 __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile) {
-  if constexpr (LM_ROWS_AT_ONCE && B >= CAND_WARP_ROWS) lm_candidates_warps(c, r0, r1, tile);
+  if constexpr (LM_CAND_WARPS) lm_candidates_warps(c, r0, r1, tile);
   else lm_candidates_block(c, r0, r1, tile);
 }
 
