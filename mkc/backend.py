@@ -55,6 +55,7 @@ class Capabilities:
     trace_timer: bool  # a device-wide timer for the per-task trace
     async_copy: bool  # global -> shared copies without registers (cp.async)
     bulk_copy: bool = False  # bulk asynchronous global -> shared copies completing on an mbarrier
+    warp_match: bool = False  # a warp-wide match of equal values (the LM-head tiles' aggregated counts)
 
 
 @dataclass(frozen=True)

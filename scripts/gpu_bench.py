@@ -136,6 +136,15 @@ VARIANTS.update({f"{v}-onekernel": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_ke
 # down-proj split over N chunks of h (lower(down_split=N), downk tasks), with each of the three schedulers
 VARIANTS.update({f"{v}-dsplit{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_split": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-rr", "b1-atomic-cpsat") for n in (2, 4)})
+# the tensor-core tasks' partial sums once per chunk, as before CodegenOptions.mma_hold (its default
+# from batch 16), and held where the default does not hold them (-hold)
+VARIANTS.update({f"{v}-nohold": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold": False})
+                 for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic", "b8-nan")})
+VARIANTS.update({f"{v}-hold": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold": True})
+                 for v in ("b8-atomic", "q8-b8-atomic")})
+# the three schedulers on every row of #14 (round robin and CP-SAT beside the list schedule's default)
+VARIANTS.update({f"{v}-{tag}": (*VARIANTS[v][:3], method, VARIANTS[v][4])
+                 for v in ("b8-atomic", "b32-atomic", "q8-b8-atomic") for tag, method in (("rr", "round_robin"), ("cpsat", "cpsat"))})
 VARIANTS["q8-b1-atomic-rr"] = ("qwen3-8b", 1, "atomic", "round_robin", {})
 VARIANTS["q8-b1-atomic-cpsat"] = ("qwen3-8b", 1, "atomic", "cpsat", {})
 VARIANTS.update({f"{v}-dsplit{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_split": n})
@@ -170,7 +179,7 @@ VARIANTS.update({f"{v}-mpipe-cols{c}-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v
 VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})
                  for v in ("b8-atomic", "b8-atomic-mpipe", "b8-atomic-mpipe-pages8", "q8-b8-atomic", "q8-b8-atomic-mpipe",
                            "q8-b8-atomic-mpipe-pages8", "b8-atomic-mpipe-cols1024-pages4", "q8-b8-atomic-mpipe-cols1024-pages4",
-                           "b32-atomic", "b32-atomic-ring", "b1-atomic")})
+                           "b32-atomic", "b32-atomic-ring", "b1-atomic", "q8-b1-atomic")})
 # traced launches that sample with a filter (the kernel with the filtered sampler): where the batch-8
 # filtered step's time goes, per task kind
 SAMPLINGS = {"topk50": dict(temperature=0.8, top_k=50, seed=1), "topp09": dict(temperature=0.8, top_p=0.9, seed=1)}
@@ -291,6 +300,14 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
 
         smp = Sampling(**opts["trace_sampling"])
     kt = kind_times(mk, sampling=smp) if options.trace else None
+    if kt is not None and os.environ.get("MKC_CAL_DIR") and smp is None:
+        # the traced launch's calibration (as `mkc run --trace` writes it): scripts/pipe_predict.py
+        # replays the other schedulers' rows of the same call under it
+        from mkc.trace import calibration
+
+        cal = Path(os.environ["MKC_CAL_DIR"]) / f"calibration-{variant}.json"
+        cal.parent.mkdir(parents=True, exist_ok=True)
+        cal.write_text(json.dumps(calibration(mk.tg, mk.sched, mk.trace(), {}), indent=1) + "\n")
     if kt is not None:
         print(f"trace {variant}: step {kt['step_us']:.1f} us; " + "; ".join(
             f"{k} x{v['n']} run {v['run_us']:.2f} wait {v['wait_us']:.2f} marks {v['marks_us']}"

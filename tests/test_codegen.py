@@ -453,15 +453,41 @@ def test_weight_pipeline_refused_where_it_cannot_run():
 
 def test_lm_rows_at_once_selects_the_tails():
     """CodegenOptions.lm_rows_at_once: the LM-head tiles' candidates with a warp per row from batch 4
-    and their histograms several rows per pass; off by default (its batch-8 GPU test is pending)."""
+    and their histograms several rows per pass; on by default, False gives row after row."""
     tg = taskgraph("tiny-llama", 8, 64)
-    off = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True))
+    off = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True, lm_rows_at_once=False))
     on = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True, lm_rows_at_once=True))
     assert off[1].const("LM_ROWS_AT_ONCE") == 0 and on[1].const("LM_ROWS_AT_ONCE") == 1
     assert (off[1].const("LM_CAND_WARPS"), on[1].const("LM_CAND_WARPS")) == (0, 1)
     tg2 = taskgraph("tiny-llama", 2, 64)  # below CAND_WARP_ROWS: the block-wide select
     assert generate(tg2, rr_schedule(tg2, "h200", "atomic"), "h200",
                     CodegenOptions(sampler=True, lm_rows_at_once=True))[1].const("LM_CAND_WARPS") == 0
-    assert CodegenOptions().lm_rows_at_once is False
+    assert CodegenOptions().lm_rows_at_once is True
     for src in (off[0], on[0]):
         assert "if constexpr (LM_CAND_WARPS) lm_candidates_warps(c, r0, r1, tile);" in src
+
+
+def test_tile_warp_adds_selects_the_tiles_counting():
+    """CodegenOptions.tile_warp_adds: the LM-head tiles' histogram counts one add per distinct bin of
+    a warp (the dialect's mk_warp_count: a match on NVIDIA; AMD, without a warp match, adds lane by lane)."""
+    tg = taskgraph("tiny-llama", 8, 64)
+    on = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True))
+    off = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True, tile_warp_adds=False))
+    assert (on[1].const("TILE_WARP_ADDS"), off[1].const("TILE_WARP_ADDS")) == (1, 0)
+    assert "__match_any_sync(0xffffffffu, valid ? bin : 0xffffffffu)" in on[0]
+    tga = taskgraph("tiny-llama", 8, 64, "mi300x")
+    amd = generate(tga, rr_schedule(tga, "mi300x", "atomic"), "mi300x", CodegenOptions(sampler=True))
+    assert amd[1].const("TILE_WARP_ADDS") == 0 and "__match_any_sync" not in amd[0]
+
+
+def test_mma_hold_keeps_the_accumulators_across_chunks():
+    """CodegenOptions.mma_hold (None: from batch 16): tensor-core tasks of one block of few tiles keep
+    their accumulators across K-chunks (gemv_mma.cuh HOLD_TILES); False sums the partials per chunk."""
+    tg = taskgraph("llama-3.2-1b", 32, 64)
+    on = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=False))
+    off = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=False, mma_hold=False))
+    assert (on[1].const("MMA_HOLD"), off[1].const("MMA_HOLD")) == (1, 0)
+    assert "constexpr int HOLD_TILES = !MMA_HOLD ? 0 : 4 * NTN >= 16 ? 1 : 16 / (4 * NTN);" in on[0]
+    assert CodegenOptions().mma_hold is None
+    tg8 = taskgraph("llama-3.2-1b", 8, 64)
+    assert generate(tg8, rr_schedule(tg8, "h200", "atomic"), "h200", CodegenOptions(sampler=False))[1].const("MMA_HOLD") == 0

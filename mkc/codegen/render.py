@@ -68,11 +68,22 @@ class CodegenOptions:
     rows_per_warp: int = 2  # G: weight rows a warp streams at once
     loads_in_flight: int = 0  # U: 16-byte loads per row per lane per batch; 0 = by batch size
     # the LM-head tiles' sampler tails over several rows at once (sampling.cuh: candidates with a
-    # warp per row from batch 4, histograms of several rows per pass); False: row after row. Off by
-    # default: at batch 8 it measured -1.7 % (top-k 50) to -2.5 % per filtered step (BENCHMARKS.md,
-    # eleventh session), but the warp-per-row select on tiles it cuts has not yet passed its GPU test
-    # (tests/test_gpu_tokens.py test_candidate_path_at_batch_8_with_a_warp_per_row)
-    lm_rows_at_once: bool = False
+    # warp per row from batch 4, histograms of several rows per pass); False: row after row. At
+    # batch 8 it measured -1.7 % (top-k 50) to -2.5 % per filtered step (BENCHMARKS.md, eleventh
+    # session); tests/test_gpu_tokens.py test_candidate_path_at_batch_8_with_a_warp_per_row checks
+    # the warp-per-row select on cut tiles
+    lm_rows_at_once: bool = True
+    # the LM-head tiles' histogram counts (the candidates' radix select, the top-p bounds' bins) as
+    # one shared-memory add per distinct bin of a warp (mk_warp_count) instead of one per lane: a
+    # tile's logits fall in a few bins, where 32 lanes' adds to one word serialise (targets with a
+    # warp match: NVIDIA; elsewhere the loops of one add per lane)
+    tile_warp_adds: bool = True
+    # tensor-core GEMV with the weight pipeline: a task whose rows are one block of at most 16
+    # floats of accumulators per warp (1 tile at batch 32, 2 at 16, 4 at 8) keeps them across its
+    # K-chunks and sums the warps' partials once, instead of once per chunk (gemv_mma.cuh
+    # HOLD_TILES). None: from batch 16 (H200, same call: llama-3.2-1b b32 -3.0 %, b16 -1.0 %, b8
+    # +0.2 %, qwen3-8b b8 +3.1 %; BENCHMARKS.md, twelfth session)
+    mma_hold: bool | None = None
     attn_chunk: int = 256  # positions per attention tile
     av_batch: int = 4  # attention: 16-byte V loads in flight per thread in the weighted sum over positions
     # attention loads its first K/V rows, pointers and q/k-norm immutables before waiting on q
@@ -275,7 +286,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
-        LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS),
+        LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
+        MMA_HOLD=int(o.mma_hold if o.mma_hold is not None else B >= 16),
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

@@ -377,58 +377,88 @@ __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* 
 // does, and keeps the tile's accumulators across the row's pages. At the end of a tile the warps'
 // partials go to part (two tiles' worth, alternating, so one barrier per tile) and are summed in
 // warp order: the same bits run to run.
+// One page's dots (pipe_mma_rows): warp w's segments of the 16-row tile in page pg against the
+// staged columns xc, nseg segments in the page, into the warp's accumulators of that tile.
+__device__ __forceinline__ void pipe_mma_page(const unsigned short* pg, const unsigned short* xc, int nseg,
+                                              float (&acc)[NTN][4]) {
+  constexpr int SEGW = PIPE_COLS / 8 / NW;
+  const int lane = lane_id(), w = warp_id(), g = mk_mma_group(lane), q = mk_mma_quad(lane);
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int st = 0; st < SEGW / 4; ++st) {
+    if (w * SEGW + 4 * st >= nseg) break;  // the same for the whole warp, as the MMAs need
+    const int sg = w * SEGW + 4 * st + q;
+    const bool ok = sg < nseg;
+    const uint4 lo = ok ? mk_ld_shared16(pg + g * PIPE_LD + 8 * sg) : zero;
+    const uint4 hi = ok ? mk_ld_shared16(pg + (g + 8) * PIPE_LD + 8 * sg) : zero;
+#pragma unroll
+    for (int n = 0; n < NTN; ++n) {
+      const int col = 8 * n + g;
+      uint4 xv = zero;
+      if (ok && (B % 8 == 0 || col < B)) xv = mk_ld_shared16(xc + col * XST + 8 * sg);
+      mk_mma_k32(acc[n], lo, hi, xv);
+    }
+  }
+}
+
+// The pages of one 16-row tile in a chunk of kch columns, as the producer fills them, into acc.
+__device__ __forceinline__ void pipe_mma_tile(const Ctx& c, int kch, const unsigned short* xs, float (&acc)[NTN][4]) {
+  const int nsl = (kch + PIPE_COLS - 1) / PIPE_COLS;
+  for (int sl = 0; sl < nsl; ++sl) {
+    const unsigned pn = c.pipe_n++;
+    const int slot = (int)(pn % PIPE_NS);
+    pipe_wait(c, pipe_full(slot), (pn / PIPE_NS) & 1u);
+    const int nseg = min(PIPE_COLS, kch - sl * PIPE_COLS) / 8;  // segments of this page
+    pipe_mma_page(reinterpret_cast<const unsigned short*>(pipe_page(slot)), xs + sl * PIPE_COLS, nseg, acc);
+    mk_syncwarp();
+    if (lane_id() == 0) mk_mbar_arrive(pipe_empty(slot));
+  }
+}
+
+// The end of a tile: the warps' partials of the tile at row r0 to part (half tp: two tiles' worth,
+// alternating, so one barrier per tile) and summed in warp order into out (added with accumulate):
+// the same bits run to run. Rows past nr hold what the page's stale rows gave and are never read.
+__device__ __forceinline__ void pipe_tile_sum(const float (&acc)[NTN][4], float* part, int tp, int r0, int nr, float* out,
+                                              bool accumulate) {
+  const int tid = mk_tid();
+  float* pw = part + (tp * NW + warp_id()) * 16 * B;
+  mma_tile_each(acc, [&](int r, int b, float v) { pw[r * B + b] = v; });
+  mk_barrier();
+  const float* pt = part + tp * NW * 16 * B;
+  for (int idx = tid; idx < min(PIPE_ROWS, nr - r0) * B; idx += NT) {
+    float sum = 0.f;
+    for (int ww = 0; ww < NW; ++ww) sum += pt[ww * 16 * B + idx];
+    float* o = out + r0 * B + idx;
+    *o = accumulate ? *o + sum : sum;
+  }
+}
+
+// The tensor-core GEMV fed by the weight pipeline (pipe.cuh): out[j][b] (+)= <row j, xs[b]> for the
+// nr rows of a block over the staged chunk of kch columns, in the producer's page order. A page is
+// one 16-row tile of PIPE_COLS columns; warp w takes its segments [w * SEGW, (w + 1) * SEGW) (8
+// columns each), lane (group, quad) rows group and group + 8 of segments 4i + quad as mma_chunk
+// does, and keeps the tile's accumulators across the row's pages; at the end of a tile the warps'
+// partials are summed (pipe_tile_sum).
 __device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, const unsigned short* xs, float* out,
                                               float* part, bool accumulate) {
-  constexpr int SEGW = PIPE_COLS / 8 / NW;
-  static_assert(!MMA_GEMV || PIPE_SLOTS == 0 || (PIPE_ROWS == 16 && SEGW % 4 == 0 && SEGW > 0),
+  static_assert(!MMA_GEMV || PIPE_SLOTS == 0 || (PIPE_ROWS == 16 && PIPE_COLS / 8 / NW % 4 == 0 && PIPE_COLS / 8 / NW > 0),
                 "a page is one 16-row tile, whole k32 steps per warp");
-  const int lane = lane_id(), w = warp_id(), g = mk_mma_group(lane), q = mk_mma_quad(lane), tid = mk_tid();
-  const int nsl = (kch + PIPE_COLS - 1) / PIPE_COLS;
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   int tp = 0;  // which half of part this tile's partials use
   for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS, tp ^= 1) {
     float acc[NTN][4];
 #pragma unroll
     for (int n = 0; n < NTN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    for (int sl = 0; sl < nsl; ++sl) {
-      const unsigned pn = c.pipe_n++;
-      const int slot = (int)(pn % PIPE_NS);
-      pipe_wait(c, pipe_full(slot), (pn / PIPE_NS) & 1u);
-      const int nseg = min(PIPE_COLS, kch - sl * PIPE_COLS) / 8;  // segments of this page
-      const unsigned short* pg = reinterpret_cast<const unsigned short*>(pipe_page(slot));
-      const unsigned short* xc = xs + sl * PIPE_COLS;
-#pragma unroll
-      for (int st = 0; st < SEGW / 4; ++st) {
-        if (w * SEGW + 4 * st >= nseg) break;  // the same for the whole warp, as the MMAs need
-        const int sg = w * SEGW + 4 * st + q;
-        const bool ok = sg < nseg;
-        const uint4 lo = ok ? mk_ld_shared16(pg + g * PIPE_LD + 8 * sg) : zero;
-        const uint4 hi = ok ? mk_ld_shared16(pg + (g + 8) * PIPE_LD + 8 * sg) : zero;
-#pragma unroll
-        for (int n = 0; n < NTN; ++n) {
-          const int col = 8 * n + g;
-          uint4 xv = zero;
-          if (ok && (B % 8 == 0 || col < B)) xv = mk_ld_shared16(xc + col * XST + 8 * sg);
-          mk_mma_k32(acc[n], lo, hi, xv);
-        }
-      }
-      mk_syncwarp();
-      if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
-    }
-    // rows past nr hold what the page's stale rows gave and are never read
-    float* pw = part + (tp * NW + w) * 16 * B;
-    mma_tile_each(acc, [&](int r, int b, float v) { pw[r * B + b] = v; });
-    mk_barrier();
-    const float* pt = part + tp * NW * 16 * B;
-    for (int idx = tid; idx < min(PIPE_ROWS, nr - r0) * B; idx += NT) {
-      float sum = 0.f;
-      for (int ww = 0; ww < NW; ++ww) sum += pt[ww * 16 * B + idx];
-      float* o = out + r0 * B + idx;
-      *o = accumulate ? *o + sum : sum;
-    }
+    pipe_mma_tile(c, kch, xs, acc);
+    pipe_tile_sum(acc, part, tp, r0, nr, out, accumulate);
   }
   mk_barrier();
 }
+
+// Tiles whose accumulators each warp holds across all of a task's K-chunks (MMA_HOLD,
+// CodegenOptions.mma_hold): 16 floats of them. A block of at most that many tiles then sums its
+// warps' partials once, at the end, instead of once per chunk (at batch 32 a llama-3.2-1b down-proj
+// task is one tile over 8 chunks).
+constexpr int HOLD_TILES = !MMA_HOLD ? 0 : 4 * NTN >= 16 ? 1 : 16 / (4 * NTN);
 
 // A GEMV task on tensor cores whose weights come through the weight pipeline: after the wait, each
 // K-chunk (pipe_kch, the producer's) staged as bf16 and its pages taken as the producer fills them.
@@ -446,6 +476,34 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   if (!gemv_wait<NORM>(c, t, s_abort, ssp)) return false;
   attn_weights<COMB>(lse);
   const int nblk = kd.blocks();
+  if constexpr (NCH > 1 && HOLD_TILES > 0) {
+    const int nr = kd.begin(0);
+    if (nblk == 1 && nr <= HOLD_TILES * PIPE_ROWS) {  // one block of few tiles: the chunks into held accumulators
+      float acc[HOLD_TILES][NTN][4];
+#pragma unroll
+      for (int tl = 0; tl < HOLD_TILES; ++tl)
+#pragma unroll
+        for (int n = 0; n < NTN; ++n) acc[tl][n][0] = acc[tl][n][1] = acc[tl][n][2] = acc[tl][n][3] = 0.f;
+      for (int ch = 0; ch < NCH; ++ch) {
+        const int c0 = ch * KCH, kch = min(KCH, K - c0);
+        stage_x_bf16<K, NORM, COMB>(x, c0, kch, nw, xs, ssp, true);
+        mk_barrier();
+        if (ch == 0) trace_mark(c, 0);  // input staged
+#pragma unroll
+        for (int tl = 0; tl < HOLD_TILES; ++tl)
+          if (tl * PIPE_ROWS < nr) pipe_mma_tile(c, kch, xs, acc[tl]);
+        mk_barrier();  // every warp is done with this chunk's input before the next is staged
+      }
+#pragma unroll
+      for (int tl = 0; tl < HOLD_TILES; ++tl)
+        if (tl * PIPE_ROWS < nr) pipe_tile_sum(acc[tl], part, tl & 1, tl * PIPE_ROWS, nr, out, false);
+      mk_barrier();
+      trace_mark(c, 1);  // the block's dot products
+      gemv_block_end<K, NORM>(c, kd, nr, 0, out, rs, ssp);
+      trace_mark(c, 2);  // epilogues done
+      return true;
+    }
+  }
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);
     for (int ch = 0; ch < NCH; ++ch) {

@@ -491,9 +491,17 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
       for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = tid; i < 256; i += NT) hist[i] = 0;
         mk_barrier();
-        for (int i = tid; i < n; i += NT) {
-          const unsigned key = keys[i];
-          if (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))) mk_smem_add_u32(hist + ((key >> shift) & 255u), 1u);
+        if constexpr (TILE_WARP_ADDS != 0) {
+          for (int i0 = tid - lane; i0 < n; i0 += NT) {  // whole warps (mk_warp_count)
+            const int i = i0 + lane;
+            const unsigned key = i < n ? keys[i] : 0u;
+            mk_warp_count(hist, (key >> shift) & 255u, i < n && (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))));
+          }
+        } else {
+          for (int i = tid; i < n; i += NT) {
+            const unsigned key = keys[i];
+            if (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))) mk_smem_add_u32(hist + ((key >> shift) & 255u), 1u);
+          }
         }
         mk_barrier();
         if (warp_id() == 0) cand_digit(hist, need, res, lane);
@@ -548,10 +556,19 @@ __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1
       for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = lane; i < 256; i += WARP) hist[i] = 0;
         mk_syncwarp();
+        if constexpr (TILE_WARP_ADDS != 0) {
 #pragma unroll 4
-        for (int i = lane; i < n; i += WARP) {
-          const unsigned key = order_key(lg[i]);
-          if (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))) mk_smem_add_u32(hist + ((key >> shift) & 255u), 1u);
+          for (int i0 = 0; i0 < n; i0 += WARP) {  // whole warps (mk_warp_count)
+            const int i = i0 + lane;
+            const unsigned key = i < n ? order_key(lg[i]) : 0u;
+            mk_warp_count(hist, (key >> shift) & 255u, i < n && (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))));
+          }
+        } else {
+#pragma unroll 4
+          for (int i = lane; i < n; i += WARP) {
+            const unsigned key = order_key(lg[i]);
+            if (shift == 24 || (key >> (shift + 8)) == (cut >> (shift + 8))) mk_smem_add_u32(hist + ((key >> shift) & 255u), 1u);
+          }
         }
         mk_syncwarp();
         cand_digit(hist, need, res, lane);
@@ -608,18 +625,34 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
   const float* lgb = gptr<const float>(c, S_LOGITS, 0);
   int* cand = gptr<int>(c, S_LM_CAND, 0);
   const int n = r1 - r0, tid = mk_tid();
+  [[maybe_unused]] const int lane = lane_id();
   for (int b0 = 0; b0 < B; b0 += PD_RB) {
     const int nb = min(PD_RB, B - b0);
     mk_barrier();  // the tile's logits stores are visible to the block; the last rows' readers are done
     for (int i = tid; i < nb * PD_HB; i += NT) h[i] = 0u;
     mk_barrier();
+    if constexpr (TILE_WARP_ADDS != 0) {
 #pragma unroll 4
-    for (int idx = tid; idx < nb * n; idx += NT) {
-      const int r = idx / n, i = idx - r * n;
-      float top;
-      if (!pd_top(rawmax, b0 + r, temp, n, top)) continue;
-      const float j = top - floorf(lgb[(size_t)(b0 + r) * V + r0 + i] / temp * 8.0f);
-      mk_smem_add_u32(h + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), 1u);  // NaN: the last bin
+      for (int i0 = tid - lane; i0 < nb * n; i0 += NT) {  // whole warps (mk_warp_count)
+        const int idx = i0 + lane, r = idx / n, i = idx - r * n;
+        float top = 0.0f;
+        const bool ok = idx < nb * n && pd_top(rawmax, b0 + r, temp, n, top);
+        unsigned bin = 0u;
+        if (ok) {
+          const float j = top - floorf(lgb[(size_t)(b0 + r) * V + r0 + i] / temp * 8.0f);
+          bin = (unsigned)(r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1));  // NaN: the last bin
+        }
+        mk_warp_count(h, bin, ok);
+      }
+    } else {
+#pragma unroll 4
+      for (int idx = tid; idx < nb * n; idx += NT) {
+        const int r = idx / n, i = idx - r * n;
+        float top;
+        if (!pd_top(rawmax, b0 + r, temp, n, top)) continue;
+        const float j = top - floorf(lgb[(size_t)(b0 + r) * V + r0 + i] / temp * 8.0f);
+        mk_smem_add_u32(h + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), 1u);  // NaN: the last bin
+      }
     }
     mk_barrier();
     for (int idx = tid; idx < nb * (PD_HB / 2); idx += NT) {

@@ -93,6 +93,14 @@ __device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned 
   if (carry != 0u) atomicAdd(w + 1, carry);
 }
 __device__ __forceinline__ unsigned mk_smem_add_u32(unsigned* p, unsigned v) { return atomicAdd(p, v); }
+// one count in hist[bin] for every lane with `valid`, from one add per distinct bin of the warp (the
+// tiles' logits share a few bins: 32 lanes adding to one word serialise). Every lane of the warp
+// calls it together. (Capabilities.warp_match: dialects without it have no mk_warp_count, and
+// sampling.cuh counts lane by lane there, TILE_WARP_ADDS = 0.)
+__device__ __forceinline__ void mk_warp_count(unsigned* hist, unsigned bin, bool valid) {
+  const unsigned m = __match_any_sync(0xffffffffu, valid ? bin : 0xffffffffu);
+  if (valid && (int)(threadIdx.x & 31u) == __ffs((int)m) - 1) atomicAdd(hist + bin, (unsigned)__popc(m));
+}
 __device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) { atomicMax(p, v); }
 __device__ __forceinline__ void mk_fence_system() { __threadfence_system(); }
 __device__ __forceinline__ void mk_st_system(int* p, int v) {

@@ -108,6 +108,12 @@ __device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned 
 __device__ __forceinline__ unsigned mk_smem_add_u32(unsigned* p, unsigned v) {
   return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 }
+// mk_warp_count's contract (a count in hist[bin] per lane with `valid`; the wavefront calls it
+// together), declared for the code that names it; without a warp match (TILE_WARP_ADDS = 0)
+// sampling.cuh counts lane by lane instead
+__device__ __forceinline__ void mk_warp_count(unsigned* hist, unsigned bin, bool valid) {
+  if (valid) (void)mk_smem_add_u32(hist + bin, 1u);
+}
 __device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) {
   (void)__hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 }
