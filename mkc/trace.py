@@ -107,9 +107,14 @@ def calibration(tg: TaskGraph, sched: Schedule, measured, base_scale: dict[str, 
     """The calibration file's contents (``mkc.schedule.cost.load_calibration`` reads them).
 
     ``kind_scale``: the scheduler's per-kind factors that would have predicted ``measured``: for each
-    kind of ``CALIBRATED_KINDS``, the factor the schedule was made with (``base_scale``) times
-    measured over predicted busy time (start to end, waits excluded) in ``step`` (default: the last
-    recorded one, past the cold first step). ``mkc compile --calibration FILE`` schedules with them.
+    kind of ``CALIBRATED_KINDS``, the factor the schedule was made with (``base_scale``) times the
+    kind's measured occupancy of its workers over its predicted time in ``step`` (default: the last
+    recorded one, past the cold first step). The occupancy is the busy time (start to end) plus,
+    of the pipeline constants this trace determined, the dispatch of every task and the hop and
+    straggle of every task that waits: the scheduler's model has no hop of its own (a consumer may start when
+    its last producer ends), so its task times carry it; with busy times alone the calibrated
+    makespan fell 3-11 % short of the measured step (BENCHMARKS.md, twelfth session).
+    ``mkc compile --calibration FILE`` schedules with them.
     ``pipeline``: the pipelined timeline's constants fitted to every fully stamped step
     (``mkc.schedule.pipefit``; ``source.pipeline_fit`` says which the trace determined)."""
     from mkc.schedule.cost import CALIBRATED_KINDS
@@ -117,13 +122,20 @@ def calibration(tg: TaskGraph, sched: Schedule, measured, base_scale: dict[str, 
     from mkc.target import get_target
 
     s = summarize(tg, sched, measured, step)
-    base = dict(base_scale or {})
-    scale = dict(base)
-    for kind, v in s["per_kind"].items():
-        if kind in CALIBRATED_KINDS and v["predicted_us"] > 0 and np.isfinite(v["ratio"]) and v["measured_us"] > 0:
-            scale[kind] = round(base.get(kind, 1.0) * v["ratio"], 4)
     fit = fit_pipe(tg, sched.queues, get_target(sched.target), _as_steps(measured, len(tg.tasks)))
     pc = fit.cost
+    base = dict(base_scale or {})
+    scale = dict(base)
+
+    def got(name):  # a constant this trace determined (not the prior's)
+        return getattr(pc, name) if name in fit.fitted else 0.0
+
+    for kind, v in s["per_kind"].items():
+        if kind in CALIBRATED_KINDS and v["predicted_us"] > 0 and np.isfinite(v["ratio"]) and v["measured_us"] > 0:
+            ids = [t for t in tg.tasks if t.kind == kind]
+            occupancy = v["measured_us"] + len(ids) * got("dispatch_us") + \
+                sum(1 for t in ids if t.waits) * (got("hop_us") + got("straggle_us"))
+            scale[kind] = round(base.get(kind, 1.0) * occupancy / v["predicted_us"], 4)
     return {"kind_scale": scale,
             "pipeline": {"hop_us": pc.hop_us, "task_overhead_us": pc.task_overhead_us, "hbm_fraction": pc.hbm_fraction,
                          "page_latency_us": pc.page_latency_us, "tail_us": pc.tail_us, "dispatch_us": pc.dispatch_us,

@@ -10,6 +10,8 @@
 #           launch fitted as a calibration (MKC_CAL_DIR); the peer
 #   CALL=3  tests/test_gpu_megakernel.py on the final kernels; the three schedulers on qwen3-8b b1/b8
 #           with their calibrations; the peer
+#   CALL=4  the other GPU test files on the final kernels (checkpoint, device functions, text); per-kind
+#           traces of batch-1 greedy, top-k 50 and top-p 0.9 steps (where the filtered cost goes)
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -48,4 +50,10 @@ if [ "${CALL:-1}" = 3 ]; then
   OUT=$OUT bash scripts/gpu_final.sh
   grep "^trace" "$OUT/ab.log" | cut -c1-700
   peer
+fi
+if [ "${CALL:-1}" = 4 ]; then
+  MKC_TESTS="tests/test_gpu_checkpoint.py tests/test_gpu_device_functions.py tests/test_gpu_text.py" MKC_TEST_S=200 \
+  MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=120 MKC_AB="16@b1-atomic-trace,b1-atomic-trace-topk50,b1-atomic-trace-topp09" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  grep "^trace" "$OUT/ab.log" | cut -c1-900
 fi

@@ -18,7 +18,9 @@ from gpu_bench import variant_plan
 
 from mkc.codegen.render import plan_for
 from mkc.schedule.cost import load_calibration
+from mkc.schedule.cost import durations
 from mkc.schedule.pipemodel import pipelined_timeline
+from mkc.schedule.timeline import Deps, timeline
 from mkc.target import get_target
 
 
@@ -36,8 +38,8 @@ def main() -> None:
         for line in open(a.measured):
             r = json.loads(line)
             measured[r["variant"]] = 1000 * r["ms_per_token"]
-    print("| variant | measured (us) | pipelined model | scheduler's model |")
-    print("|---|---|---|---|")
+    print("| variant | measured (us) | pipelined model | scheduler's model | scheduler's model, calibrated |")
+    print("|---|---|---|---|---|")
     for v in a.variants.split(","):
         tg, sched, options = variant_plan(v, a.max_seq)
         target = get_target(tg.target)
@@ -45,9 +47,17 @@ def main() -> None:
         slots = plan_for(tg, target, options).pipe_slots
         p = pipelined_timeline(tg, sched.queues, target, cost, steps=a.steps, pipe_slots=slots).step_us()[-1]
         m = measured.get(v)
-        ratio = f" ({p / m:.2f}x)" if m else ""
-        own = f"{sched.makespan:.1f}" if sched.makespan else "-"
-        print(f"| {v} | {m:.1f} | {p:.1f}{ratio} | {own} |" if m else f"| {v} | - | {p:.1f} | {own} |")
+
+        def ratio(x):
+            return f" ({x / m:.2f}x)" if m else ""
+
+        own = f"{sched.makespan:.1f}{ratio(sched.makespan)}" if sched.makespan else "-"
+        # the scheduler's model under the calibration's per-kind factors, replaying this variant's
+        # queues (what `mkc compile --calibration FILE` would predict for them)
+        start, end = timeline(Deps.from_taskgraph(tg), durations(tg, target, cost), sched.queues)
+        cal = max(end) - min(start)
+        print(f"| {v} | {m:.1f} | {p:.1f}{ratio(p)} | {own} | {cal:.1f}{ratio(cal)} |" if m else
+              f"| {v} | - | {p:.1f} | {own} | {cal:.1f} |")
 
 
 if __name__ == "__main__":

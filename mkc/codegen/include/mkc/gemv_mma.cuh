@@ -458,7 +458,7 @@ __device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, con
 // CodegenOptions.mma_hold): 16 floats of them. A block of at most that many tiles then sums its
 // warps' partials once, at the end, instead of once per chunk (at batch 32 a llama-3.2-1b down-proj
 // task is one tile over 8 chunks).
-constexpr int HOLD_TILES = !MMA_HOLD ? 0 : 4 * NTN >= 16 ? 1 : 16 / (4 * NTN);
+[[maybe_unused]] constexpr int HOLD_TILES = !MMA_HOLD ? 0 : 4 * NTN >= 16 ? 1 : 16 / (4 * NTN);
 
 // A GEMV task on tensor cores whose weights come through the weight pipeline: after the wait, each
 // K-chunk (pipe_kch, the producer's) staged as bf16 and its pages taken as the producer fills them.
