@@ -5,8 +5,9 @@
 
 For each variant: the same task graph and schedule gpu_bench times (loaded from $MKC_SCHED_CACHE
 where prebuild.py saved it), replayed by the pipelined model (mkc.schedule.pipemodel) under the
-calibration file's constants, next to the scheduler's own prediction and, from a gpu_bench
-report (--measured), the measured time.
+calibration file's constants, next to the scheduler's own prediction, the scheduler's model under
+the calibration's per-kind factors replaying the variant's queues, and, from a gpu_bench report
+(--measured), the measured time. gpu_bench writes a calibration per traced row with $MKC_CAL_DIR.
 """
 
 from __future__ import annotations
