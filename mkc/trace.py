@@ -111,9 +111,9 @@ def calibration(tg: TaskGraph, sched: Schedule, measured, base_scale: dict[str, 
     kind's measured occupancy of its workers over its predicted time in ``step`` (default: the last
     recorded one, past the cold first step). The occupancy is the busy time (start to end) plus,
     of the pipeline constants this trace determined, the dispatch of every task and the hop and
-    straggle of every task that waits: the scheduler's model has no hop of its own (a consumer may start when
-    its last producer ends), so its task times carry it; with busy times alone the calibrated
-    makespan fell 3-11 % short of the measured step (BENCHMARKS.md, twelfth session).
+    straggle of every task that waits: the scheduler's model has no hop of its own (a consumer may
+    start when its last producer ends), so its task times carry it; with busy times alone the
+    calibrated makespan fell 3-11 % short of the measured step (BENCHMARKS.md, twelfth session).
     ``mkc compile --calibration FILE`` schedules with them.
     ``pipeline``: the pipelined timeline's constants fitted to every fully stamped step
     (``mkc.schedule.pipefit``; ``source.pipeline_fit`` says which the trace determined)."""
