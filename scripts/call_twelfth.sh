@@ -12,6 +12,7 @@
 #           with their calibrations; the peer
 #   CALL=4  the other GPU test files on the final kernels (checkpoint, device functions, text); per-kind
 #           traces of batch-1 greedy, top-k 50 and top-p 0.9 steps (where the filtered cost goes)
+#   CALL=5  #13's two long-context rows: llama-3.2-1b and qwen3-8b b1 over positions 0..1023, the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -56,4 +57,8 @@ if [ "${CALL:-1}" = 4 ]; then
   MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=120 MKC_AB="16@b1-atomic-trace,b1-atomic-trace-topk50,b1-atomic-trace-topp09" \
   OUT=$OUT bash scripts/gpu_final.sh
   grep "^trace" "$OUT/ab.log" | cut -c1-900
+fi
+if [ "${CALL:-1}" = 5 ]; then
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 MKC_AB="1024@b1-atomic,q8-b1-atomic" \
+  MKC_PEER_S=80 OUT=$OUT bash scripts/gpu_final.sh
 fi
