@@ -13,6 +13,7 @@
 #   CALL=4  the other GPU test files on the final kernels (checkpoint, device functions, text); per-kind
 #           traces of batch-1 greedy, top-k 50 and top-p 0.9 steps (where the filtered cost goes)
 #   CALL=5  #13's two long-context rows: llama-3.2-1b and qwen3-8b b1 over positions 0..1023, the peer
+#   CALL=6  mkc bench llama-3.2-1b b1/b8 (torch.compile + CUDA graph beside the one-launch loop), the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -61,4 +62,8 @@ fi
 if [ "${CALL:-1}" = 5 ]; then
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 MKC_AB="1024@b1-atomic,q8-b1-atomic" \
   MKC_PEER_S=80 OUT=$OUT bash scripts/gpu_final.sh
+fi
+if [ "${CALL:-1}" = 6 ]; then
+  MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_PEER_S=75 MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_S=300 MKC_ITERS=30 \
+  OUT=$OUT bash scripts/gpu_final.sh
 fi
