@@ -148,6 +148,10 @@ class CodegenOptions:
     # its round-1 check from the LM-head tiles' histograms where they decide it (sample_pdraw's bounds)
     # before the pass over the row; False: always the pass
     pdraw_bound: bool = True
+    # nan mode, batch 1 (the weight-pipeline path): a GEMV task's staging loads of its input are
+    # that input's polls (sync.cuh PollSkip; docs/sync.md "The poll is the load"), so its words cross
+    # the L2 once, not once polled and once staged; False: polled in the wait, then staged
+    stage_poll: bool = True
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -288,6 +292,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(o.mma_hold if o.mma_hold is not None else B >= 16),
+        STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not mma),
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

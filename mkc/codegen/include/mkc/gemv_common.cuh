@@ -53,11 +53,12 @@ __device__ __forceinline__ void attn_weights(const float* lse) {
   }
 }
 
-// A GEMV task's wait on its inputs, then (NORM) the warps' sums of squares cleared for stage_x.
+// A GEMV task's wait on its inputs (skip: wait_task's), then (NORM) the warps' sums of squares cleared for stage_x.
 // False (in every thread) to stop.
 template <bool NORM>
-__device__ __forceinline__ bool gemv_wait(const Ctx& c, const Task& t, int* s_abort, float* ssp) {
-  if (!wait_task(c, t, s_abort)) return false;
+__device__ __forceinline__ bool gemv_wait(const Ctx& c, const Task& t, int* s_abort, float* ssp,
+                                          PollSkip* skip = nullptr) {
+  if (!wait_task(c, t, s_abort, skip)) return false;
   if constexpr (NORM) {
     for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
     mk_barrier();

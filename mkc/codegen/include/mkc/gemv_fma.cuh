@@ -172,29 +172,67 @@ __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* n
 // thread issues its loads of the splits' outputs first, then the first NH threads load the
 // log-sum-exps and compute the split weights into shared memory (attn_weights' arithmetic, so the
 // same bits) while those loads are in flight; a barrier, and each thread combines its values.
-// (render.py sets LEAN_COMB only where a thread's loads fit in registers.)
-template <int K>
-__device__ __forceinline__ void stage_x_comb(const float* x, const float* lse, float* xs) {
+// (render.py sets LEAN_COMB only where a thread's loads fit in registers.) POLL (STAGE_POLL, nan
+// mode): the loads are the wait's polls of the outputs and the log-sum-exps (wait_task's PollSkip:
+// every word is loaded again until it holds no sentinel); false (after the barrier) to stop.
+template <int K, bool POLL = false>
+__device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev, const float* x, const float* lse,
+                                             float* xs) {
   static_assert(B == 1 && K % 4 == 0 && HD % 4 == 0 && NH <= NT, "one batch row, whole float4s of a head");
   constexpr int IT = (K / 4 + NT - 1) / NT;
   const int tid = mk_tid();
+  bool ok = true;
   float4 a[IT][ATT_SPLIT];
+  if constexpr (POLL) {
+    const unsigned* xw = reinterpret_cast<const unsigned*>(x);
+    // unit u = it * ATT_SPLIT + s: split s's float4 i = tid + it * NT
+    const auto at = [&](int u) -> const unsigned* {
+      const int i = tid + (u / ATT_SPLIT) * NT;
+      return i < K / 4 ? xw + (size_t)(u % ATT_SPLIT) * K + 4 * i : nullptr;
+    };
+    uint4 v[IT * ATT_SPLIT];
 #pragma unroll
-  for (int it = 0; it < IT; ++it) {
-    const int i = tid + it * NT;
+    for (int u = 0; u < IT * ATT_SPLIT; ++u) v[u] = at(u) != nullptr ? mk_ld_relaxed4(at(u)) : make_uint4(0u, 0u, 0u, 0u);
+    ok = poll_units<IT * ATT_SPLIT>(c, t, ev, at, v, xw);
 #pragma unroll
-    for (int s = 0; s < ATT_SPLIT; ++s)
-      a[it][s] = i < K / 4 ? mk_ld_act4(x + (size_t)s * K + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int it = 0; it < IT; ++it)
+#pragma unroll
+      for (int s = 0; s < ATT_SPLIT; ++s) {
+        const uint4 w = v[it * ATT_SPLIT + s];
+        a[it][s] = make_float4(mk_bits_f32(w.x), mk_bits_f32(w.y), mk_bits_f32(w.z), mk_bits_f32(w.w));
+      }
+  } else {
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int i = tid + it * NT;
+#pragma unroll
+      for (int s = 0; s < ATT_SPLIT; ++s)
+        a[it][s] = i < K / 4 ? mk_ld_act4(x + (size_t)s * K + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
   float* aw = smem_f(OFF_AW);
   if (tid < NH) {
     float ls[ATT_SPLIT];
     float m = -INFINITY;
+    if constexpr (POLL) {
+      const unsigned* lw = reinterpret_cast<const unsigned*>(lse) + tid;
+      unsigned u[ATT_SPLIT];
 #pragma unroll
-    for (int s = 0; s < ATT_SPLIT; ++s) {
-      ls[s] = mk_ld_act(lse + s * NH + tid);
-      m = fmaxf(m, ls[s]);
+      for (int s = 0; s < ATT_SPLIT; ++s) u[s] = mk_ld_relaxed(lw + s * NH);
+#pragma unroll
+      for (int s = 0; s < ATT_SPLIT; ++s) {
+        if (u[s] == SENTINEL && ok) {
+          ok = spin_words<1>(c, t, ev, lw + s * NH, (unsigned)(ATT_SPLIT * K + s * NH + tid));
+          u[s] = mk_ld_relaxed(lw + s * NH);
+        }
+        ls[s] = mk_bits_f32(u[s]);
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < ATT_SPLIT; ++s) ls[s] = mk_ld_act(lse + s * NH + tid);
     }
+#pragma unroll
+    for (int s = 0; s < ATT_SPLIT; ++s) m = fmaxf(m, ls[s]);
     float sum = 0.f;
 #pragma unroll
     for (int s = 0; s < ATT_SPLIT; ++s) {
@@ -219,6 +257,44 @@ __device__ __forceinline__ void stage_x_comb(const float* x, const float* lse, f
     }
     *reinterpret_cast<float4*>(xs + 4 * i) = v;
   }
+  return ok;
+}
+
+// STAGE_POLL (nan mode), batch 1: stage_x of the whole input x[0, K) with its loads as the wait's
+// polls (wait_task's PollSkip): each thread loads its float4s at once, loads the armed ones again
+// until none holds the sentinel, then stages them as stage_x does (the same products and sums in
+// the same order: the same bits). False to stop.
+template <int K, bool NORM>
+__device__ __forceinline__ bool stage_x_polled(const Ctx& c, const Task& t, int ev, const float* x, const unsigned short* nw,
+                                               float* xs, float* ssp) {
+  static_assert(B == 1 && K % 4 == 0, "one batch row of whole float4s");
+  constexpr int IT = (K / 4 + NT - 1) / NT;
+  const int tid = mk_tid();
+  const unsigned* xw = reinterpret_cast<const unsigned*>(x);
+  const auto at = [&](int it) -> const unsigned* { return tid + it * NT < K / 4 ? xw + 4 * (tid + it * NT) : nullptr; };
+  uint4 v[IT];
+#pragma unroll
+  for (int it = 0; it < IT; ++it) v[it] = at(it) != nullptr ? mk_ld_relaxed4(at(it)) : make_uint4(0u, 0u, 0u, 0u);
+  const bool ok = poll_units<IT>(c, t, ev, at, v, xw);
+  float ss = 0.f;
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int i = tid + it * NT;
+    if (i >= K / 4) break;
+    const int k = 4 * i;
+    float4 f = make_float4(mk_bits_f32(v[it].x), mk_bits_f32(v[it].y), mk_bits_f32(v[it].z), mk_bits_f32(v[it].w));
+    if constexpr (NORM) {
+      ss = fmaf(f.x, f.x, ss); ss = fmaf(f.y, f.y, ss); ss = fmaf(f.z, f.z, ss); ss = fmaf(f.w, f.w, ss);
+      const unsigned w01 = mk_ld_weight4(nw + k), w23 = mk_ld_weight4(nw + k + 2);
+      f.x *= mk_lo_bf16(w01); f.y *= mk_hi_bf16(w01); f.z *= mk_lo_bf16(w23); f.w *= mk_hi_bf16(w23);
+    }
+    *reinterpret_cast<float4*>(xs + k) = f;
+  }
+  if constexpr (NORM) {
+    ss = warp_sum(ss);
+    if (lane_id() == 0) ssp[warp_id() * B] += ss;
+  }
+  return ok;
 }
 
 // A GEMV task: rows in blocks that fit the output staging, K in chunks that fit the input staging.
@@ -264,14 +340,33 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
   float* out = smem_f(OFF_OUT);
   float* rs = smem_f(OFF_RS);
   float* ssp = smem_f(OFF_SSP);
-  if (!gemv_wait<NORM>(c, t, s_abort, ssp)) return false;
-  if constexpr (LEAN_COMB && COMB) {
-    stage_x_comb<K>(x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
+  if constexpr (STAGE_POLL && NAN_MODE && (LEAN_COMB || !COMB)) {
+    // the input's polls are its staging loads (PollSkip): one pass over it through the L2, not two
+    PollSkip skip;
+    skip.lo[0] = x;
+    skip.hi[0] = x + (COMB ? ATT_SPLIT : 1) * K;
+    skip.lo[1] = COMB ? lse : nullptr;
+    skip.hi[1] = COMB ? lse + ATT_SPLIT * NH : nullptr;
+    skip.ev = -1;
+    if (!gemv_wait<NORM>(c, t, s_abort, ssp, &skip)) return false;
+    bool ok;
+    if constexpr (COMB) ok = stage_x_comb<K, true>(c, t, skip.ev, x, lse, xs);
+    else ok = stage_x_polled<K, NORM>(c, t, skip.ev, x, nw, xs, ssp);
+    if (!ok) *s_abort = 1;
+    mk_fence();  // acquire what the loads observed: the re-arm and the outputs after them
+    mk_barrier();
+    if (*s_abort) return false;
+    rearm_task(c, t);
   } else {
-    attn_weights<COMB>(lse);
-    stage_x<K, K, NORM, COMB>(x, 0, K, nw, xs, ssp, true);
+    if (!gemv_wait<NORM>(c, t, s_abort, ssp)) return false;
+    if constexpr (LEAN_COMB && COMB) {
+      stage_x_comb<K>(c, t, -1, x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
+    } else {
+      attn_weights<COMB>(lse);
+      stage_x<K, K, NORM, COMB>(x, 0, K, nw, xs, ssp, true);
+    }
+    mk_barrier();
   }
-  mk_barrier();
   trace_mark(c, 0);  // input staged
   const int nblk = kd.blocks();
   for (int blk = 0; blk < nblk; ++blk) {

@@ -61,6 +61,35 @@ __device__ bool spin_words(const Ctx& c, const Task& t, int event, const unsigne
   return true;
 }
 
+// A task's own loads as its polls (PollSkip): v[k] holds the 16 bytes at at(k) (null: no unit),
+// as the caller loaded them with mk_ld_relaxed4; until none holds the sentinel, every unit still
+// armed is loaded again, all of them together each round (bounded, as spin_words; a timeout
+// reports the word's index from base). False to stop.
+template <int N, class At>
+__device__ bool poll_units(const Ctx& c, const Task& t, int ev, const At& at, uint4 (&v)[N], const unsigned* base) {
+  static_assert(N <= 32, "armed units are bits of one word");
+  unsigned armed = 0;
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    if (at(k) != nullptr && armed4(v[k])) armed |= 1u << k;
+  unsigned ns = 32;
+  for (int it = 0; armed != 0u; ++it) {
+    if (it >= c.spin_limit) {
+      report(c, t, ev, SENTINEL, (unsigned)(at(mk_ffs(armed) - 1) - base));
+      return false;
+    }
+    if ((it & 31) == 31 && mk_ld_relaxed(c.ws + WS_ABORT)) return false;
+    if (it >= SPIN_HOT) { mk_sleep(ns); if (ns < SPIN_MAX_NS) ns <<= 1; }
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (armed & (1u << k)) v[k] = mk_ld_relaxed4(at(k));
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if ((armed & (1u << k)) && !armed4(v[k])) armed &= ~(1u << k);
+  }
+  return true;
+}
+
 __device__ __forceinline__ Task load_task(const int* r) {
   Task t;
   t.kind = mk_ld_table(r + T_KIND); t.layer = mk_ld_table(r + T_LAYER);
@@ -188,10 +217,46 @@ __device__ __forceinline__ bool poll_words(const Ctx& c, const Task& t, int ev, 
   return ok;
 }
 
+// Inputs a task polls in its own first loads instead of in its wait (nan mode, STAGE_POLL: the
+// poll is the load, so those words cross the L2 once): a region of a waited event that lies in
+// [lo[i], hi[i]) is skipped by wait_task, and the caller's loads must then read every word of
+// those ranges until none holds the sentinel, then call rearm_task. ev: the event of the last
+// region skipped (-1: none), which a load that times out reports.
+struct PollSkip {
+  const void* lo[2];
+  const void* hi[2];
+  int ev;
+  __device__ bool covers(const PollRegion& r) const {
+    const char *a = reinterpret_cast<const char*>(r.p), *z = reinterpret_cast<const char*>(r.at(r.n - 1) + 1);
+    for (int i = 0; i < 2; ++i)
+      if (lo[i] != nullptr && a >= static_cast<const char*>(lo[i]) && z <= static_cast<const char*>(hi[i])) return true;
+    return false;
+  }
+};
+
+// nan mode: the re-arm of the other parity of what t writes, after its polls (a fence: acquire what
+// they observed), so the re-arm is ordered after the previous step's readers of that copy.
+__device__ void rearm_task(const Ctx& c, const Task& t) {
+  if constexpr (NAN_MODE) {
+    if (t.n_rearm > 0) {
+      const int tid = mk_tid();
+      for (int r = 0; r < t.n_rearm; ++r) {
+        const int* rg = c.tab + mk_ld_table(c.tab + HDR_REGIONS) + (t.rearm_off + r) * RG_SIZE;
+        const unsigned n = region_words(rg);
+        for (unsigned i = tid; i < n; i += NT) mk_st_relaxed(region_word(c, rg, c.par ^ 1, i), SENTINEL);
+      }
+      mk_barrier();
+      mk_fence();  // every thread: all re-arm stores before any of its output stores
+    }
+  }
+}
+
 // Wait for every event of task t, then (nan mode) re-arm the other parity of what t writes.
 // The re-arm comes after the waits: only they order this task after the previous step's readers
-// of that copy (through the previous step's argmax). Returns false (in every thread) to stop.
-__device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
+// of that copy (through the previous step's argmax). With ``skip`` (nan mode) the regions it
+// covers are left to the caller's loads and so is the re-arm (rearm_task after them). Returns
+// false (in every thread) to stop.
+__device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort, PollSkip* skip = nullptr) {
   const int tid = mk_tid();
   if constexpr (TRACE) {
     if (tid == 0 && c.trace_rec != nullptr) c.trace_rec[0] = mk_globaltimer();  // trace: begins waiting
@@ -205,6 +270,10 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
         const int ev = mk_ld_table(wt + WT_EVENT), r0 = mk_ld_table(wt + WT_REG_OFF), nr = mk_ld_table(wt + WT_N_REG);
         for (int r = 0; r < nr && ok; ++r) {
           const PollRegion pr = poll_region(c, c.tab + mk_ld_table(c.tab + HDR_REGIONS) + (r0 + r) * RG_SIZE, c.par);
+          if (skip != nullptr && skip->covers(pr)) {
+            skip->ev = ev;
+            continue;
+          }
           ok = pr.vec() ? poll_words<4>(c, t, ev, pr) : poll_words<1>(c, t, ev, pr);
         }
       }
@@ -240,17 +309,7 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort) {
     mk_barrier();
     if (*s_abort) return false;
   }
-  if constexpr (NAN_MODE) {
-    if (t.n_rearm > 0) {
-      for (int r = 0; r < t.n_rearm; ++r) {
-        const int* rg = c.tab + mk_ld_table(c.tab + HDR_REGIONS) + (t.rearm_off + r) * RG_SIZE;
-        const unsigned n = region_words(rg);
-        for (unsigned i = tid; i < n; i += NT) mk_st_relaxed(region_word(c, rg, c.par ^ 1, i), SENTINEL);
-      }
-      mk_barrier();
-      mk_fence();  // every thread: all re-arm stores before any of its output stores
-    }
-  }
+  if (skip == nullptr) rearm_task(c, t);
   if constexpr (TRACE) {
     if (tid == 0 && c.trace_rec != nullptr) c.trace_rec[1] = mk_globaltimer();  // trace: waits satisfied
   }
