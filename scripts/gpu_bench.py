@@ -185,11 +185,13 @@ VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": Tr
 SAMPLINGS = {"topk50": dict(temperature=0.8, top_k=50, seed=1), "topp09": dict(temperature=0.8, top_p=0.9, seed=1)}
 VARIANTS.update({f"{v}-trace-{s}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True, "trace_sampling": kw})
                  for v in ("b8-atomic", "b1-atomic", "b8-atomic-amax1") for s, kw in SAMPLINGS.items()})
-# nan mode at batch 1: the input polled in the wait, then staged (as before CodegenOptions.stage_poll,
-# "-nosp"), against its staging loads as the polls (the default); qwen3-8b's nan row
+# nan mode: the input polled in the wait, then staged (as before CodegenOptions.stage_poll, "-nosp"),
+# against its staging loads as the polls (the default); the nan rows of qwen3-8b and of batch 32
 VARIANTS["q8-b1-nan"] = ("qwen3-8b", 1, "nan", "list", {})
+VARIANTS["q8-b8-nan"] = ("qwen3-8b", 8, "nan", "list", {})
+VARIANTS["b32-nan"] = ("llama-3.2-1b", 32, "nan", "list", {})
 VARIANTS.update({f"{v}-nosp": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_poll": False})
-                 for v in ("b1-nan", "q8-b1-nan")})
+                 for v in ("b1-nan", "q8-b1-nan", "b8-nan", "q8-b8-nan", "b32-nan", "b1-nan-cross")})
 VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})
                  for v in ("b1-nan", "b1-nan-nosp")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]

@@ -494,9 +494,10 @@ def test_mma_hold_keeps_the_accumulators_across_chunks():
 
 
 def test_stage_poll_makes_the_staging_loads_the_polls():
-    """CodegenOptions.stage_poll: in nan mode at batch 1 (the weight-pipeline path) a GEMV task's
-    wait skips the regions its staging reads (sync.cuh PollSkip) and the staging polls them;
-    atomic kernels, the tensor-core path and stage_poll=False keep the wait's polls."""
+    """CodegenOptions.stage_poll: in nan mode on the weight-pipeline path a GEMV task's wait skips
+    the regions its staging reads (sync.cuh PollSkip) and the staging polls them (batch 1, and the
+    tensor-core path but for o-proj); atomic kernels, kernels without the pipeline and
+    stage_poll=False keep the wait's polls."""
     tg = taskgraph("llama-3.2-1b", 1, 512)
     on = generate(tg, rr_schedule(tg, "h200", "nan"), "h200", CodegenOptions(sampler=False))
     off = generate(tg, rr_schedule(tg, "h200", "nan"), "h200", CodegenOptions(sampler=False, stage_poll=False))
@@ -505,4 +506,7 @@ def test_stage_poll_makes_the_staging_loads_the_polls():
     assert on[1].const("LEAN_COMB") == 1  # o-proj's split outputs are staged (and polled) in one pass
     assert "if (skip != nullptr && skip->covers(pr))" in on[0] and "stage_x_polled<K, NORM>" in on[0]
     tg8 = taskgraph("llama-3.2-1b", 8, 64)
-    assert generate(tg8, rr_schedule(tg8, "h200", "nan"), "h200", CodegenOptions(sampler=False))[1].const("STAGE_POLL") == 0
+    mma = generate(tg8, rr_schedule(tg8, "h200", "nan"), "h200", CodegenOptions(sampler=False))
+    assert mma[1].const("STAGE_POLL") == 1 and "constexpr bool POLL = STAGE_POLL && NAN_MODE && !COMB;" in mma[0]
+    ring = generate(tg8, rr_schedule(tg8, "h200", "nan"), "h200", CodegenOptions(sampler=False, pipe=False))
+    assert ring[1].const("STAGE_POLL") == 0

@@ -148,9 +148,11 @@ class CodegenOptions:
     # its round-1 check from the LM-head tiles' histograms where they decide it (sample_pdraw's bounds)
     # before the pass over the row; False: always the pass
     pdraw_bound: bool = True
-    # nan mode, batch 1 (the weight-pipeline path): a GEMV task's staging loads of its input are
-    # that input's polls (sync.cuh PollSkip; docs/sync.md "The poll is the load"), so its words cross
-    # the L2 once, not once polled and once staged; False: polled in the wait, then staged
+    # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
+    # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
+    # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls
+    # (sync.cuh PollSkip; docs/sync.md "The poll is the load"), so its words cross the L2 once, not
+    # once polled and once staged; False: polled in the wait, then staged
     stage_poll: bool = True
 
     def knobs(self) -> PlanKnobs:
@@ -278,6 +280,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     region_a = max(SAMPLE_HISTS * 2048, 32 * SAMPLE_NB)
     cand_ok = int(4 * lm_rows + 1552 <= region_a)  # keys, 256 bins, 4 words, 64 (key, index) slots
     smem = launched_smem(needed, sched.plan, target)
+    hold = o.mma_hold if o.mma_hold is not None else B >= 16
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
@@ -291,8 +294,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
-        MMA_HOLD=int(o.mma_hold if o.mma_hold is not None else B >= 16),
-        STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not mma),
+        MMA_HOLD=int(hold),
+        STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )
     return KernelConfig(
         model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,

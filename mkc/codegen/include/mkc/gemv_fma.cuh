@@ -226,13 +226,15 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
           u[s] = mk_ld_relaxed(lw + s * NH);
         }
         ls[s] = mk_bits_f32(u[s]);
+        m = fmaxf(m, ls[s]);
       }
     } else {
 #pragma unroll
-      for (int s = 0; s < ATT_SPLIT; ++s) ls[s] = mk_ld_act(lse + s * NH + tid);
+      for (int s = 0; s < ATT_SPLIT; ++s) {
+        ls[s] = mk_ld_act(lse + s * NH + tid);
+        m = fmaxf(m, ls[s]);
+      }
     }
-#pragma unroll
-    for (int s = 0; s < ATT_SPLIT; ++s) m = fmaxf(m, ls[s]);
     float sum = 0.f;
 #pragma unroll
     for (int s = 0; s < ATT_SPLIT; ++s) {

@@ -276,24 +276,45 @@ __device__ __forceinline__ void mma_chunk_ring(const Rows& rows, int nr, int c0,
 // Each batch row goes to WPR warps (all of them share the rows when B < NW); a lane keeps SB
 // independent 16-byte loads in flight (the staging is bound by L2 latency otherwise: at batch 32
 // a down-proj task stages 4x its weight bytes). With NORM, each warp adds its share of a row's
-// sum of squares into ssp [NW][B].
-template <int K, bool NORM, bool COMB>
-__device__ void stage_x_bf16(const float* x, int c0, int kch, const unsigned short* nw, unsigned short* xs, float* ssp,
-                             bool sum) {
+// sum of squares into ssp [NW][B]. POLL (STAGE_POLL, nan mode, not COMB): the loads are the wait's
+// polls of x (wait_task's PollSkip; poll_units, reporting event ev of task t); false when they stop.
+template <int K, bool NORM, bool COMB, bool POLL = false>
+__device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x, int c0, int kch, const unsigned short* nw,
+                             unsigned short* xs, float* ssp, bool sum) {
+  static_assert(!(POLL && COMB), "o-proj's split inputs are polled in its wait");
   constexpr int SB = 8, WPR = NW > B ? NW / B : 1, NRW = NW / WPR;
   const int q = kch / 4, lane = lane_id(), w = warp_id(), part = w % WPR;
+  bool ok = true;
   for (int b = w / WPR; b < B; b += NRW) {
     unsigned short* sb = xs + b * XST;
     float ss = 0.f;
     for (int i0 = part * WARP + lane; i0 < q; i0 += WPR * WARP * SB) {
       float4 v[SB];
       unsigned w01[SB], w23[SB];
+      if constexpr (POLL) {
+        const unsigned* xw = reinterpret_cast<const unsigned*>(x) + (size_t)b * K + c0;
+        const auto at = [&](int e) -> const unsigned* {
+          const int i = i0 + e * WPR * WARP;
+          return i < q ? xw + 4 * i : nullptr;
+        };
+        uint4 u[SB];
 #pragma unroll
-      for (int e = 0; e < SB; ++e) {
-        const int i = i0 + e * WPR * WARP;
-        if (i < q) {
-          v[e] = load_x4<K, COMB>(x, b, c0 + 4 * i);
-          if constexpr (NORM) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
+        for (int e = 0; e < SB; ++e) {
+          u[e] = at(e) != nullptr ? mk_ld_relaxed4(at(e)) : make_uint4(0u, 0u, 0u, 0u);
+          const int i = i0 + e * WPR * WARP;
+          if (NORM && i < q) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
+        }
+        if (ok) ok = poll_units<SB>(c, t, ev, at, u, reinterpret_cast<const unsigned*>(x));
+#pragma unroll
+        for (int e = 0; e < SB; ++e) v[e] = make_float4(mk_bits_f32(u[e].x), mk_bits_f32(u[e].y), mk_bits_f32(u[e].z), mk_bits_f32(u[e].w));
+      } else {
+#pragma unroll
+        for (int e = 0; e < SB; ++e) {
+          const int i = i0 + e * WPR * WARP;
+          if (i < q) {
+            v[e] = load_x4<K, COMB>(x, b, c0 + 4 * i);
+            if constexpr (NORM) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
+          }
         }
       }
 #pragma unroll
@@ -316,6 +337,7 @@ __device__ void stage_x_bf16(const float* x, int c0, int kch, const unsigned sho
       }
     }
   }
+  return ok;
 }
 
 // A GEMV task on tensor cores: rows in blocks that fit the output staging, K in balanced chunks of
@@ -357,7 +379,7 @@ __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* 
         else mma_preload(kd, nr, c0, kch, pre);
       }
       if (NCH > 1 || blk == 0) {
-        stage_x_bf16<K, NORM, COMB>(x, c0, kch, nw, xs, ssp, blk == 0);
+        stage_x_bf16<K, NORM, COMB>(c, t, -1, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
       }
       if constexpr (RING > 0) mma_chunk_ring(kd, nr, c0, kch, xs, out, part, ch > 0);
@@ -473,7 +495,25 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   float* part = smem_f(OFF_PART);
   float* rs = smem_f(OFF_RS);
   float* ssp = smem_f(OFF_SSP);
-  if (!gemv_wait<NORM>(c, t, s_abort, ssp)) return false;
+  // STAGE_POLL: the first staging of every chunk polls x (PollSkip), the re-arm after the last
+  constexpr bool POLL = STAGE_POLL && NAN_MODE && !COMB;
+  PollSkip skip;
+  skip.lo[0] = x;
+  skip.hi[0] = x + B * K;
+  skip.lo[1] = skip.hi[1] = nullptr;
+  skip.ev = -1;
+  if (!gemv_wait<NORM>(c, t, s_abort, ssp, POLL ? &skip : nullptr)) return false;
+  // after a polled staging's barrier: stop if it timed out; after the last, acquire and re-arm
+  const auto polled = [&](bool ok, bool last) {
+    if constexpr (POLL) {
+      if (!ok) *s_abort = 1;
+      if (last) mk_fence();
+      mk_barrier();
+      if (*s_abort) return false;
+      if (last) rearm_task(c, t);
+    }
+    return true;
+  };
   attn_weights<COMB>(lse);
   const int nblk = kd.blocks();
   if constexpr (NCH > 1 && HOLD_TILES > 0) {
@@ -486,8 +526,9 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
         for (int n = 0; n < NTN; ++n) acc[tl][n][0] = acc[tl][n][1] = acc[tl][n][2] = acc[tl][n][3] = 0.f;
       for (int ch = 0; ch < NCH; ++ch) {
         const int c0 = ch * KCH, kch = min(KCH, K - c0);
-        stage_x_bf16<K, NORM, COMB>(x, c0, kch, nw, xs, ssp, true);
+        const bool ok = stage_x_bf16<K, NORM, COMB, POLL>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, true);
         mk_barrier();
+        if (!polled(ok, ch == NCH - 1)) return false;
         if (ch == 0) trace_mark(c, 0);  // input staged
 #pragma unroll
         for (int tl = 0; tl < HOLD_TILES; ++tl)
@@ -509,8 +550,10 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
     for (int ch = 0; ch < NCH; ++ch) {
       const int c0 = ch * KCH, kch = min(KCH, K - c0);
       if (NCH > 1 || blk == 0) {
-        stage_x_bf16<K, NORM, COMB>(x, c0, kch, nw, xs, ssp, blk == 0);
+        // (later blocks' stagings poll too: they find every word written at once)
+        const bool ok = stage_x_bf16<K, NORM, COMB, POLL>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
+        if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;
         if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
       }
       pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
