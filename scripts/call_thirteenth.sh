@@ -4,6 +4,12 @@
 #           batch 1 with the staging loads as the polls (default) and without (-nosp), llama-3.2-1b and
 #           qwen3-8b; pipeline pages 10 / 12 at llama-3.2-1b b1 atomic; traces of b1 nan (both) and
 #           atomic; the peer
+#   CALL=2  tests/test_gpu_megakernel.py and the nan cases of tests/test_gpu_tokens.py on the final
+#           kernels (stage_poll also on the tensor-core path); nan at batch 8 with and without it
+#           (llama-3.2-1b, qwen3-8b), b1 nan with qkv tiles across heads (-cross), b32 nan; greedy
+#           steps on the kernel with the filtered sampler inline and out of line (-onekernel,
+#           -onekernel-outline), traced top-k 50 steps on both; the sampling cost at batch 1
+#           (bench_tokens); the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -17,5 +23,18 @@ if [ "${CALL:-1}" = 1 ]; then
   MKC_AB="128@b1-nan,b1-nan-nosp,b1-atomic,b1-atomic-pages10,b1-atomic-pages12;128@q8-b1-nan,q8-b1-nan-nosp;16@b1-nan-trace,b1-nan-nosp-trace,b1-atomic-trace" \
   OUT=$OUT bash scripts/gpu_final.sh
   grep "^trace" "$OUT/ab.log" | cut -c1-900
+  peer
+fi
+if [ "${CALL:-1}" = 2 ]; then
+  timeout 100 python3 -m pytest tests/test_gpu_tokens.py -k nan -m gpu -q -p no:cacheprovider --timeout=90 -rfE \
+    > "$OUT/tests-tokens-nan.log" 2>&1
+  echo "tokens nan tests rc=$?: $(tail -n 1 "$OUT/tests-tokens-nan.log" | cut -c1-200)"
+  MKC_TESTS="tests/test_gpu_megakernel.py" MKC_TEST_S=150 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=170 \
+  MKC_AB="128@b8-nan,b8-nan-nosp,b8-atomic,b32-nan;128@q8-b8-nan,q8-b8-nan-nosp;128@b1-nan,b1-nan-cross,b1-atomic,b1-atomic-onekernel,b1-atomic-onekernel-outline;16@b1-atomic-trace,b1-atomic-trace-topk50,b1-atomic-trace-topk50-outline" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  grep "^trace" "$OUT/ab.log" | cut -c1-900
+  timeout 70 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --json "$OUT/tokens-b1.json" \
+    > "$OUT/tokens-b1.log" 2>&1
+  echo "tokens b1 rc=$?"; grep -E "decode, |mk\(ids" "$OUT/tokens-b1.log" | cut -c1-160
   peer
 fi

@@ -133,6 +133,9 @@ VARIANTS.update({f"{v}-poll{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_bat
 # greedy kernel: what the sampler's code costs a greedy step when it is in the kernel
 VARIANTS.update({f"{v}-onekernel": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "b1-nan", "b8-nan")})
+# the same with the filtered sampler's functions out of line (CodegenOptions.sampler_inline=False):
+# whether its code inlined into the kernel is what slows the layers' tasks
+VARIANTS["b1-atomic-onekernel-outline"] = (*VARIANTS["b1-atomic"][:4], {"one_kernel": True, "sampler_inline": False})
 # down-proj split over N chunks of h (lower(down_split=N), downk tasks), with each of the three schedulers
 VARIANTS.update({f"{v}-dsplit{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_split": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-rr", "b1-atomic-cpsat") for n in (2, 4)})
@@ -185,6 +188,9 @@ VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": Tr
 SAMPLINGS = {"topk50": dict(temperature=0.8, top_k=50, seed=1), "topp09": dict(temperature=0.8, top_p=0.9, seed=1)}
 VARIANTS.update({f"{v}-trace-{s}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True, "trace_sampling": kw})
                  for v in ("b8-atomic", "b1-atomic", "b8-atomic-amax1") for s, kw in SAMPLINGS.items()})
+VARIANTS.update({f"b1-atomic-trace-{s}-outline": (*VARIANTS["b1-atomic"][:4], {"trace": True, "trace_sampling": kw,
+                                                                                "sampler_inline": False})
+                 for s, kw in SAMPLINGS.items()})
 # nan mode: the input polled in the wait, then staged (as before CodegenOptions.stage_poll, "-nosp"),
 # against its staging loads as the polls (the default); the nan rows of qwen3-8b and of batch 32
 VARIANTS["q8-b1-nan"] = ("qwen3-8b", 1, "nan", "list", {})
