@@ -8,8 +8,9 @@
 #           kernels (stage_poll also on the tensor-core path); nan at batch 8 with and without it
 #           (llama-3.2-1b, qwen3-8b), b1 nan with qkv tiles across heads (-cross), b32 nan; greedy
 #           steps on the kernel with the filtered sampler inline and out of line (-onekernel,
-#           -onekernel-outline), traced top-k 50 steps on both; the sampling cost at batch 1
-#           (bench_tokens); the peer
+#           -onekernel-outline)
+#   CALL=3  traced top-k 50 steps on the filtered sampler inline and out of line; the sampling cost
+#           at batch 1 (bench_tokens); the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -30,7 +31,11 @@ if [ "${CALL:-1}" = 2 ]; then
     > "$OUT/tests-tokens-nan.log" 2>&1
   echo "tokens nan tests rc=$?: $(tail -n 1 "$OUT/tests-tokens-nan.log" | cut -c1-200)"
   MKC_TESTS="tests/test_gpu_megakernel.py" MKC_TEST_S=150 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=170 \
-  MKC_AB="128@b8-nan,b8-nan-nosp,b8-atomic,b32-nan;128@q8-b8-nan,q8-b8-nan-nosp;128@b1-nan,b1-nan-cross,b1-atomic,b1-atomic-onekernel,b1-atomic-onekernel-outline;16@b1-atomic-trace,b1-atomic-trace-topk50,b1-atomic-trace-topk50-outline" \
+  MKC_AB="128@b8-nan,b8-nan-nosp,b8-atomic,b32-nan;128@q8-b8-nan,q8-b8-nan-nosp;128@b1-nan,b1-nan-cross,b1-atomic,b1-atomic-onekernel,b1-atomic-onekernel-outline" \
+  OUT=$OUT bash scripts/gpu_final.sh
+fi
+if [ "${CALL:-1}" = 3 ]; then
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=150 MKC_AB="16@b1-atomic-trace,b1-atomic-trace-topk50,b1-atomic-trace-topk50-outline" \
   OUT=$OUT bash scripts/gpu_final.sh
   grep "^trace" "$OUT/ab.log" | cut -c1-900
   timeout 70 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --json "$OUT/tokens-b1.json" \
