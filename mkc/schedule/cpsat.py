@@ -7,6 +7,7 @@ same shape are solved once with their inputs available at t = 0, as one interval
 precedences through the events, and a cumulative of capacity = workers; a sweep over start
 times gives each task a worker. The per-segment templates are then replayed in segment order,
 which keeps every queue sorted by start and every start after its producers' ends.
+``cpsat_place`` solves the same segments with a worker per task, hops and pages.
 
 Time is integer: one unit is 10 ns. The search is bounded by CP-SAT's *deterministic* time, not
 the clock, so a build is reproducible on any machine: ``time_limit`` seconds (over all solves)
@@ -182,13 +183,61 @@ def sweep_workers(start: Sequence[int], dunits: Sequence[int], num_workers: int,
     return worker
 
 
-def _label(tg: TaskGraph, segs: list[list[int]], idx: list[int]) -> str:
+def segment_label(tg: TaskGraph, segs: list[list[int]], idx: list[int]) -> str:
+    """How progress messages name the segments ``idx`` (one class of equal segments)."""
     layers = sorted({tg.tasks[t].layer for i in idx for t in segs[i]})
     if layers[0] >= 0:
         return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}..{layers[-1]}"
     if len(layers) > 1:
         return "whole graph"
     return "head" if idx[0] == 0 and len(segs) > 1 else "tail"
+
+
+@dataclass(frozen=True)
+class SegmentClasses:
+    """The segments of a graph grouped into classes of equal scheduling problems."""
+
+    segs: list[list[int]]  # task ids per segment, in segment order
+    locals: list[Deps]  # per segment, its dependencies renumbered (``Deps.restrict``)
+    first_of: list[int]  # per segment, the first segment of its class (the one that is solved)
+    classes: list[int]  # the solved segments, in order
+
+    def members(self, c: int) -> list[int]:
+        """The segments of class ``c`` (``c`` is the first of them)."""
+        return [i for i, f in enumerate(self.first_of) if f == c]
+
+
+def segment_classes(tg: TaskGraph, deps: Deps, dunits: Sequence[int],
+                    extra: Sequence[tuple] | None = None) -> SegmentClasses:
+    """Cut the graph into ``segments`` and group them by ``signature`` (and ``extra[t]``, further
+    per-task facts a solver depends on, where given)."""
+    segs = segments(tg, deps, deps.topo_order())
+    locals_ = [deps.restrict(s) for s in segs]
+    sigs = [signature(tg, loc, s, [dunits[t] for t in s]) + (tuple(extra[t] for t in s) if extra else ())
+            for loc, s in zip(locals_, segs)]
+    first: dict[tuple, int] = {}
+    for i, sg in enumerate(sigs):
+        first.setdefault(sg, i)
+    first_of = [first[sg] for sg in sigs]
+    return SegmentClasses(segs, locals_, first_of, sorted(set(first_of)))
+
+
+def stitch(deps: Deps, dur: Sequence[float], num_workers: int, sc: SegmentClasses,
+           templates: dict[int, tuple[Sequence[int], Sequence[int]]]) -> Replay:
+    """Replay each segment's class template (start units and worker by rank) in segment order:
+    the template's workers, earliest first, go to the workers free earliest."""
+    rep = Replay(deps, dur, num_workers)
+    for i, seg in enumerate(sc.segs):
+        starts, tworker = templates[sc.first_of[i]]
+        first: dict[int, int] = {}
+        for r, w in enumerate(tworker):
+            first[w] = min(first.get(w, starts[r]), starts[r])
+        used = sorted(first, key=lambda w: (first[w], w))
+        idle = sorted(range(num_workers), key=lambda w: (rep.free[w], w))
+        to_actual = dict(zip(used, idle))  # earliest template worker -> earliest free worker
+        for r in sorted(range(len(seg)), key=lambda r: (starts[r], r)):
+            rep.place(seg[r], to_actual[tworker[r]])
+    return rep
 
 
 def cpsat_placement(
@@ -205,44 +254,30 @@ def cpsat_placement(
     Returns the replay (times, queues), the solve info per segment, and the number of solves.
     """
     say = progress or (lambda msg: None)
-    dunits = [max(1, math.ceil(d * UNITS_PER_US - 1e-9)) for d in dur]
-    segs = segments(tg, deps, deps.topo_order())
-    locals_ = [deps.restrict(s) for s in segs]
-    sigs = [signature(tg, loc, s, [dunits[t] for t in s]) for loc, s in zip(locals_, segs)]
-    first_of: dict[tuple, int] = {}
-    for i, sg in enumerate(sigs):
-        first_of.setdefault(sg, i)
-    classes = sorted(set(first_of.values()))
-    members = {c: [i for i in range(len(segs)) if first_of[sigs[i]] == c] for c in classes}
-
+    dunits = to_units(dur)
+    sc = segment_classes(tg, deps, dunits)
     templates: dict[int, tuple[list[int], list[int]]] = {}  # class -> (start units, worker) by rank
     infos: dict[int, SolveInfo] = {}
     remaining = time_limit  # seconds of the limit, spent as deterministic time
-    remaining_size = sum(len(segs[c]) for c in classes)
-    for k, c in enumerate(classes):
-        size = len(segs[c])
+    remaining_size = sum(len(sc.segs[c]) for c in sc.classes)
+    for k, c in enumerate(sc.classes):
+        size = len(sc.segs[c])
         share = max(MIN_SHARE, remaining * size / remaining_size)
-        du = [dunits[t] for t in segs[c]]
-        starts, info = solve_segment(locals_[c], du, num_workers, share, seed)
+        du = [dunits[t] for t in sc.segs[c]]
+        starts, info = solve_segment(sc.locals[c], du, num_workers, share, seed)
         remaining = max(0.0, remaining - info.det_time / DET_PER_SECOND)
         remaining_size -= size
-        templates[c] = (starts, sweep_workers(starts, du, num_workers, solo_producers(locals_[c])))
+        templates[c] = (starts, sweep_workers(starts, du, num_workers, solo_producers(sc.locals[c])))
         infos[c] = info
-        where = _label(tg, segs, members[c])
-        say(f"cpsat {k + 1}/{len(classes)}: {size} tasks x {len(members[c])} ({where}): {info.status}, "
+        where = segment_label(tg, sc.segs, sc.members(c))
+        say(f"cpsat {k + 1}/{len(sc.classes)}: {size} tasks x {len(sc.members(c))} ({where}): {info.status}, "
             f"{info.makespan / UNITS_PER_US:.1f} us (list {info.hint / UNITS_PER_US:.1f}, "
             f"bound {info.bound / UNITS_PER_US:.1f}) in {info.wall:.2f} s"
             + (" (stopped by the wall clock: may not reproduce)" if info.wall_capped else ""))
+    rep = stitch(deps, dur, num_workers, sc, templates)
+    return rep, [infos[f] for f in sc.first_of], len(sc.classes)
 
-    rep = Replay(deps, dur, num_workers)
-    for i, seg in enumerate(segs):
-        starts, tworker = templates[first_of[sigs[i]]]
-        first: dict[int, int] = {}
-        for r, w in enumerate(tworker):
-            first[w] = min(first.get(w, starts[r]), starts[r])
-        used = sorted(first, key=lambda w: (first[w], w))
-        idle = sorted(range(num_workers), key=lambda w: (rep.free[w], w))
-        to_actual = dict(zip(used, idle))  # earliest template worker -> earliest free worker
-        for r in sorted(range(len(seg)), key=lambda r: (starts[r], r)):
-            rep.place(seg[r], to_actual[tworker[r]])
-    return rep, [infos[first_of[s]] for s in sigs], len(classes)
+
+def to_units(dur: Sequence[float]) -> list[int]:
+    """Task times in CP-SAT units, rounded up (at least one unit)."""
+    return [max(1, math.ceil(d * UNITS_PER_US - 1e-9)) for d in dur]

@@ -13,7 +13,7 @@ from mkc.errors import IRCheckError
 from mkc.irjson import load_json, save_json
 
 SYNC_MODES = ("atomic", "nan")
-METHODS = ("round_robin", "list", "cpsat")  # how build.schedule places tasks
+METHODS = ("round_robin", "list", "cpsat", "cpsat_place")  # how build.schedule places tasks
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Schedule:
     end: tuple[float, ...]
     thresholds: tuple[int, ...]  # per event id: count that means "fired" in one step (== triggers)
     plan: KernelPlan
-    method: str  # round_robin | list | cpsat
+    method: str  # round_robin | list | cpsat | cpsat_place
     makespan: float
     lower_bound: float
     stats: tuple[tuple[str, float], ...] = ()  # makespans of the baselines, solver status, ...

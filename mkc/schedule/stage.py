@@ -1,7 +1,7 @@
 """The scheduling stage: TaskGraph -> Schedule.
 
-    check shared memory -> predict times -> round robin -> list schedule -> CP-SAT (per layer)
-    -> keep the best -> kernel plan -> Schedule.check()
+    check shared memory -> predict times -> round robin -> list schedule -> CP-SAT (per layer;
+    cpsat_place: with placement, hops and pages) -> keep the best -> kernel plan -> Schedule.check()
 
 Everything that goes into the Schedule is deterministic (no wall times), so the same TaskGraph,
 target and options give a byte-identical schedule.json; wall times come back in the report of
@@ -12,6 +12,7 @@ bound (timeline.Deps.levels) also counts the rounds a barrier wider than the mac
 the first two ignore. ``Schedule.stats`` (times in us):
 
   tasks, makespan_round_robin, makespan_list, makespan_cpsat (nan unless method=cpsat)
+  makespan_cpsat_place  (method=cpsat_place) its queues' makespan in this, the scheduler's, model
   critical_path, work_bound, packing_bound
   gap                   makespan / lower_bound - 1
   gap_critical_work     makespan / max(critical path, work / workers) - 1 (DESIGN.md's bound)
@@ -19,10 +20,18 @@ the first two ignore. ``Schedule.stats`` (times in us):
   cpsat_segments, cpsat_solves   segments stitched, distinct segment problems solved
   solver_status         weakest segment: 4 optimal, 2 feasible, 1 kept the list schedule, 0 unknown
   solver_deterministic_s, solver_wall_capped (solves the wall clock stopped: may not reproduce)
+
+and with method=cpsat_place, in its placement model (``cpsat_place``: hops, pages; times in us):
+
+  placed_makespan       the chosen schedule's      placed_makespan_list   the list schedule's
+  placed_bound          max(critical path, work / workers) there
+  placed_hop_us         its hop                    placed_candidates      fewest workers per task
+                                                                          of a solved segment (0: none)
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -100,28 +109,21 @@ def schedule_with_report(
         "work_bound": work,
         "packing_bound": packed,
     }
-    chosen, used = {"round_robin": (rr, "round_robin"), "list": (lst, "list"), "cpsat": (lst, "list")}[method]
+    chosen, used = (rr, "round_robin") if method == "round_robin" else (lst, "list")
     if method == "cpsat":
-        try:
-            from mkc.schedule.cpsat import STATUS_CODE, cpsat_placement
-        except ModuleNotFoundError as e:
-            if e.name is None or not e.name.startswith("ortools"):
-                raise
-            raise ScheduleError("the cpsat scheduler needs OR-Tools, which is not installed here "
-                                "(pip install ortools); --method list schedules without it") from None
-
+        cpsat = _solver(method)
         t1 = time.perf_counter()
-        cp, infos, solves = cpsat_placement(tg, deps, dur, W, time_limit, say)
+        cp, infos, solves = cpsat.cpsat_placement(tg, deps, dur, W, time_limit, say)
         report["cpsat_s"] = time.perf_counter() - t1
         stats["makespan_cpsat"] = cp.makespan
-        stats["cpsat_segments"] = float(len(infos))
-        stats["cpsat_solves"] = float(solves)
-        stats["solver_status"] = min(STATUS_CODE[i.status] for i in infos)  # the weakest segment
-        stats["solver_deterministic_s"] = sum({id(i): i.det_time for i in infos}.values())
-        stats["solver_wall_capped"] = float(sum({id(i): i.wall_capped for i in infos}.values()))
+        stats.update(_solver_stats(infos, solves, cpsat.STATUS_CODE))
         if cp.makespan <= lst.makespan:
             chosen, used = cp, "cpsat"
         say(f"cpsat {cp.makespan:.1f} us vs list {lst.makespan:.1f} us: keeping {used}")
+    elif method == "cpsat_place":
+        t1 = time.perf_counter()
+        chosen, used = _cpsat_place(tg, target, deps, dur, lst, cost, time_limit, say, stats)
+        report["cpsat_place_s"] = time.perf_counter() - t1
     stats["gap"] = max(0.0, _r(chosen.makespan) / _r(lower) - 1.0) if lower > 0 else 0.0
     design = max(critical, work)  # DESIGN.md's bound, for comparison with other systems
     stats["gap_critical_work"] = max(0.0, _r(chosen.makespan) / _r(design) - 1.0) if design > 0 else 0.0
@@ -146,6 +148,49 @@ def schedule_with_report(
     say(f"schedule: {used}, makespan {sched.makespan:.1f} us, gap {100 * stats['gap']:.2f} %, "
         f"{report['total_s']:.2f} s")
     return sched, report
+
+
+def _solver(method: str):
+    """The module of a CP-SAT method; a clear error where OR-Tools is not installed."""
+    try:
+        return importlib.import_module(f"mkc.schedule.{method}")
+    except ModuleNotFoundError as e:
+        if e.name is None or not e.name.startswith("ortools"):
+            raise
+        raise ScheduleError(f"the {method} scheduler needs OR-Tools, which is not installed here "
+                            "(pip install ortools); --method list schedules without it") from None
+
+
+def _solver_stats(infos: Sequence, solves: int, status_code: dict[str, float]) -> dict[str, float]:
+    """The solver's entries of ``Schedule.stats`` from its per-segment infos (one object per class)."""
+    return {
+        "cpsat_segments": float(len(infos)),
+        "cpsat_solves": float(solves),
+        "solver_status": min(status_code[i.status] for i in infos),  # the weakest segment
+        "solver_deterministic_s": sum({id(i): i.det_time for i in infos}.values()),
+        "solver_wall_capped": float(sum({id(i): i.wall_capped for i in infos}.values())),
+    }
+
+
+def _cpsat_place(tg: TaskGraph, target: Target, deps: Deps, dur: Sequence[float], lst: Replay,
+                 cost: CostModel | None, time_limit: float, say: Callable[[str], None],
+                 stats: dict[str, float]) -> tuple[Replay, str]:
+    """The placement model's schedule (``cpsat_place``), kept where that model predicts it no
+    slower than the list schedule; fills its entries of ``stats``."""
+    place = _solver("cpsat_place")
+    problem = place.placed_problem(tg, target, deps, dur, target.sms, cost)
+    cp, infos, solves = place.cpsat_place_placement(tg, problem, dur, time_limit, say)
+    mine, theirs = place.predicted_us(problem, cp.queues), place.predicted_us(problem, lst.queues)
+    keep = mine <= theirs
+    stats["makespan_cpsat_place"] = cp.makespan
+    stats.update(_solver_stats(infos, solves, place.STATUS_CODE))
+    stats.update(placed_makespan=mine if keep else theirs, placed_makespan_list=theirs,
+                 placed_bound=place.bound(problem) / place.UNITS_PER_US, placed_hop_us=problem.hop / place.UNITS_PER_US,
+                 placed_candidates=float(min((i.candidates for i in infos if i.candidates), default=0)))
+    used = "cpsat_place" if keep else "list"
+    say(f"cpsat_place {mine:.1f} us vs list {theirs:.1f} us in the placement model "
+        f"(bound {stats['placed_bound']:.1f}): keeping {used}")
+    return (cp, used) if keep else (lst, used)
 
 
 def _replay(deps: Deps, dur: Sequence[float], W: int, order: Sequence[int], worker: Sequence[int]) -> Replay:
