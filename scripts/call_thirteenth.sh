@@ -11,6 +11,11 @@
 #           -onekernel-outline)
 #   CALL=3  traced top-k 50 steps on the filtered sampler inline and out of line; the sampling cost
 #           at batch 1 (bench_tokens); the peer
+#   CALL=4  tests/test_gpu_tokens.py and tests/test_gpu_prefill.py; the list schedule against
+#           cpsat_place (placement, hops, pages) on #14's rows and split-K down; nan at batch 8 with
+#           and without stage_poll again, beside the peer
+#   CALL=5  the other GPU test files (checkpoint, device functions, text); mkc bench llama-3.2-1b
+#           b1/b8 (torch.compile + CUDA graph beside the one-launch loop); the peer
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -42,4 +47,15 @@ if [ "${CALL:-1}" = 3 ]; then
     > "$OUT/tokens-b1.log" 2>&1
   echo "tokens b1 rc=$?"; grep -E "decode, |mk\(ids" "$OUT/tokens-b1.log" | cut -c1-160
   peer
+fi
+if [ "${CALL:-1}" = 4 ]; then
+  MKC_TESTS="tests/test_gpu_tokens.py tests/test_gpu_prefill.py" MKC_TEST_S=120 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=120 \
+  MKC_AB="128@b1-atomic,b1-atomic-place,b1-atomic-dsplit4,b1-atomic-dsplit4-place;128@b8-atomic,b8-atomic-place,b32-atomic,b32-atomic-place;128@q8-b1-atomic,q8-b1-atomic-place,q8-b8-atomic,q8-b8-atomic-place;128@b8-nan,b8-nan-nosp,q8-b8-nan,q8-b8-nan-nosp" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  peer
+fi
+if [ "${CALL:-1}" = 5 ]; then
+  MKC_TESTS="tests/test_gpu_checkpoint.py tests/test_gpu_device_functions.py tests/test_gpu_text.py" MKC_TEST_S=200 \
+  MKC_AB=none MKC_NO_TOKENS=1 MKC_PEER_S=75 MKC_BENCH="llama-3.2-1b:1,8" MKC_BENCH_S=240 MKC_ITERS=30 \
+  OUT=$OUT bash scripts/gpu_final.sh
 fi

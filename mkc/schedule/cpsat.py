@@ -83,6 +83,18 @@ def signature(tg: TaskGraph, local: Deps, tasks: Sequence[int], dunits: Sequence
     )
 
 
+def deterministic_solver(seconds: float, seed: int = SEED) -> cp_model.CpSolver:
+    """A solver that reproduces: one worker, a fixed seed, ``seconds`` of the limit as deterministic
+    time, and the wall-clock cap (module docstring)."""
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.num_workers = 1
+    prm.random_seed = seed
+    prm.max_deterministic_time = DET_PER_SECOND * seconds
+    prm.max_time_in_seconds = WALL_FACTOR * seconds + 1.0
+    return solver
+
+
 def solve_segment(
     local: Deps, dunits: Sequence[int], num_workers: int, seconds: float, seed: int = SEED
 ) -> tuple[list[int], SolveInfo]:
@@ -137,12 +149,8 @@ def solve_segment(
         m.add_hint(start[i], hint_start[i])
     m.add_hint(makespan, horizon)
 
-    solver = cp_model.CpSolver()
+    solver = deterministic_solver(seconds, seed)
     p = solver.parameters
-    p.num_workers = 1
-    p.random_seed = seed
-    p.max_deterministic_time = DET_PER_SECOND * seconds
-    p.max_time_in_seconds = WALL_FACTOR * seconds + 1.0
     code = solver.solve(m)
     status = solver.status_name(code)
     wall = time.perf_counter() - t0

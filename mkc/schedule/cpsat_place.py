@@ -49,8 +49,8 @@ from mkc.errors import ScheduleError
 from mkc.schedule.baseline import list_schedule
 from mkc.schedule.cost import DEFAULT_COST, CostModel, PipeCost, plan_of
 from mkc.schedule.cpsat import STATUS_CODE  # noqa: F401 (stage.py reads it from here)
-from mkc.schedule.cpsat import (DET_PER_SECOND, MAX_SEGMENT_TASKS, MIN_SHARE, SEED, UNITS_PER_US, WALL_FACTOR,
-                                SolveInfo, segment_classes, segment_label, stitch, to_units)
+from mkc.schedule.cpsat import (DET_PER_SECOND, MAX_SEGMENT_TASKS, MIN_SHARE, SEED, UNITS_PER_US, SolveInfo,
+                                deterministic_solver, segment_classes, segment_label, stitch, to_units)
 from mkc.schedule.pipemodel import effective_capacity, task_parts
 from mkc.schedule.timeline import Deps, Replay
 from mkc.target import Target
@@ -386,12 +386,8 @@ def solve_placed(p: Placed, seconds: float, seed: int = SEED,
     k = min(W, k if k is not None else (W if n * W <= MAX_FULL_PLACEMENTS else CANDIDATES))
     built = build_model(p, candidates(p, hint_start, hint_worker, k), hint_start, hint_worker, horizon)
 
-    solver = cp_model.CpSolver()
+    solver = deterministic_solver(seconds, seed)
     prm = solver.parameters
-    prm.num_workers = 1
-    prm.random_seed = seed
-    prm.max_deterministic_time = DET_PER_SECOND * seconds
-    prm.max_time_in_seconds = WALL_FACTOR * seconds + 1.0
     for key, value in (RESTRICTED_OPTIONS if k < W else {}).items():
         setattr(prm, key, value)
     code = solver.solve(built.model)
