@@ -136,7 +136,9 @@ extern "C" __global__ void mk_test_gemv_mma(const unsigned short* w, const float
   [[maybe_unused]] uint4 pre[2][U];
   if constexpr (RING > 0) ring_prologue(rows, nr, 0, kch);
   else mma_preload(rows, nr, 0, kch, pre);
-  stage_x_bf16<H, false, false>(x, 0, kch, nullptr, xs, smem_f(OFF_SSP), false);
+  const Ctx c{};
+  const Task t{};
+  stage_x_bf16<H, false, false>(c, t, -1, x, 0, kch, nullptr, xs, smem_f(OFF_SSP), false);
   mk_barrier();
   if constexpr (RING > 0) mma_chunk_ring(rows, nr, 0, kch, xs, smem_f(OFF_OUT), smem_f(OFF_PART), false);
   else mma_chunk(rows, nr, 0, kch, xs, smem_f(OFF_OUT), smem_f(OFF_PART), false, pre);
