@@ -510,3 +510,44 @@ def test_stage_poll_makes_the_staging_loads_the_polls():
     assert mma[1].const("STAGE_POLL") == 1 and "constexpr bool POLL = STAGE_POLL && NAN_MODE && !COMB;" in mma[0]
     ring = generate(tg8, rr_schedule(tg8, "h200", "nan"), "h200", CodegenOptions(sampler=False, pipe=False))
     assert ring[1].const("STAGE_POLL") == 0
+
+
+def _staged_uncovered(tg) -> dict[tuple[int, str], int]:
+    """Per (GEMV task, input it stages whole): the words of it no event the task waits on writes."""
+    bufs = {b.name: b for b in tg.buffers}
+    out = {}
+    for t in tg.tasks:
+        if t.kind not in ("qkv", "oproj", "gateup", "down", "lmhead"):
+            continue
+        for r in t.reads:
+            b = bufs[r.buffer]
+            if b.role != "act" or tuple(hi - lo for lo, hi in r.box) != tuple(b.shape):
+                continue  # not staged whole (a residual tile, read in the epilogue)
+            covered = np.zeros(b.shape, dtype=bool)
+            for e in t.waits:
+                for er in tg.events[e].regions:
+                    if er.buffer == r.buffer:
+                        covered[tuple(slice(lo, hi) for lo, hi in er.box)] = True
+            out[(t.id, r.buffer)] = int((~covered).sum())
+    return out
+
+
+@pytest.mark.parametrize("name,batch", [("llama-3.2-1b", 1), ("llama-3.2-1b", 8), ("qwen3-0.6b", 1), ("tiny-qwen2", 8)])
+def test_stage_poll_inputs_are_written_whole_by_the_waited_events(name, batch):
+    """What stage_poll relies on (docs/sync.md "The poll is the load"): a GEMV task's staging polls
+    every word of the inputs it stages whole (x, or o-proj's split outputs and log-sum-exps), so
+    every one of those words must be written in the step by a producer of an event the task waits
+    on; a word no waited event writes would hold the sentinel for good."""
+    tg = taskgraph(name, batch, 512)
+    gaps = _staged_uncovered(tg)
+    kinds = {tg.tasks[t].kind for t, _ in gaps}
+    assert kinds == {"qkv", "oproj", "gateup", "down", "lmhead"}, kinds
+    assert not any(gaps.values()), {k: v for k, v in gaps.items() if v}
+    # the check sees a gap: one waited event's region cut by a row of words
+    t = next(t for t in tg.tasks if t.kind == "gateup")
+    e = tg.events[t.waits[0]]
+    (r, *rest) = e.regions
+    cut = dataclasses.replace(r, box=(*r.box[:-1], (r.box[-1][0], r.box[-1][1] - 1)))
+    events = list(tg.events)
+    events[e.id] = dataclasses.replace(e, regions=(cut, *rest))
+    assert _staged_uncovered(dataclasses.replace(tg, events=tuple(events)))[(t.id, r.buffer)] == batch
