@@ -327,6 +327,11 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
         cal = Path(os.environ["MKC_CAL_DIR"]) / f"calibration-{variant}.json"
         cal.parent.mkdir(parents=True, exist_ok=True)
         cal.write_text(json.dumps(calibration(mk.tg, mk.sched, mk.trace(), {}), indent=1) + "\n")
+        # the raw stamps beside it, so that a cost model can be refitted on the CPU machine
+        # (scripts/pipe_predict.py --stamps); the traced launch ran positions 0..trace_steps-1
+        import numpy as np
+
+        np.savez_compressed(cal.with_suffix(".npz"), stamps=np.stack(mk.trace()), marks=mk.trace_marks())
     if kt is not None:
         print(f"trace {variant}: step {kt['step_us']:.1f} us; " + "; ".join(
             f"{k} x{v['n']} run {v['run_us']:.2f} wait {v['wait_us']:.2f} marks {v['marks_us']}"

@@ -68,5 +68,6 @@ for d in $( [ "$MKC_TRACE" = 1 ] && echo llama-b1 || echo $MKC_TRACE ); do
 done
 fi
 if [ -n "${MKC_PACK:-}" ]; then  # one file back (the device returns a handful of files per call)
-  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && rm -rf ./* && mv /tmp/pack.tgz pack.tgz)
+  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 ! -name peer-so -exec rm -rf {} + \
+     && mv /tmp/pack.tgz pack.tgz)  # the peer's library stays beside it (reused by the next call)
 fi
