@@ -214,7 +214,11 @@ def kind_times(mk, steps: int = 8, sampling=None) -> dict:
     import numpy as np
 
     mk.reset()
-    mk._launch(steps, 0, 1, **({"sampling": sampling} if sampling is not None else {}))
+    # MKC_TRACE_POS0: the traced launch's first position (0 by default), e.g. the mean position of
+    # the timed launches, so that the trace's attention sees their context (positions below it read
+    # the reset cache: the times, not the values, count here)
+    pos0 = int(os.environ.get("MKC_TRACE_POS0", "0"))
+    mk._launch(steps, pos0, 1, **({"sampling": sampling} if sampling is not None else {}))
     ws, st, en = mk.trace()
     marks = mk.trace_marks()
     half = slice(steps // 2, steps)
@@ -326,9 +330,10 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
 
         cal = Path(os.environ["MKC_CAL_DIR"]) / f"calibration-{variant}.json"
         cal.parent.mkdir(parents=True, exist_ok=True)
-        cal.write_text(json.dumps(calibration(mk.tg, mk.sched, mk.trace(), {}), indent=1) + "\n")
+        if os.environ.get("MKC_CAL_FIT", "1") != "0":  # 0: the stamps only (the fit takes 20-40 s a row)
+            cal.write_text(json.dumps(calibration(mk.tg, mk.sched, mk.trace(), {}), indent=1) + "\n")
         # the raw stamps beside it, so that a cost model can be refitted on the CPU machine
-        # (scripts/pipe_predict.py --stamps); the traced launch ran positions 0..trace_steps-1
+        # (scripts/pipe_predict.py --stamps); the traced launch ran positions pos0..pos0+steps-1
         import numpy as np
 
         np.savez_compressed(cal.with_suffix(".npz"), stamps=np.stack(mk.trace()), marks=mk.trace_marks())

@@ -46,7 +46,8 @@ def main() -> None:
         target = get_target(tg.target)
         # the pages of the kernel gpu_bench built (a variant's options may drop the pipeline)
         slots = plan_for(tg, target, options).pipe_slots
-        p = pipelined_timeline(tg, sched.queues, target, cost, steps=a.steps, pipe_slots=slots).step_us()[-1]
+        # per step as the timed launch measures it: the last step's end less the one before's
+        p = pipelined_timeline(tg, sched.queues, target, cost, steps=max(a.steps, 2), pipe_slots=slots).period_us()[-1]
         m = measured.get(v)
 
         def ratio(x):

@@ -354,3 +354,35 @@ def test_mark_summary_averages_each_kinds_marks_after_the_waits(llama_tg):
     assert "oproj" in format_marks(m) and "positions 2.00" in format_marks(m)
     with pytest.raises(ValueError):
         mark_summary(llama_tg, (ws, st, en), marks[:, :3])
+
+
+def test_pipeline_fit_recovers_the_piped_kinds_compute_factors():
+    """At batch 32 (tensor cores) the GEMV tasks are bound by their compute, not by the weight stream
+    (on the H200, 0.06-0.08 us per KiB of weights, their input staged from L2): each piped kind's
+    factor on its compute is fitted beside the stream, and a calibration without them (factor 1)
+    replays the step as before."""
+    import dataclasses
+
+    from mkc.schedule.cost import CostModel, PipeCost
+    from mkc.schedule.pipefit import fit_pipe
+    from mkc.schedule.pipemodel import pipelined_timeline
+    from mkc.target import get_target
+
+    tg = taskgraph("llama-3.2-1b", 32, 64)
+    sched = rr_schedule(tg, "h200")
+    factors = {"qkv": 1.6, "oproj": 0.5, "gateup": 2.5, "down": 0.4}
+    true = PipeCost(**dict(TRUE, kind_scale={**TRUE["kind_scale"], **factors}))
+    fit = fit_pipe(tg, sched.queues, get_target("h200"), _from_model(tg, sched, true, steps=2))
+    got = fit.cost.kind_scale
+    for kind, f in factors.items():
+        assert got[kind] == pytest.approx(f, rel=0.05), (kind, got[kind])
+    assert fit.gemv_rms_us < 0.1
+    want = pipelined_timeline(tg, sched.queues, get_target("h200"), CostModel(pipe=true), steps=2)
+    again = pipelined_timeline(tg, sched.queues, get_target("h200"), dataclasses.replace(CostModel(), pipe=fit.cost), steps=2)
+    assert again.period_us()[0] == pytest.approx(want.period_us()[0], rel=0.01)
+    # without the factors (older calibration files) every piped kind's compute counts once
+    plain = dataclasses.replace(true, kind_scale=dict(TRUE["kind_scale"]))
+    one = dataclasses.replace(plain, kind_scale={**plain.kind_scale, **{k: 1.0 for k in factors}})
+    a = pipelined_timeline(tg, sched.queues, get_target("h200"), CostModel(pipe=plain), steps=2)
+    b = pipelined_timeline(tg, sched.queues, get_target("h200"), CostModel(pipe=one), steps=2)
+    assert a.end == b.end and a.period_us()[0] != pytest.approx(want.period_us()[0], rel=0.01)

@@ -17,8 +17,12 @@ a free page, so a GEMV task's weights partly arrive during the waits and tasks b
   event it waits on has fired (an event of ``STRAGGLE_PRODUCERS`` or more producers ``straggle_us``
   later: on the device the last of a phase's tasks ends after the others), plus ``hop_us`` when
   the latest producer ran on another worker (a worker's own release is behind it already);
-- a pipelined GEMV task ends at max(start + overhead + compute, arrival of its last weight byte)
-  + ``tail_us`` (its epilogue and signal, after the last byte);
+- a pipelined GEMV task ends at max(start + overhead + its kind's factor x compute, arrival of its
+  last weight byte) + ``tail_us`` (its epilogue and signal, after the last byte). Compute is the
+  input it stages at the worker's bandwidth or its arithmetic at the flop rate, whichever is more;
+  the kind's factor (``kind_scale``, fitted per kind, 1 where a calibration has none) carries what
+  that leaves out: the staging comes from L2 rather than HBM, and the tensor-core path consumes a
+  page more slowly than its arithmetic alone (batch 32: ~0.06-0.08 us per KiB of weights);
   every other task, and every task of a plan without the pipeline, streams its own bytes after it
   starts: start + overhead + kind factor x max(bytes / bandwidth, flops / flop rate);
 - step s + 1's first tasks (``STEP_START_KINDS``) also wait for every ``STEP_END_KINDS`` task of
@@ -117,6 +121,13 @@ class PipeTimes:
         """Each step's time as the device trace measures it: last end less first arrival."""
         return [max(e) - min(a) for a, e in zip(self.arrive, self.end)]
 
+    def period_us(self) -> list[float]:
+        """From the second step on, each step's last end less the step before's: what a launch of
+        many steps takes per step (its ms/token). A step's first arrival can come long before that
+        (workers whose last task ended early start waiting on the next step), so ``step_us``
+        overstates it by the last phase's spread."""
+        return [max(e) - max(p) for p, e in zip(self.end, self.end[1:])]
+
 
 def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: Target, cost: CostModel | None = None,
                        steps: int = 1, pipe_slots: int | None = None) -> PipeTimes:
@@ -161,7 +172,7 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
                     if parts.pipe_bytes[t]:
                         a, thru, last = produce(t0[w], a0[w], through[w], s, parts.pipe_bytes[t], capacity, bw)
                         t0[w], a0[w], through[w] = s, float(a), float(thru)
-                        e_ = max(s + pc.task_overhead_us + work[t], float(last)) + pc.tail_us
+                        e_ = max(s + pc.task_overhead_us + scale[t] * work[t], float(last)) + pc.tail_us
                     else:
                         e_ = s + pc.task_overhead_us + scale[t] * work[t]
                     arrive[t], start[t], end[t] = free[w], s, e_
