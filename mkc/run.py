@@ -261,7 +261,7 @@ def run_cli(a) -> int:
         report = json.loads((bdir / "report.json").read_text()) if (bdir / "report.json").exists() else {}
         base = report.get("schedule", {}).get("kind_scale") or {}
         cal_path = path.with_name(f"{path.stem}.calibration.json")
-        print("  fitting the cost model's constants to the trace (10-40 s) ...", flush=True)
+        print("  fitting the cost model's constants to the trace (20-40 s) ...", flush=True)
         cal_path.write_text(json.dumps(calibration(mk.tg, mk.sched, measured, base), indent=1) + "\n")
         print(f"  calibration of the cost model: {cal_path} "
               f"(mkc compile {model} --batch {batch} --calibration {cal_path})")

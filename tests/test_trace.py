@@ -386,3 +386,28 @@ def test_pipeline_fit_recovers_the_piped_kinds_compute_factors():
     a = pipelined_timeline(tg, sched.queues, get_target("h200"), CostModel(pipe=plain), steps=2)
     b = pipelined_timeline(tg, sched.queues, get_target("h200"), CostModel(pipe=one), steps=2)
     assert a.end == b.end and a.period_us()[0] != pytest.approx(want.period_us()[0], rel=0.01)
+
+
+def test_refinement_gives_each_piped_kind_the_traced_phase_span():
+    """Factors 30 % off the trace's are moved until the replay gives every piped kind the phase span
+    (its tasks of one layer: last end less first start) of the trace, within the tolerance."""
+    import dataclasses
+
+    from mkc.schedule import pipefit
+    from mkc.schedule.cost import CostModel, PipeCost
+    from mkc.schedule.pipemodel import pipelined_timeline
+    from mkc.target import get_target
+
+    tg = taskgraph("llama-3.2-1b", 32, 64)
+    sched = rr_schedule(tg, "h200")
+    kinds = ["down", "gateup", "oproj", "qkv"]
+    true = PipeCost(**dict(TRUE, kind_scale={**TRUE["kind_scale"], "qkv": 1.6, "oproj": 0.5, "gateup": 2.5, "down": 0.4}))
+    t = pipelined_timeline(tg, sched.queues, get_target("h200"), CostModel(pipe=true), steps=3)
+    st, en = np.asarray(t.start), np.asarray(t.end)
+    off = dataclasses.replace(true, kind_scale={k: v * (1.3 if k in kinds else 1.0) for k, v in true.kind_scale.items()})
+    got = pipefit._refine(tg, sched.queues, get_target("h200"), CostModel(), off, st, en, 1, 3, None, kinds)
+    for k in kinds:
+        assert got.kind_scale[k] != off.kind_scale[k]
+        assert got.kind_scale[k] == pytest.approx(true.kind_scale[k], rel=0.05), k
+    again = pipelined_timeline(tg, sched.queues, get_target("h200"), CostModel(pipe=got), steps=3)
+    assert again.period_us()[-1] == pytest.approx(t.period_us()[-1], rel=0.01)

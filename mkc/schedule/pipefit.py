@@ -38,7 +38,8 @@ fits: the stream's constants fitted with every factor 1 and then the factors, an
 constants fitted with the factors refitted at every point of the grid. The one kept is the one
 whose replay (``pipelined_timeline`` of the traced queues, ``REPLAY_STEPS`` steps) puts the
 tasks' ends nearer the trace's, each counted from the previous step's last end. The stream is
-fitted on ``STREAM_STEPS`` sampled steps (a fit takes 10-40 s on the 2-core machine).
+fitted on ``STREAM_STEPS`` sampled steps (a fit takes 20-40 s on the 2-core machine). Last, each piped kind's factor is adjusted
+until the replay gives it the phase span the trace measured (``_refine``)..
 
 Constants a trace cannot determine keep the prior's values; ``fitted`` says which were fitted.
 """
@@ -62,7 +63,7 @@ from mkc.taskgraph.kinds import STEP_END_KINDS, STEP_START_KINDS
 
 
 REFINE_ROUNDS = 8  # the replay's rounds of the factors' adjustment, at most
-REFINE_TOL = 0.01  # a kind's replayed median duration within 1 % of the trace's
+REFINE_TOL = 0.01  # a kind's replayed phase span within 1 % of the trace's
 STREAM_STEPS = 3  # the sampled steps of a trace the stream's constants are fitted on
 REPLAY_STEPS = 4  # the steps of a trace the candidate fits' replays are compared on
 
@@ -254,7 +255,7 @@ def _replay_error(tg, queues, target, prior, pc, st, en, first, steps, pipe_slot
     pe = np.asarray(times.end, dtype=np.float64)
     k0 = max(first, 1)
     if steps <= k0:
-        return float(((pe[0] - pe[0].min()) - (en[0] - en[0].min())).__pow__(2).sum())
+        return float((((pe[0] - pe[0].min()) - (en[0] - en[0].min())) ** 2).sum())
     rel = lambda e: e[k0:] - e[k0 - 1:-1].max(1, keepdims=True)  # noqa: E731
     return float(((rel(pe) - rel(en)) ** 2).sum())
 
@@ -359,8 +360,7 @@ class _Stream:
 
     def kind_samples(self) -> dict[str, int]:
         """Sampled tasks per piped kind."""
-        k = self.kind[self.sample]
-        return {name: int((k == i).sum()) for i, name in enumerate(self.kinds)}
+        return {name: int(m.sum()) for name, m in zip(self.kinds, self.masks)}
 
     def fit_at(self, bw: float, o_prior: float, capacity: float | None = None, scale=None, factors: bool = True):
         """(squared error, overhead, tail, tasks the overhead was fitted from, tasks whose stream
