@@ -252,9 +252,30 @@ def test_problem_from_the_pipeline_plan():
     assert cp.placed_problem(tg, H200, deps, dur, H200.sms, DEFAULT_COST).hop == 45  # not calibrated
     assert cp.placed_problem(tg, H200, deps, dur, H200.sms, CostModel(pipe=PipeCost(hop_us=0.9))).hop == 90
     amd = toy_target(16, "mi300x")  # no weight pipeline: placement and hops only
-    tg = decoder_taskgraph(amd, **dict(TINY, tiles=16, lm_tiles=16))
-    p = cp.placed_problem(tg, amd, Deps.from_taskgraph(tg), durations(tg, amd), amd.sms)
+    tg_amd = decoder_taskgraph(amd, **dict(TINY, tiles=16, lm_tiles=16))
+    p = cp.placed_problem(tg_amd, amd, Deps.from_taskgraph(tg_amd), durations(tg_amd, amd), amd.sms)
     assert p.slots == 0 and not any(p.lead) and not any(p.pages)
+
+
+def test_a_calibrated_hop_is_counted_once():
+    """A calibration's scheduler factors carry each waiting task's hop (mkc.trace.calibration), and the
+    placement model adds the hop between workers itself: the calibrated hop comes off every waiting
+    task's time, once, and off no task that waits on nothing."""
+    tg = decoder_taskgraph(H200, **TINY)
+    deps, dur = Deps.from_taskgraph(tg), durations(tg, H200)
+    runs = {}
+    for hop in (0.0, 0.9):
+        p = cp.placed_problem(tg, H200, deps, dur, H200.sms, CostModel(pipe=PipeCost(hop_us=hop, dispatch_us=0.2)))
+        assert p.hop == round(hop * cp.UNITS_PER_US)
+        runs[hop] = [r + lead for r, lead in zip(p.run, p.lead)]
+    waiting = [t.id for t in tg.tasks if t.waits]
+    assert waiting and len(waiting) < len(tg.tasks)
+    for t in tg.tasks:
+        cut = runs[0.0][t.id] - runs[0.9][t.id]
+        # (units rounded on each side: one either way)
+        assert abs(cut - (90 if t.waits else 0)) <= 1 or (t.waits and runs[0.9][t.id] == 1), (t.kind, cut)
+    # uncalibrated task times are the scheduler's, hop or not
+    assert cp.placed_problem(tg, H200, deps, dur, H200.sms).units() == to_units(dur)
 
 
 # ---- the method ------------------------------------------------------------------------------------

@@ -112,11 +112,19 @@ def placed_problem(tg: TaskGraph, target: Target, deps: Deps, dur: Sequence[floa
                    cost: CostModel | None = None) -> Placed:
     """The whole graph's problem: ``dur`` (the scheduler's times, ``cost.durations``) less each GEMV
     task's lead, its pages on the device plan's pipeline, and the hop (``cost.pipe.hop_us`` where a
-    calibration set the pipeline's constants, else ``DEFAULT_HOP_US``). A task's lead and stream
+    calibration set the pipeline's constants, else ``DEFAULT_HOP_US``; a calibrated hop also comes
+    off the time of every task that waits, whose calibrated factor carries it). A task's lead and stream
     are what its weights cost in ``cost.task_time``: the time saved with the bytes ahead removed,
     and the rest of its weights' time."""
     cost = cost or DEFAULT_COST
-    hop_us = cost.pipe.hop_us if cost.pipe != PipeCost() else DEFAULT_HOP_US
+    calibrated = cost.pipe != PipeCost()
+    hop_us = cost.pipe.hop_us if calibrated else DEFAULT_HOP_US
+    if calibrated and hop_us > 0:
+        # A calibration's scheduler factors carry the hop of every task that waits (mkc.trace.calibration:
+        # the list scheduler has no hop of its own, so its task times hold it). This model adds the hop
+        # on each dependency between workers itself, so it comes off those tasks' times here; before,
+        # it was counted twice
+        dur = [max(d - hop_us, 1.0 / UNITS_PER_US) if t.waits else d for t, d in zip(tg.tasks, dur)]
     plan = plan_of(tg, target)
     slots = plan.pipe_slots if plan is not None else 0
     parts = task_parts(tg, target, cost)
