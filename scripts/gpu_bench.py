@@ -198,6 +198,15 @@ VARIANTS.update({f"b1-atomic-trace-{s}-outline": (*VARIANTS["b1-atomic"][:4], {"
 # nan mode: the input polled in the wait, then staged (as before CodegenOptions.stage_poll, "-nosp"),
 # against its staging loads as the polls (the default); the nan rows of qwen3-8b and of batch 32
 VARIANTS["q8-b1-nan"] = ("qwen3-8b", 1, "nan", "list", {})
+# the list schedule with its last N workers' queues merged into the first N (gpu_bench.crowded): a safe,
+# worse schedule, to show the GPU and the cost model see a schedule that differs (issue #14)
+VARIANTS.update({f"{v}-crowd{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "crowd": n})
+                 for v in ("b1-atomic", "b8-atomic", "b32-atomic", "q8-b1-atomic", "q8-b8-atomic") for n in (4, 12)})
+# the thread index hoisted out of the task loop as before CodegenOptions.opaque_tid (-tidkept), on the
+# greedy kernels and on the one with the filtered sampler (its spills were in the task loop)
+VARIANTS.update({f"{v}-tidkept": (*VARIANTS[v][:4], {**VARIANTS[v][4], "opaque_tid": False})
+                 for v in ("b1-atomic", "b1-atomic-onekernel", "b8-atomic", "b8-atomic-onekernel", "b32-atomic", "q8-b1-atomic",
+                           "q8-b8-atomic", "b1-nan", "b8-nan", "b1-nan-onekernel", "q8-b1-atomic-onekernel")})
 VARIANTS["q8-b8-nan"] = ("qwen3-8b", 8, "nan", "list", {})
 VARIANTS["b32-nan"] = ("llama-3.2-1b", 32, "nan", "list", {})
 VARIANTS.update({f"{v}-nosp": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_poll": False})
@@ -248,6 +257,7 @@ def variant_plan(variant: str, max_seq: int):
     from mkc.taskgraph.lower import qkv_cross_pays
 
     opts = dict(opts)
+    crowd = opts.pop("crowd", 0)  # the schedule's, below
     opts.pop("one_kernel", None)  # bench's
     opts.pop("trace_sampling", None)  # bench's
     affinity = opts.pop("affinity", True)
@@ -279,7 +289,28 @@ def variant_plan(variant: str, max_seq: int):
     if path is not None and not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         sched.save(path)
+    if crowd:
+        sched = crowded(tg, sched, crowd)
     return tg, sched, CodegenOptions(**opts)
+
+
+def crowded(tg, sched, n: int):
+    """The schedule with the queues of its last n workers merged into its first n, each pair by the
+    predicted start (a topological order: both queues follow one schedule's times), the last n
+    workers left idle: a schedule that is safe and worse, whose step time the cost model and the GPU
+    should both see grow (issue #14: the schedules differ nowhere else)."""
+    from dataclasses import replace
+
+    W = sched.num_workers
+    qs = [list(q) for q in sched.queues]
+    for k in range(n):
+        qs[k] = sorted(qs[k] + qs[W - n + k], key=lambda t: (sched.start[t], t))
+        qs[W - n + k] = []
+    from mkc.schedule.stage import kernel_plan
+    from mkc.target import get_target
+
+    return replace(sched, queues=tuple(tuple(q) for q in qs), method=f"{sched.method}+crowd{n}",
+                   plan=kernel_plan(tg, get_target(sched.target), qs)).check()
 
 
 def bench(variant: str, steps: int, max_seq: int) -> dict:

@@ -154,6 +154,14 @@ class CodegenOptions:
     # (sync.cuh PollSkip; docs/sync.md "The poll is the load"), so its words cross the L2 once, not
     # once polled and once staged; False: polled in the wait, then staged
     stage_poll: bool = True
+    # the thread index read where each task uses it (an opaque read, MKC_OPAQUE_TID), so the compiler
+    # cannot hoist every kind's index arithmetic out of the task loop into registers held through the
+    # whole kernel: 150 -> 128 registers on the greedy llama-3.2-1b b1 kernel, and the kernel with the
+    # filtered sampler's 48 bytes of spills in the task loop -> none. Measured on the H200 (same call,
+    # BENCHMARKS.md sixteenth session) it loses: greedy b1 +2.3 %, b8 +2.3 %, nan b1 +2.1 %, qwen3-8b
+    # b1 +0.6 % (the index arithmetic now follows each wait); greedy steps on the filtered kernel
+    # -1.5 %, but its sampling steps +0.4 % (top-k 50) and +1.2 % (top-p 0.9). Off; True: the experiment
+    opaque_tid: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -295,6 +303,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold),
+        OPAQUE_TID=int(o.opaque_tid),
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )
     return KernelConfig(
@@ -327,6 +336,8 @@ def _template_vars(cfg: KernelConfig, target: Target) -> dict:
     have = {k for k, _ in cfg.consts}
     # a producer warp beside the consumers: their barriers count only them (the dialect keys on it)
     macros = (("MKC_BAR_THREADS", cfg.consumer_threads),) if cfg.threads != cfg.consumer_threads else ()
+    if dict(cfg.consts).get("OPAQUE_TID"):  # CodegenOptions.opaque_tid (the dialect keys on it)
+        macros += (("MKC_OPAQUE_TID", 1),)
     if dict(cfg.consts).get("SAMPLER_INLINE"):  # CodegenOptions.sampler_inline (the dialect keys on it)
         macros += (("MK_OUTLINE", "__forceinline__"),)
     return dict(cfg=cfg, d=dialect_for(target), consts=cfg.consts, enums=T.enums(), macros=macros,

@@ -21,7 +21,7 @@ namespace mk {
 // Weight ring (cp.async): RING stages of 2 x U 16-byte segments per thread, thread-private; slot
 // (stage, h, v) of all threads is contiguous, so a warp's 16-byte accesses hit disjoint banks.
 __device__ __forceinline__ uint4* ring_slot(int st, int h, int v) {
-  return reinterpret_cast<uint4*>(mk_smem + OFF_RING) + ((st * 2 + h) * U + v) * NT + mk_tid();
+  return reinterpret_cast<uint4*>(mk_smem + OFF_RING) + ((st * 2 + h) * U + v) * NT + mk_tid_kept();
 }
 
 // Each accumulator of a warp's 16-row MMA tile (acc[n] from mk_mma_k32): f(r, b, v) for tile row
