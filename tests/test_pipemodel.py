@@ -63,6 +63,22 @@ def test_page_limit_bounds_the_prefetch():
         assert after == pytest.approx(max(0.5, 4 - slots))
 
 
+def test_an_idle_worker_leaves_its_share_of_hbm_to_the_others():
+    """All four tasks on worker 0, worker 1 idle: worker 0 streams at the chip's whole bandwidth
+    (two pages per microsecond), so the 18 pages take 9 us, not 18 (no pipeline: each task streams
+    its own bytes); a share more than MAX_STREAM_SHARE times the fair one is capped."""
+    from mkc.schedule.pipemodel import MAX_STREAM_SHARE, stream_share
+
+    tg, _ = two_workers()
+    one = ((0, 3, 1, 2), ())
+    pt = pipelined_timeline(tg, one, TWO, COST, pipe_slots=0)
+    assert pt.end[0][0] == pytest.approx(0.5 + 5.0)  # A: 10 pages at 2 per us
+    assert pt.end[0][2] == pytest.approx(5.5 + 0.5 + (0.5 + 2.0) * 2)  # D, then B and C: 4 pages each
+    assert stream_share(one, TWO) == 2.0 and stream_share(((0, 3), (1, 2)), TWO) == 1.0
+    many = dataclasses.replace(TWO, sms=8)
+    assert stream_share(one + ((),) * 6, many) == MAX_STREAM_SHARE < 8
+
+
 def test_deadlocked_queues_are_reported():
     from mkc.errors import ScheduleError
 

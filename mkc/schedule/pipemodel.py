@@ -129,6 +129,19 @@ class PipeTimes:
         return [max(e) - max(p) for p, e in zip(self.end, self.end[1:])]
 
 
+# A worker's share of HBM grows when some workers have nothing to run (the bandwidth is the chip's, not
+# the SM's), up to this many times the share of all SMs streaming: measured only to 132/120 (the
+# crowded schedules of BENCHMARKS.md, sixteenth session), so the cap is a bound, not a fit
+MAX_STREAM_SHARE = 2.0
+
+
+def stream_share(queues: Sequence[Sequence[int]], target: Target) -> float:
+    """How much more of HBM each worker streams than 1 / ``target.sms`` when only the workers with
+    a non-empty queue stream (capped at MAX_STREAM_SHARE)."""
+    active = sum(1 for q in queues if len(q))
+    return min(MAX_STREAM_SHARE, target.sms / active) if 0 < active < target.sms else 1.0
+
+
 def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: Target, cost: CostModel | None = None,
                        steps: int = 1, pipe_slots: int | None = None) -> PipeTimes:
     """Replay ``steps`` decode steps of ``queues`` (per worker, task ids in order, as
@@ -137,7 +150,7 @@ def pipelined_timeline(tg: TaskGraph, queues: Sequence[Sequence[int]], target: T
     cost = cost or DEFAULT_COST
     pc = cost.pipe
     parts = task_parts(tg, target, cost, pipe_slots)
-    bw = cost.bw_per_sm(target, pc.hbm_fraction)
+    bw = cost.bw_per_sm(target, pc.hbm_fraction) * stream_share(queues, target)
     work = parts.work(bw).tolist()
     capacity = effective_capacity(parts.capacity, bw, pc.page_latency_us)
     deps = Deps.from_taskgraph(tg)
