@@ -8,7 +8,7 @@ task's weight rows into shared-memory pages in queue order, across tasks and ste
 a free page, so a GEMV task's weights partly arrive during the waits and tasks before it. Here:
 
 - the producer streams the weight bytes of the worker's GEMV tasks at the worker's share of the
-  bandwidth, holding at most ``pipe_slots`` pages (``DevicePlan.pipe_page`` bytes each) that their task has not consumed; a
+  bandwidth (``hbm_fraction`` of it over the workers that have tasks, ``stream_share``), holding at most ``pipe_slots`` pages (``DevicePlan.pipe_page`` bytes each) that their task has not consumed; a
   started task consumes its bytes as they arrive, which frees their pages. Of those pages, the
   bandwidth times ``page_latency_us`` are still queued at HBM at any time, so the bytes that can be
   ahead of the tasks are the pages' capacity less that (``effective_capacity``): on the H200 every
