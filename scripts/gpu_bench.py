@@ -301,14 +301,14 @@ def crowded(tg, sched, n: int):
     should both see grow (issue #14: the schedules differ nowhere else)."""
     from dataclasses import replace
 
+    from mkc.schedule.stage import kernel_plan
+    from mkc.target import get_target
+
     W = sched.num_workers
     qs = [list(q) for q in sched.queues]
     for k in range(n):
         qs[k] = sorted(qs[k] + qs[W - n + k], key=lambda t: (sched.start[t], t))
         qs[W - n + k] = []
-    from mkc.schedule.stage import kernel_plan
-    from mkc.target import get_target
-
     return replace(sched, queues=tuple(tuple(q) for q in qs), method=f"{sched.method}+crowd{n}",
                    plan=kernel_plan(tg, get_target(sched.target), qs)).check()
 

@@ -38,8 +38,9 @@ fits: the stream's constants fitted with every factor 1 and then the factors, an
 constants fitted with the factors refitted at every point of the grid. The one kept is the one
 whose replay (``pipelined_timeline`` of the traced queues, ``REPLAY_STEPS`` steps) puts the
 tasks' ends nearer the trace's, each counted from the previous step's last end. The stream is
-fitted on ``STREAM_STEPS`` sampled steps (a fit takes 20-40 s on the 2-core machine). Last, each piped kind's factor is adjusted
-until the replay gives it the phase span the trace measured (``_refine``)..
+fitted on ``STREAM_STEPS`` sampled steps (a fit takes 20-40 s on the 2-core machine). Last, each
+piped kind's factor is adjusted until the replay gives it the phase span the trace measured
+(``_refine``).
 
 Constants a trace cannot determine keep the prior's values; ``fitted`` says which were fitted.
 """
