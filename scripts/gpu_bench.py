@@ -136,6 +136,10 @@ VARIANTS.update({f"{v}-onekernel": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_ke
 # the same with the filtered sampler's functions out of line (CodegenOptions.sampler_inline=False):
 # whether its code inlined into the kernel is what slows the layers' tasks
 VARIANTS["b1-atomic-onekernel-outline"] = (*VARIANTS["b1-atomic"][:4], {"one_kernel": True, "sampler_inline": False})
+# greedy steps on the kernel with the sampler as before CodegenOptions.sampler_lean (its index
+# arithmetic hoisted, the rejection pass double-buffered: the kernel spills)
+VARIANTS.update({f"{v}-onekernel-fat": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True, "sampler_lean": False})
+                 for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic")})
 # down-proj split over N chunks of h (lower(down_split=N), downk tasks), with each of the three schedulers
 VARIANTS.update({f"{v}-dsplit{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_split": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-rr", "b1-atomic-cpsat") for n in (2, 4)})

@@ -35,10 +35,13 @@ def test_default_model_compiles_cleanly(graphs, target, sync, sampler, tmp_path)
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
     # At batch 1 the weight pipeline's producer warp makes 9 warps per block, 3 of them on one SM
     # sub-partition, so ptxas has 168 registers per thread (not 255). The greedy kernel spills
-    # nothing (2026-12-02). With the sampler the kernel saves registers around its out-of-line
-    # calls (up to 48 bytes at the entry, the sampler's functions themselves up to 4): more than
+    # nothing (2026-12-02). With the sampler inline (h200, atomic: CodegenOptions.sampler_inline)
+    # nothing either since CodegenOptions.sampler_lean (before it, 48 bytes: the layers' values,
+    # reloaded in their tasks). Elsewhere the kernel saves registers around the sampler's
+    # out-of-line calls (up to 48 bytes at the entry, the functions themselves up to 4): more than
     # 64 is a register blow-up. The temperature-only kernel has its Gumbel-max inline: no spill.
-    assert spills and max(spills) <= (64 if sampler is True else 0), res.log
+    inline = target == "h200" and sync == "atomic"
+    assert spills and max(spills) <= (64 if sampler is True and not inline else 0), res.log
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
     assert regs and max(regs) * cfg.threads <= 65536, res.log  # one block of NT threads fits an SM
 

@@ -162,6 +162,13 @@ class CodegenOptions:
     # b1 +0.6 % (the index arithmetic now follows each wait); greedy steps on the filtered kernel
     # -1.5 %, but its sampling steps +0.4 % (top-k 50) and +1.2 % (top-p 0.9). Off; True: the experiment
     opaque_tid: bool = False
+    # the filtered sampler's code leaves the layers' registers alone: it reads the thread index where
+    # it uses it (common.cuh s_tid), so its index arithmetic is not hoisted out of the task loop into
+    # registers held through every layer's tasks, and the rejection sampler's pass keeps one segment's
+    # loads in flight per warp, not two. Either alone still spilled; with both the kernel with the
+    # filtered sampler has no spills (llama-3.2-1b b1 48 bytes -> 0, qwen3-8b b1 60 -> 0; BENCHMARKS.md
+    # seventeenth session). False: as before (the experiment's other side)
+    sampler_lean: bool = True
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -295,7 +302,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
         ATT_SPLIT=ATT_SPLIT, DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

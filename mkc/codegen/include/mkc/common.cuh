@@ -57,6 +57,13 @@ __device__ __forceinline__ float* smem_f(int off) { return reinterpret_cast<floa
 __device__ __forceinline__ int* smem_i(int off) { return reinterpret_cast<int*>(mk_smem + off); }
 __device__ __forceinline__ int lane_id() { return mk_tid() % WARP; }
 __device__ __forceinline__ int warp_id() { return mk_tid() / WARP; }
+// The sampler's thread index (sampling.cuh, the argmax task, the LM-head tiles' sampling ends).
+// SAMPLER_LEAN (CodegenOptions.sampler_lean): read where it is used, so what the sampler derives
+// from it (lane masks, bin offsets, ...) cannot be hoisted out of the task loop and held in
+// registers through every layer's tasks, where it made ptxas spill the layers' own values.
+__device__ __forceinline__ int s_tid() { return SAMPLER_LEAN ? mk_tid_opaque() : mk_tid(); }
+__device__ __forceinline__ int s_lane() { return s_tid() % WARP; }
+__device__ __forceinline__ int s_warp() { return s_tid() / WARP; }
 
 template <class T>
 __device__ __forceinline__ T* gptr(const Ctx& c, int slot, int par) {

@@ -51,16 +51,16 @@ __device__ __forceinline__ void lm_sample_tail_body(const Ctx& c, const Task& t,
   int* best_i = smem_i(OFF_BEST + 4 * B);
   const unsigned long long* gbest = reinterpret_cast<const unsigned long long*>(mk_smem + OFF_BEST + 8 * B);
   mk_barrier();  // every warp's maxima are in
-  float bv = mk_tid() < B ? best_v[mk_tid()] : 0.0f;  // the candidates' select may reuse these bytes
-  int bidx = mk_tid() < B ? best_i[mk_tid()] : 0;
+  float bv = s_tid() < B ? best_v[s_tid()] : 0.0f;  // the candidates' select may reuse these bytes
+  int bidx = s_tid() < B ? best_i[s_tid()] : 0;
   if ((flags & TOKF_GUMBEL) || (SAMPLE_PDRAW && (flags & TOKF_PDRAW))) {
-    if (mk_tid() < B) {
-      const unsigned long long w = gbest[mk_tid()];
+    if (s_tid() < B) {
+      const unsigned long long w = gbest[s_tid()];
       if (flags & TOKF_GUMBEL) {  // the partial is the winner
         bv = best_score(w);
         bidx = best_index(w);
       } else {
-        int* o = gptr<int>(c, S_LM_CAND, 0) + ((size_t)mk_tid() * NTILES + t.a2) * LM_CAND_WORDS;
+        int* o = gptr<int>(c, S_LM_CAND, 0) + ((size_t)s_tid() * NTILES + t.a2) * LM_CAND_WORDS;
         o[0] = (int)mk_f32_bits(best_score(w));
         o[1] = best_index(w);
       }
@@ -73,11 +73,11 @@ __device__ __forceinline__ void lm_sample_tail_body(const Ctx& c, const Task& t,
   }
   if constexpr (NAN_MODE) {
     mk_barrier();
-    if (mk_tid() < B) mk_fence();
+    if (s_tid() < B) mk_fence();
   }
-  if (mk_tid() < B) {
-    put_f32(gptr<float>(c, S_AMAX_PART, c.par) + mk_tid() * NTILES + t.a2, bv);
-    put_i32(gptr<int>(c, S_AMAX_IDX, c.par) + mk_tid() * NTILES + t.a2, bidx);
+  if (s_tid() < B) {
+    put_f32(gptr<float>(c, S_AMAX_PART, c.par) + s_tid() * NTILES + t.a2, bv);
+    put_i32(gptr<int>(c, S_AMAX_IDX, c.par) + s_tid() * NTILES + t.a2, bidx);
   }
 }
 

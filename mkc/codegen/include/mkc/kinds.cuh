@@ -173,9 +173,9 @@ __device__ __forceinline__ void lm_gumbel_body(const Ctx& c, int nr, int rb, con
   for (int b = 0; b < B; ++b) {
     float v = -INFINITY;
     int i = 0x7fffffff;
-    for (int j = mk_tid(); j < nr; j += NT) argmax_merge(v, i, out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j), rb + j);
+    for (int j = s_tid(); j < nr; j += NT) argmax_merge(v, i, out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j), rb + j);
     warp_argmax(v, i);
-    if (lane_id() == 0 && i != 0x7fffffff) mk_smem_max_u64(gbest + b, pack_best(v, i));
+    if (s_lane() == 0 && i != 0x7fffffff) mk_smem_max_u64(gbest + b, pack_best(v, i));
   }
 }
 __device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* out) { lm_gumbel_body(c, nr, rb, out); }

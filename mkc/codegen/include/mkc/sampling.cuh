@@ -77,6 +77,12 @@ __device__ __forceinline__ unsigned long long shfl_u64(unsigned long long v, int
   const unsigned lo = mk_shfl_u32((unsigned)v, src), hi = mk_shfl_u32((unsigned)(v >> 32), src);
   return ((unsigned long long)hi << 32) | lo;
 }
+// v of lane ^ m: a butterfly shuffle under SAMPLER_LEAN (no lane index to compute, or to hoist)
+__device__ __forceinline__ unsigned long long shfl_xor_u64(unsigned long long v, int m) {
+  if constexpr (!SAMPLER_LEAN) return shfl_u64(v, s_lane() ^ m);
+  const unsigned lo = (unsigned)mk_shfl_xor_i((int)v, m), hi = (unsigned)mk_shfl_xor_i((int)(v >> 32), m);
+  return ((unsigned long long)hi << 32) | lo;
+}
 
 // The largest key t (keys >= lo only) whose weight sum over keys >= t reaches the target: counts
 // with target k (top-k), or masses with target max(1, p * total) (top-p, the total over keys >= lo).
@@ -86,7 +92,7 @@ __device__ __forceinline__ unsigned radix_select(const float* lg, float temp, fl
                                  unsigned long long k, float p) {
   unsigned long long* hist = reinterpret_cast<unsigned long long*>(mk_smem + SM_HIST);
   unsigned long long* res = reinterpret_cast<unsigned long long*>(mk_smem + SM_RES);
-  const int tid = mk_tid(), lane = lane_id();
+  const int tid = s_tid(), lane = s_lane();
   unsigned prefix = 0;
   unsigned long long above = 0, target = k;
 #pragma unroll 1
@@ -96,7 +102,7 @@ __device__ __forceinline__ unsigned radix_select(const float* lg, float temp, fl
     // The top byte of a key is the sign and 7 exponent bits: a row's logits fall in a few bins, so
     // the adds would serialise on them. Each warp has its own bins, and each thread adds runs of
     // one bin from a register (integer sums: the result does not depend on the order).
-    unsigned long long* own_hist = hist + (warp_id() % SAMPLE_HISTS) * 256;
+    unsigned long long* own_hist = hist + (s_warp() % SAMPLE_HISTS) * 256;
     unsigned run_bin = 0;
     unsigned long long run = 0;
     for (int v = tid; v < V; v += NT) {
@@ -120,7 +126,7 @@ __device__ __forceinline__ unsigned radix_select(const float* lg, float temp, fl
       hist[i] = sum;
     }
     mk_barrier();
-    if (warp_id() == 0) {
+    if (s_warp() == 0) {
       // lane l holds bins 255 - l*PER .. 256 - (l+1)*PER (descending); prefix sums over lanes
       constexpr int PER = 256 / WARP;
       unsigned long long own = 0;
@@ -186,8 +192,8 @@ __device__ __forceinline__ void row_scan(const float* lg, float temp, F&& f) {
       }
     };
     float4 cur[UNR], nxt[UNR];
-    load(mk_tid() * 4, cur);
-    for (int base = mk_tid() * 4; base < V; base += STEP) {
+    load(s_tid() * 4, cur);
+    for (int base = s_tid() * 4; base < V; base += STEP) {
       load(base + STEP, nxt);  // zeros past the row
 #pragma unroll
       for (int u = 0; u < UNR; ++u) {
@@ -198,7 +204,7 @@ __device__ __forceinline__ void row_scan(const float* lg, float temp, F&& f) {
       for (int u = 0; u < UNR; ++u) cur[u] = nxt[u];
     }
   } else {
-    for (int v = mk_tid(); v < V; v += NT) f(v, mk_ld_act(lg + v) / temp);
+    for (int v = s_tid(); v < V; v += NT) f(v, mk_ld_act(lg + v) / temp);
   }
 }
 
@@ -207,7 +213,7 @@ __device__ __forceinline__ void row_scan(const float* lg, float temp, F&& f) {
 __device__ __forceinline__ void scan_reach(const unsigned long long* w, int n, unsigned long long above,
                                            unsigned long long target, unsigned long long* res) {
   constexpr int PER = SNB / WARP;
-  const int lane = lane_id();
+  const int lane = s_lane();
   unsigned long long own = 0;
   for (int j = 0; j < PER; ++j) own += lane * PER + j < n ? w[lane * PER + j] : 0ull;
   unsigned long long incl = own;
@@ -232,7 +238,7 @@ __device__ __forceinline__ int block_argmax(float best, int bi) {
   warp_argmax(best, bi);
   float* pv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
   int* pi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);
-  if (lane_id() == 0) { pv[warp_id()] = best; pi[warp_id()] = bi; }
+  if (s_lane() == 0) { pv[s_warp()] = best; pi[s_warp()] = bi; }
   mk_barrier();
   best = -INFINITY; bi = 0x7fffffff;
   for (int w = 0; w < NW; ++w) argmax_merge(best, bi, pv[w], pi[w]);
@@ -260,7 +266,7 @@ __device__ __forceinline__ unsigned hist_select(const Scan& scan, unsigned pos, 
   unsigned long long* sw = reinterpret_cast<unsigned long long*>(mk_smem + SM_SW);
   unsigned long long* res = reinterpret_cast<unsigned long long*>(mk_smem + SM_RES);
   unsigned* ncol = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32);
-  const int tid = mk_tid(), lane = lane_id();
+  const int tid = s_tid(), lane = s_lane();
   // the bins chosen so far, in shared memory (arrays indexed by the level would live in local memory)
   float* lv_lo = reinterpret_cast<float*>(mk_smem + SM_LVL);
   float* lv_sc = lv_lo + SLEVELS;
@@ -298,17 +304,17 @@ __device__ __forceinline__ unsigned hist_select(const Scan& scan, unsigned pos, 
     });
     for (int off = WARP / 2; off > 0; off >>= 1) {
       last_n += (unsigned)mk_shfl_xor_i((int)last_n, off);
-      last_w += shfl_u64(last_w, lane ^ off);
+      last_w += shfl_xor_u64(last_w, off);
     }
     if (lane == 0 && last_n != 0) { mk_smem_add_u32(bcnt + SNB - 1, last_n); mk_smem_add_u64(bmass + SNB - 1, last_w); }
     mk_barrier();
     if (!by_mass) for (int i = tid; i < SNB; i += NT) bmass[i] = bcnt[i];  // counts are the weights
     mk_barrier();
-    if (warp_id() == 0) {
+    if (s_warp() == 0) {
       if (nl == 0 && by_mass) {
         unsigned long long tot = 0;
         for (int j = lane; j < SNB; j += WARP) tot += bmass[j];
-        for (int off = WARP / 2; off > 0; off >>= 1) tot += shfl_u64(tot, lane ^ off);
+        for (int off = WARP / 2; off > 0; off >>= 1) tot += shfl_xor_u64(tot, off);
         const unsigned long long want = (unsigned long long)((double)p * (double)tot);
         target = want > 0 ? want : 1ull;
       }
@@ -355,7 +361,7 @@ __device__ __forceinline__ unsigned hist_select(const Scan& scan, unsigned pos, 
         sw[r] = by_mass ? mass_of(cz[i], zmax) : 1ull;
       }
       mk_barrier();
-      if (warp_id() == 0) scan_reach(sw, n, above, target, res);
+      if (s_warp() == 0) scan_reach(sw, n, above, target, res);
       mk_barrier();
       const int r = (int)res[0];
       const unsigned thr = r < n ? order_key(sz[r]) : lo;
@@ -394,7 +400,7 @@ struct CandScan {
   int per;          // the first ``per`` (sorted) candidates of each tile: LM_PREF or LM_CAND
   template <class F> __device__ __forceinline__ void operator()(F&& f) const {
     constexpr int UNR = 4;  // slots in flight per thread: one at a time waited ~33 L2 round trips a pass
-    for (int base = mk_tid(); base < NTILES * per; base += NT * UNR) {
+    for (int base = s_tid(); base < NTILES * per; base += NT * UNR) {
       float x[UNR];
       int v[UNR];
 #pragma unroll
@@ -476,7 +482,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
   unsigned* res = hist + 256;  // chosen digit, count above it, slots taken
   unsigned* ckey = res + 4;    // the kept slots before the sort: key, index
   int* cidx = reinterpret_cast<int*>(ckey + LM_CAND);
-  const int n = r1 - r0, tid = mk_tid(), lane = lane_id();
+  const int n = r1 - r0, tid = s_tid(), lane = s_lane();
   const float* lgb = gptr<const float>(c, S_LOGITS, 0);
   int* out = gptr<int>(c, S_LM_CAND, 0);
   for (int b = 0; b < B; ++b) {
@@ -504,7 +510,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
           }
         }
         mk_barrier();
-        if (warp_id() == 0) cand_digit(hist, need, res, lane);
+        if (s_warp() == 0) cand_digit(hist, need, res, lane);
         mk_barrier();
         cut |= res[0] << shift;
         need -= res[1];
@@ -538,15 +544,15 @@ constexpr int CAND_WS = 256 + 4 + 2 * LM_CAND;  // scratch words per warp
 __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1, int tile) {
   static_assert(NW * CAND_WS * 4 <= (SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 * SNB),
                 "every warp's candidate scratch fits region A");
-  unsigned* hist = reinterpret_cast<unsigned*>(mk_smem + SM_A) + warp_id() * CAND_WS;
+  unsigned* hist = reinterpret_cast<unsigned*>(mk_smem + SM_A) + s_warp() * CAND_WS;
   unsigned* res = hist + 256;  // chosen digit, count above it, slots taken
   unsigned* ckey = res + 4;
   int* cidx = reinterpret_cast<int*>(ckey + LM_CAND);
-  const int n = r1 - r0, lane = lane_id();
+  const int n = r1 - r0, lane = s_lane();
   const float* lgb = gptr<const float>(c, S_LOGITS, 0);
   int* out = gptr<int>(c, S_LM_CAND, 0);
   mk_barrier();  // the tile's logits stores are visible to the block; region A's earlier users are done
-  for (int b = warp_id(); b < B; b += NW) {
+  for (int b = s_warp(); b < B; b += NW) {
     const float* lg = lgb + (size_t)b * V + r0;
     int* o = out + ((size_t)b * NTILES + tile) * LM_CAND_WORDS;
     unsigned cut = 0;
@@ -624,8 +630,8 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
   const float temp = tok_sampler(c).temperature;
   const float* lgb = gptr<const float>(c, S_LOGITS, 0);
   int* cand = gptr<int>(c, S_LM_CAND, 0);
-  const int n = r1 - r0, tid = mk_tid();
-  [[maybe_unused]] const int lane = lane_id();
+  const int n = r1 - r0, tid = s_tid();
+  [[maybe_unused]] const int lane = s_lane();
   for (int b0 = 0; b0 < B; b0 += PD_RB) {
     const int nb = min(PD_RB, B - b0);
     mk_barrier();  // the tile's logits stores are visible to the block; the last rows' readers are done
@@ -681,7 +687,7 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
 // checks the exact path draws (its Gumbel-max over F does not depend on where the row's winner
 // fell). Sums are integers (the order of the adds does not matter). tests/sampling_ref.py
 // sample_row is the twin. Returns the token, or -1 for the exact path. Block-wide.
-constexpr int PD_K = 8;                     // 16-byte loads per lane and segment (the next segment's in flight)
+constexpr int PD_K = 8;                     // 16-byte loads per lane and segment
 constexpr int PD_SEG = PD_K * 4 * WARP;     // a segment: consecutive tokens, one warp's
 constexpr int PD_NSEG = (V + PD_SEG - 1) / PD_SEG;
 constexpr int PD_ROUNDS = 6;
@@ -689,7 +695,7 @@ static_assert(SM_A + 8 * PD_NSEG <= SM_PAIR && 16 * NW <= 512, "the rejection sa
 
 // the values of segment sg (lane's 4 consecutive tokens per load; zeros past the row)
 __device__ __forceinline__ void pd_load(const float* lg, int sg, float* x) {
-  const int lane = lane_id();
+  const int lane = s_lane();
 #pragma unroll
   for (int k = 0; k < PD_K; ++k) {
     const int v0 = sg * PD_SEG + k * 4 * WARP + lane * 4;
@@ -702,14 +708,14 @@ __device__ __forceinline__ void pd_load(const float* lg, int sg, float* x) {
     }
   }
 }
-__device__ __forceinline__ int pd_index(int sg, int e) { return sg * PD_SEG + (e / 4) * 4 * WARP + lane_id() * 4 + e % 4; }
+__device__ __forceinline__ int pd_index(int sg, int e) { return sg * PD_SEG + (e / 4) * 4 * WARP + s_lane() * 4 + e % 4; }
 __device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
-  for (int off = WARP / 2; off > 0; off >>= 1) v += shfl_u64(v, lane_id() ^ off);
+  for (int off = WARP / 2; off > 0; off >>= 1) v += shfl_xor_u64(v, off);
   return v;
 }
 // the sum of v over lanes 0 .. this lane
 __device__ __forceinline__ unsigned long long warp_incl_sum_u64(unsigned long long v) {
-  const int lane = lane_id();
+  const int lane = s_lane();
   for (int off = 1; off < WARP; off <<= 1) {
     const unsigned long long o = shfl_u64(v, lane >= off ? lane - off : lane);
     if (lane >= off) v += o;
@@ -730,13 +736,13 @@ __device__ __forceinline__ int lanes_at_or_below(unsigned long long v, unsigned 
 // Every thread returns the same. Block-wide.
 __device__ __forceinline__ bool pd_bound_accepts(const Ctx& c, const Sampler& s, int b, float zmax, float zv) {
   float* part = reinterpret_cast<float*>(mk_smem + SM_PAIR);  // per warp: L, U, then 1 where a tile has no histogram
-  const int lane = lane_id(), wid = warp_id();
+  const int lane = s_lane(), wid = s_warp();
   const int* cw = gptr<const int>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS;
   float lo = 0.0f, up = 0.0f, none = 0.0f;
   // a thread per (tile, 16 bytes of counts): 8 bins; all of a thread's loads in flight at once
   constexpr int QW = PD_HB / 8;  // 16-byte words of counts per tile
 #pragma unroll 4
-  for (int i = mk_tid(); i < NTILES * QW; i += NT) {
+  for (int i = s_tid(); i < NTILES * QW; i += NT) {
     const int t = i / QW, q = i % QW;
     const int a = mk_ld_int(cw + t * LM_CAND_WORDS + 2);
     const float4 w4 = mk_ld_act4(reinterpret_cast<const float*>(cw + t * LM_CAND_WORDS + LM_CAND_HEAD + 4 * q));
@@ -779,7 +785,7 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
   unsigned long long* wsum = reinterpret_cast<unsigned long long*>(mk_smem + SM_PAIR);
   unsigned long long* res = reinterpret_cast<unsigned long long*>(mk_smem + SM_RES);
   int* tokp = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
-  const int tid = mk_tid(), lane = lane_id(), wid = warp_id();
+  const int tid = s_tid(), lane = s_lane(), wid = s_warp();
   mk_barrier();  // the previous row's readers of tokp are done
   if (wid == 0) {  // the tiles' winners: words 0-1 of each candidate block (task_lmhead)
     const float* cw = gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS;
@@ -803,12 +809,18 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
     }
     // the pass: per segment the mass ranked above v (the next round's S), and the row's in round 1
     unsigned long long tot = 0, above_w = 0;
+    // SAMPLER_LEAN: one segment's loads in flight per warp; else the next segment's too (their 32 more
+    // registers made ptxas spill the layers' values in the whole kernel: BENCHMARKS.md seventeenth session)
     float x[4 * PD_K], nx[4 * PD_K];
-    if (wid < PD_NSEG) pd_load(lg, wid, nx);
+    if (!SAMPLER_LEAN && wid < PD_NSEG) pd_load(lg, wid, nx);
     for (int sg = wid; sg < PD_NSEG; sg += NW) {
+      if constexpr (SAMPLER_LEAN) {
+        pd_load(lg, sg, x);
+      } else {
 #pragma unroll
-      for (int e = 0; e < 4 * PD_K; ++e) x[e] = nx[e];
-      if (sg + NW < PD_NSEG) pd_load(lg, sg + NW, nx);  // the next segment's loads in flight
+        for (int e = 0; e < 4 * PD_K; ++e) x[e] = nx[e];
+        if (sg + NW < PD_NSEG) pd_load(lg, sg + NW, nx);  // the next segment's loads in flight
+      }
       unsigned long long ab = 0;
 #pragma unroll
       for (int e = 0; e < 4 * PD_K; ++e) {
@@ -909,7 +921,7 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
   const float temp = s.temperature, zmax = rawmax / temp;
   const bool use_k = s.top_k > 0 && s.top_k < V, use_p = s.top_p < 1.0f;
   const unsigned mkey = s.min_p > 0.0f ? order_key(zmax + logf(s.min_p)) : 0u;
-  const int tid = mk_tid();
+  const int tid = s_tid();
   if (tid == 0) *drawn = -1;
   mk_barrier();
   if constexpr (CAND_OK && MKC_SAMPLE_CAND) {

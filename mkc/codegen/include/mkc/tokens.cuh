@@ -65,7 +65,7 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   int* s_tok = reinterpret_cast<int*>(mk_smem + SM_ROW);
   float* s_max = reinterpret_cast<float*>(mk_smem + SM_ROW + 4 * B);
   int* s_all = reinterpret_cast<int*>(mk_smem + SM_RES + 40);
-  const int lane = lane_id(), tid = mk_tid();
+  const int lane = s_lane(), tid = s_tid();
   // AMAX_ROWS: the most rows an argmax task of this build takes (1 with a task per row): the
   // sampler's loop below has a constant trip count (at batch 1 a variable one spilled the filtered
   // sampler inlined: 188 bytes against 48)
@@ -74,7 +74,7 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   int* ctl = tok_ctl(c);
   int* stream = tok_stream(c);
   if (tid == 0) *s_all = 1;
-  for (int b = b0 + warp_id(); b < b1; b += NW) {
+  for (int b = b0 + s_warp(); b < b1; b += NW) {
     float v = -INFINITY;
     int i = 0x7fffffff;
     for (int j = lane; j < NTILES; j += WARP) argmax_merge(v, i, mk_ld_act(pv + b * NTILES + j), mk_ld_int(pi + b * NTILES + j));

@@ -49,6 +49,9 @@ __device__ __forceinline__ int mk_tid() { return (int)threadIdx.x; }
 #endif
 // the thread index as a value the compiler may keep (inner loops)
 __device__ __forceinline__ int mk_tid_kept() { return (int)threadIdx.x; }
+// the thread index as a value the compiler cannot hoist: nothing derived from it leaves the code
+// that reads it (the sampler's: common.cuh s_tid)
+__device__ __forceinline__ int mk_tid_opaque() { int t; asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t)); return t; }
 __device__ __forceinline__ int mk_worker() { return (int)blockIdx.x; }
 __device__ __forceinline__ void mk_sleep(unsigned ns) { __nanosleep(ns); }
 __device__ __forceinline__ unsigned long long mk_globaltimer() {

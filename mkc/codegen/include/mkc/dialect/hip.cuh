@@ -43,6 +43,7 @@ __device__ __forceinline__ void mk_trap() { __builtin_trap(); }
 #define MKC_HAS_BULK_COPY 0
 __device__ __forceinline__ int mk_tid() { return (int)__builtin_amdgcn_workitem_id_x(); }
 __device__ __forceinline__ int mk_tid_kept() { return mk_tid(); }
+__device__ __forceinline__ int mk_tid_opaque() { return mk_tid(); }
 __device__ __forceinline__ int mk_worker() { return (int)__builtin_amdgcn_workgroup_id_x(); }
 // s_sleep N waits about 64*N clocks (~32*N ns at 2.1 GHz); N must be an immediate
 __device__ __forceinline__ void mk_sleep(unsigned ns) {
