@@ -119,6 +119,16 @@ VARIANTS.update({f"{v}-cross": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_cross"
 # attention splits per kv head other than attn_splits' choice (lower(attn_split=N); 8 at batch 1, cache 512)
 VARIANTS.update({f"{v}-split{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_split": n})
                  for v in ("b1-atomic", "q8-b1-atomic") for n in (4, 12, 16)})
+# attention splits that grow with the context (lower(attn_split_pos=P), default tiling.ATTN_SPLIT_POS):
+# ceil((pos + 1) / P) of them hold positions; -sp0 is every split at every position (as before it)
+VARIANTS.update({f"{v}-sp{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_split_pos": n})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic") for n in (0, 16, 32, 64)})
+# the counter spin's sleeps (CodegenOptions.spin_max_ns, default 256 ns, after spin_hot = 64 polls):
+# at most 32 ns between polls (-spin32), or no sleep at all (-nosleep)
+VARIANTS.update({f"{v}-spin32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "spin_max_ns": 32})
+                 for v in ("b1-atomic", "q8-b1-atomic", "b8-atomic")})
+VARIANTS.update({f"{v}-nosleep": (*VARIANTS[v][:4], {**VARIANTS[v][4], "spin_hot": 1 << 30})
+                 for v in ("b1-atomic", "q8-b1-atomic", "b8-atomic")})
 # nan mode: the sentinel polls word by word (the baseline of the 16-byte polls), each armed unit spun on
 # in turn or re-polled together, and other counts of polls in flight (default 4)
 VARIANTS.update({f"{v}-pollw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "poll_vec": False})
@@ -267,7 +277,7 @@ def variant_plan(variant: str, max_seq: int):
     affinity = opts.pop("affinity", True)
     tg = lower(shape_graph(name, batch, max_seq), get_target("h200"), qkv_cross=opts.pop("qkv_cross", qkv_cross_pays(batch, sync)),
                attn_split=opts.pop("attn_split", None), down_split=opts.pop("down_split", None),
-               argmax_tasks=opts.pop("argmax_tasks", None))
+               argmax_tasks=opts.pop("argmax_tasks", None), attn_split_pos=opts.pop("attn_split_pos", None))
     # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
     # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
     cache = os.environ.get("MKC_SCHED_CACHE")

@@ -64,9 +64,10 @@ def test_sources(trace: bool = False):
         # tests/test_gpu_tokens.py samples with atomic kernels
         yield from kernels(f"test {m} b{b} {s}", tg, rr_schedule(tg, "h200", s), "h200", sampling=s == "atomic")
     # test_teacher_forced_logits_other_attention_splits
-    for split, s in ((4, "atomic"), (4, "nan"), (16, "atomic")):
-        tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), attn_split=split)
-        yield from kernels(f"test llama-3.2-1b b1 {s} split {split}", tg, rr_schedule(tg, "h200", s), "h200",
+    for split, s, per in ((4, "atomic", None), (4, "nan", None), (16, "atomic", None), (8, "atomic", 5), (8, "nan", 5),
+                          (8, "atomic", 0)):
+        tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), attn_split=split, attn_split_pos=per)
+        yield from kernels(f"test llama-3.2-1b b1 {s} split {split} per {per}", tg, rr_schedule(tg, "h200", s), "h200",
                            sampling=False)
     # test_teacher_forced_logits_split_k_down
     for split, s in ((2, "atomic"), (4, "nan")):

@@ -24,10 +24,15 @@ def test_teacher_forced_logits(name, batch, sync):
     _teacher_forced(name, batch, sync)
 
 
-@pytest.mark.parametrize("split,sync", [(4, "atomic"), (4, "nan"), (16, "atomic")])
-def test_teacher_forced_logits_other_attention_splits(split, sync):
-    """The same bound with 4 or 16 attention splits per kv head (lower(attn_split=...), not the default 8)."""
-    _teacher_forced("llama-3.2-1b", 1, sync, lower_kw={"attn_split": split})
+@pytest.mark.parametrize("split,sync,per", [(4, "atomic", None), (4, "nan", None), (16, "atomic", None),
+                                            (8, "atomic", 5), (8, "nan", 5), (8, "atomic", 0)])
+def test_teacher_forced_logits_other_attention_splits(split, sync, per):
+    """The same bound with 4, 8 or 16 attention splits per kv head (lower(attn_split=...); the tests'
+    128-position cache gets 2 by default), the splits growing with the context every 5 positions
+    (lower(attn_split_pos=5): 1 to 8 of them hold positions over the 64 steps, o-proj reads only
+    those), or all of them at every position (0)."""
+    kw = {"attn_split": split} | ({} if per is None else {"attn_split_pos": per})
+    _teacher_forced("llama-3.2-1b", 1, sync, lower_kw=kw)
 
 
 @pytest.mark.parametrize("split,sync", [(2, "atomic"), (4, "nan")])

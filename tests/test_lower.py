@@ -18,7 +18,7 @@ from mkc.taskgraph import Region, TaskGraph, lower, summary
 from mkc.taskgraph.lower import SAMPLER_ONLY
 from mkc.taskgraph.events import OwnerGrid, coalesce
 from mkc.taskgraph import names
-from mkc.taskgraph.tiling import head_tiles, qkv_segments, qkv_tiles, row_tiles
+from mkc.taskgraph.tiling import ATTN_SPLIT_POS, attn_active_splits, attn_split_range, head_tiles, qkv_segments, qkv_tiles, row_tiles
 from codegen_fixtures import shape_graph
 
 LLAMA_1B = ModelInfo("LlamaForCausalLM", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 1e-5, True, False, False)
@@ -103,6 +103,37 @@ def test_row_tiles_cover_and_balance(n, workers):
     # never worse than the plain 16-row rule
     plain = -(-(-(-n // 16)) // workers) * 16
     assert -(-len(tiles) // workers) * size <= -(-(-(-n // plain)) // workers) * plain
+
+
+@pytest.mark.parametrize("S,per", [(8, 32), (8, 3), (4, 1), (8, 0), (1, 32)])
+def test_attn_splits_grow_with_the_context(S, per):
+    """attn_split_range: at every position the splits' ranges partition [0, pos] in order, the last
+    split alone reaches pos, ceil((pos + 1) / per) of them (at most S; all with per 0) hold positions
+    and the empty ones come first; with per 0 it is the even partition of every split."""
+    for T in range(1, 400):
+        act = attn_active_splits(S, T, per)
+        assert act == (S if per == 0 else min(S, -(-T // per)))
+        ranges = [attn_split_range(s, S, T, per) for s in range(S)]
+        assert all(r == (0, 0) for r in ranges[:S - act])
+        live = ranges[S - act:]
+        assert live[0][0] == 0 and live[-1][1] == T
+        assert all(a[1] == b[0] for a, b in zip(live, live[1:]))
+        assert all(hi <= T - 1 for _, hi in ranges[:-1])  # only the last split reaches pos
+        if per == 0:
+            assert ranges == [(s * T // S, (s + 1) * T // S) for s in range(S)]
+
+
+def test_attn_split_pos_in_the_task_graph():
+    """The default puts ATTN_SPLIT_POS in the dims of a split build; 0 (or no split) leaves the task
+    graph as it was, and a negative count is refused."""
+    g = graph_of(LLAMA_1B, layers=2)
+    on, off = lower(g, get_target("h200")), lower(g, get_target("h200"), attn_split_pos=0)
+    assert on.dim("attn_split_pos") == ATTN_SPLIT_POS and "attn_split_pos" not in dict(off.dims)
+    assert [t.reads for t in on.tasks] == [t.reads for t in off.tasks]
+    assert [(t.waits, t.signals) for t in on.tasks] == [(t.waits, t.signals) for t in off.tasks]
+    assert "attn_split_pos" not in dict(lower(g, get_target("h200"), attn_split=1).dims)
+    with pytest.raises(ValueError, match="attn_split_pos"):
+        lower(g, get_target("h200"), attn_split_pos=-1)
 
 
 def test_h200_tiles():

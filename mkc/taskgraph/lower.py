@@ -30,7 +30,7 @@ from mkc.taskgraph.ir import Buffer, Region, Task, TaskGraph
 from mkc.taskgraph.kinds import KIND, SMEM_ATTN, SMEM_GEMV, SMEM_SMALL
 from mkc.taskgraph.pattern import ModelSpec, match_graph
 from mkc.taskgraph.plan import device_plan
-from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_segments, qkv_tiles, row_tiles
+from mkc.taskgraph.tiling import ATTN_SPLIT_POS, attn_splits, embed_tiles, qkv_segments, qkv_tiles, row_tiles
 
 SMALL_SMEM = 1024  # embed and argmax stage nothing but a few reduction slots
 
@@ -61,7 +61,7 @@ def _no_gc():
 
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
           qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None,
-          argmax_tasks: int | None = None) -> TaskGraph:
+          argmax_tasks: int | None = None, attn_split_pos: int | None = None) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
@@ -69,6 +69,9 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     ``qkv_cross``: qkv tiles may cross a head boundary where that shortens the phase (``qkv_tiles``),
     default ``qkv_cross_pays(batch)``;
     ``attn_split``: attention splits per (batch row, kv head), default ``attn_splits``'s choice;
+    ``attn_split_pos``: with splits, the positions per active split as the context grows (at pos,
+    ceil((pos + 1) / P) of them hold positions, ``attn_split_range``; 0: all of them at every pos),
+    default ``attn_split_pos_pays``;
     ``down_split``: chunks of the intermediate dimension down-proj is split over (``downk`` tasks,
     batch 1 only; default 1, none: ``down_split_pays``);
     ``argmax_tasks``: tasks the rows' argmax (and sampling) is spread over, default one per row
@@ -82,8 +85,18 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
         down_split = down_split_pays(graph.batch)
     if argmax_tasks is None:
         argmax_tasks = argmax_tasks_pay(graph.batch)
+    if attn_split_pos is None:
+        attn_split_pos = attn_split_pos_pays(graph.batch)
+    if attn_split_pos < 0:
+        raise ValueError(f"attn_split_pos {attn_split_pos} must be >= 0 (0: every split at every position)")
     with _no_gc():
-        return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks)
+        return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks, attn_split_pos)
+
+
+def attn_split_pos_pays(batch: int) -> int:
+    """Positions per active attention split by default (where attention is split at all):
+    ATTN_SPLIT_POS, so at short contexts fewer splits hold positions and o-proj combines fewer."""
+    return ATTN_SPLIT_POS
 
 
 def down_split_pays(batch: int) -> int:
@@ -116,7 +129,8 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 
 
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
-           attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1) -> TaskGraph:
+           attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1,
+           attn_split_pos: int = 0) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -151,6 +165,8 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     )
     if down_split > 1:  # absent otherwise: the task graphs of unsplit builds stay as they were
         dims["down_split"] = down_split
+    if split > 1 and attn_split_pos > 0:  # absent otherwise, as down_split
+        dims["attn_split_pos"] = attn_split_pos
     consts = (("rms_eps", spec.rms_eps), ("rope_scaling", spec.rope_scaling), ("attn_scale", spec.attn_scale))
     return TaskGraph(
         model=name or info.arch, target=target.name, batch=graph.batch, max_seq_len=graph.max_seq_len,
@@ -344,9 +360,11 @@ def lower_qkv(cx: _Lowering, l: int) -> None:
 
 def lower_attn(cx: _Lowering, l: int) -> None:
     """The n_rep query heads of one kv head for one batch row, over split s of the positions
-    [0, pos]: [s T / S, (s + 1) T / S) with T = pos + 1. Only the last split reaches pos (so only it
-    waits for this step's keys and values); with S > 1 each split writes its normalised output and
-    log-sum-exp, and o-proj combines them."""
+    [0, pos]: [s T / S, (s + 1) T / S) with T = pos + 1, or with dims["attn_split_pos"] the last
+    ceil(T / P) splits share them and the others are empty (``tiling.attn_split_range``). Only the
+    last split reaches pos (so only it waits for this step's keys and values); the regions below
+    are every split's worst case. With S > 1 each split writes its normalised output and
+    log-sum-exp (an empty split: zeros and -inf), and o-proj combines them."""
     B, L, nkv, hd, n_rep, S, context = cx.B, cx.L, cx.nkv, cx.hd, cx.n_rep, cx.S, cx.context
     W = names.layer_weight
     kc, vc = names.k_cache(l), names.v_cache(l)

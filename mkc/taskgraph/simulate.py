@@ -26,7 +26,7 @@ from mkc.taskgraph import names
 from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
 from mkc.taskgraph.ir import Task, TaskGraph
 from mkc.taskgraph.kinds import AttnArgs, BatchArgs, DownkArgs, EmbedArgs, LmheadArgs, QkvArgs, RowArgs, args_of
-from mkc.taskgraph.tiling import qkv_segments
+from mkc.taskgraph.tiling import attn_split_range, qkv_segments
 
 Box = tuple[tuple[int, int], ...]
 
@@ -225,7 +225,7 @@ class _Sim:
         d, l, b, g, s = self.d, t.layer, a.b, a.g, a.s
         hd, n_rep, T, eps = d["hd"], d["n_rep"], self.pos + 1, self.c["rms_eps"]
         S = d.get("attn_split", 1)
-        lo, hi = s * T // S, (s + 1) * T // S  # this split's positions; only the last reaches pos
+        lo, hi = attn_split_range(s, S, T, d.get("attn_split_pos", 0))  # only the last reaches pos
         cols = (g * n_rep * hd, (g + 1) * n_rep * hd)
         self.read(t, "pos", (0, 1))
         q = self.read(t, f"q.{l}", (b, b + 1), cols).reshape(n_rep, hd)

@@ -119,3 +119,23 @@ def attn_splits(batch: int, n_kv: int, seq_len: int, workers: int) -> int:
     if per < ATTN_MIN_SPLIT:
         return 1
     return max(1, min(ATTN_MAX_SPLIT, per, seq_len // ATTN_MIN_POSITIONS))
+
+
+# positions per active split when the splits grow with the context (lower(attn_split_pos=P)); 0: the
+# S splits always share [0, pos] (the partition before this option)
+ATTN_SPLIT_POS = 32
+
+
+def attn_active_splits(splits: int, T: int, per: int) -> int:
+    """Splits that hold positions when T = pos + 1 positions are attended to: ceil(T / per), at least
+    1 and at most ``splits`` (all of them with ``per`` 0)."""
+    return splits if per <= 0 else max(1, min(splits, -(-T // per)))
+
+
+def attn_split_range(s: int, splits: int, T: int, per: int) -> tuple[int, int]:
+    """Positions [lo, hi) of split s of ``splits`` at T = pos + 1: the last ``attn_active_splits``
+    splits share [0, T) evenly (so the last split always reaches pos), the ones before them are
+    empty (0, 0). attention.cuh computes the same."""
+    a = attn_active_splits(splits, T, per)
+    j = s - (splits - a)
+    return (0, 0) if j < 0 else (j * T // a, (j + 1) * T // a)

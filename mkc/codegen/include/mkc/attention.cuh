@@ -61,8 +61,11 @@ __device__ bool attn_step_order(const Ctx& c, const Task& t, int* s_abort) {
 // (this step's key and value); the rows before pos are never polled, they hold no sentinel.
 __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   const int l = t.layer, b = t.a0, g = t.a1, split = t.a2;
-  // this split's positions [lo, hi) of [0, pos]; only the last one reaches pos
-  const int T = c.pos + 1, lo = split * T / ATT_SPLIT, hi = (split + 1) * T / ATT_SPLIT;
+  // this split's positions [lo, hi) of [0, pos]: the last `act` splits share them (all ATT_SPLIT,
+  // or ceil(T / ATT_SPAN) where the splits grow with the context), the others are empty; only the
+  // last one reaches pos (tiling.attn_split_range)
+  const int T = c.pos + 1, act = attn_active_splits(c), j = split - (ATT_SPLIT - act);
+  const int lo = j < 0 ? 0 : j * T / act, hi = j < 0 ? 0 : (j + 1) * T / act;
   const bool last = split == ATT_SPLIT - 1;
   const int tid = mk_tid(), lane = lane_id(), warp = warp_id();
   float* q_s = smem_f(OFF_AQ);    // [NREP][HD]

@@ -145,4 +145,12 @@ __device__ __forceinline__ void trace_mark(const Ctx& c, int k) {
   }
 }
 
+// Attention splits that hold positions at this step (tiling.attn_active_splits): all ATT_SPLIT, or
+// with ATT_SPAN (lower(attn_split_pos)) ceil((pos + 1) / ATT_SPAN) of them, the last ones; the splits
+// before them are empty (zeros and a log-sum-exp of -inf), so o-proj need not read them.
+__device__ __forceinline__ int attn_active_splits(const Ctx& c) {
+  if constexpr (ATT_SPAN > 0) return min(ATT_SPLIT, (c.pos + ATT_SPAN) / ATT_SPAN);
+  else return ATT_SPLIT;
+}
+
 }  // namespace mk

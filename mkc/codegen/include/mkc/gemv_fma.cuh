@@ -181,6 +181,9 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
   static_assert(B == 1 && K % 4 == 0 && HD % 4 == 0 && NH <= NT, "one batch row, whole float4s of a head");
   constexpr int IT = (K / 4 + NT - 1) / NT;
   const int tid = mk_tid();
+  // splits before s0 hold no positions at this step (attn_active_splits): they wrote zeros and -inf,
+  // which would add 0, so they are not read (nor polled)
+  const int s0 = ATT_SPLIT - attn_active_splits(c);
   bool ok = true;
   float4 a[IT][ATT_SPLIT];
   if constexpr (POLL) {
@@ -188,7 +191,7 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
     // unit u = it * ATT_SPLIT + s: split s's float4 i = tid + it * NT
     const auto at = [&](int u) -> const unsigned* {
       const int i = tid + (u / ATT_SPLIT) * NT;
-      return i < K / 4 ? xw + (size_t)(u % ATT_SPLIT) * K + 4 * i : nullptr;
+      return i < K / 4 && u % ATT_SPLIT >= s0 ? xw + (size_t)(u % ATT_SPLIT) * K + 4 * i : nullptr;
     };
     uint4 v[IT * ATT_SPLIT];
 #pragma unroll
@@ -207,7 +210,7 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
       const int i = tid + it * NT;
 #pragma unroll
       for (int s = 0; s < ATT_SPLIT; ++s)
-        a[it][s] = i < K / 4 ? mk_ld_act4(x + (size_t)s * K + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        a[it][s] = i < K / 4 && s >= s0 ? mk_ld_act4(x + (size_t)s * K + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
   float* aw = smem_f(OFF_AW);
@@ -218,7 +221,7 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
       const unsigned* lw = reinterpret_cast<const unsigned*>(lse) + tid;
       unsigned u[ATT_SPLIT];
 #pragma unroll
-      for (int s = 0; s < ATT_SPLIT; ++s) u[s] = mk_ld_relaxed(lw + s * NH);
+      for (int s = 0; s < ATT_SPLIT; ++s) u[s] = s >= s0 ? mk_ld_relaxed(lw + s * NH) : mk_f32_bits(-INFINITY);
 #pragma unroll
       for (int s = 0; s < ATT_SPLIT; ++s) {
         if (u[s] == SENTINEL && ok) {
@@ -231,7 +234,7 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
     } else {
 #pragma unroll
       for (int s = 0; s < ATT_SPLIT; ++s) {
-        ls[s] = mk_ld_act(lse + s * NH + tid);
+        ls[s] = s >= s0 ? mk_ld_act(lse + s * NH + tid) : -INFINITY;
         m = fmaxf(m, ls[s]);
       }
     }

@@ -1,0 +1,18 @@
+# The eighteenth session's device calls (BENCHMARKS.md, "Eighteenth session"), after scripts/prebuild.py
+# on the CPU machine (--tests, and --variants ... --variant-max-seq 1024) and
+# `tar czf out/carry/cache.tgz .cache` (carry out/carry, .whl, .peer).
+# CALL=1: attention splits that grow with the context (lower(attn_split_pos)): the GPU tests of the
+# split paths and the one-launch loop, gpu_bench over positions 0..127 and 0..1023 with P = 0 (every
+# split at every position, as before), 16, 32, 64, per-kind traces at batch 1, 8 and 32, the peer.
+# CALL=2: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
+[ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
+source scripts/gpu_env.sh
+export PYTHONPATH=$PYTHONPATH:$PWD/scripts
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+if [ "${CALL:-1}" = 1 ]; then
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_other_attention_splits tests/test_gpu_megakernel.py::test_generate_in_one_launch_matches_step_by_step" \
+  MKC_TEST_S=150 MKC_NO_TOKENS=1 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic-sp0,b1-atomic-sp16,b1-atomic-sp32,b1-atomic-sp64,b1-atomic-spin32,b1-atomic-nosleep;1024@b1-atomic-sp0,b1-atomic-sp32,b1-atomic-sp64;128@q8-b1-atomic-sp0,q8-b1-atomic-sp32;1024@q8-b1-atomic-sp0,q8-b1-atomic-sp32;128@b1-nan-sp0,b1-nan-sp32;128@b1-atomic-trace,b8-atomic-trace,b32-atomic-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
