@@ -64,9 +64,14 @@ def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None)
 
 
 # what the marks inside a task (Megakernel.trace_marks, stamps 3.. of a record) are, per kind
+# (a GEMV task on the weight pipeline: its last mark is its start plus the time its first thread
+# waited for pages that had not landed, common.cuh trace_pipe_wait; None: no such mark)
 GEMV_MARKS = ("input staged", "first block's dot products", "epilogues")
-MARKS = {"qkv": GEMV_MARKS + ("RoPE",), "oproj": GEMV_MARKS, "gateup": GEMV_MARKS, "down": GEMV_MARKS, "downk": GEMV_MARKS,
-         "lmhead": GEMV_MARKS, "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax")}
+PIPE_WAIT = "waiting for pages"
+MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT), "oproj": GEMV_MARKS + (None, PIPE_WAIT),
+         "gateup": GEMV_MARKS + (None, PIPE_WAIT), "down": GEMV_MARKS + (None, PIPE_WAIT),
+         "downk": GEMV_MARKS + (None, PIPE_WAIT), "lmhead": GEMV_MARKS + (None, PIPE_WAIT),
+         "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax")}
 
 
 def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dict:
@@ -86,6 +91,8 @@ def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dic
             continue
         row = {}
         for k, name in enumerate(names[: marks.shape[2]]):
+            if name is None:
+                continue
             d = marks[step, ids, k] - st[step, ids]
             if np.isfinite(d).any():
                 row[name] = float(np.nanmean(d))

@@ -119,8 +119,8 @@ VARIANTS.update({f"{v}-cross": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_cross"
 # attention splits per kv head other than attn_splits' choice (lower(attn_split=N); 8 at batch 1, cache 512)
 VARIANTS.update({f"{v}-split{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_split": n})
                  for v in ("b1-atomic", "q8-b1-atomic") for n in (4, 12, 16)})
-# attention splits that grow with the context (lower(attn_split_pos=P), default tiling.ATTN_SPLIT_POS):
-# ceil((pos + 1) / P) of them hold positions; -sp0 is every split at every position (as before it)
+# attention splits that grow with the context (lower(attn_split_pos=P): ceil((pos + 1) / P) of them hold
+# positions); -sp0 is every split at every position, the default (the others measured slower)
 VARIANTS.update({f"{v}-sp{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_split_pos": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic") for n in (0, 16, 32, 64)})
 # the counter spin's sleeps (CodegenOptions.spin_max_ns, default 256 ns, after spin_hot = 64 polls):

@@ -18,7 +18,7 @@ from mkc.taskgraph import Region, TaskGraph, lower, summary
 from mkc.taskgraph.lower import SAMPLER_ONLY
 from mkc.taskgraph.events import OwnerGrid, coalesce
 from mkc.taskgraph import names
-from mkc.taskgraph.tiling import ATTN_SPLIT_POS, attn_active_splits, attn_split_range, head_tiles, qkv_segments, qkv_tiles, row_tiles
+from mkc.taskgraph.tiling import attn_active_splits, attn_split_range, head_tiles, qkv_segments, qkv_tiles, row_tiles
 from codegen_fixtures import shape_graph
 
 LLAMA_1B = ModelInfo("LlamaForCausalLM", "llama", 2048, 8192, 16, 32, 8, 64, 128256, 1e-5, True, False, False)
@@ -124,11 +124,12 @@ def test_attn_splits_grow_with_the_context(S, per):
 
 
 def test_attn_split_pos_in_the_task_graph():
-    """The default puts ATTN_SPLIT_POS in the dims of a split build; 0 (or no split) leaves the task
-    graph as it was, and a negative count is refused."""
+    """attn_split_pos goes into the dims of a split build, with the same tasks, waits and regions;
+    the default (0: measured slower, attn_split_pos_pays) or no split leaves the task graph as it
+    was, and a negative count is refused."""
     g = graph_of(LLAMA_1B, layers=2)
-    on, off = lower(g, get_target("h200")), lower(g, get_target("h200"), attn_split_pos=0)
-    assert on.dim("attn_split_pos") == ATTN_SPLIT_POS and "attn_split_pos" not in dict(off.dims)
+    on, off = lower(g, get_target("h200"), attn_split_pos=32), lower(g, get_target("h200"))
+    assert on.dim("attn_split_pos") == 32 and "attn_split_pos" not in dict(off.dims)
     assert [t.reads for t in on.tasks] == [t.reads for t in off.tasks]
     assert [(t.waits, t.signals) for t in on.tasks] == [(t.waits, t.signals) for t in off.tasks]
     assert "attn_split_pos" not in dict(lower(g, get_target("h200"), attn_split=1).dims)

@@ -14,7 +14,6 @@ from mkc.capture.graph import ModelInfo
 from mkc.target import get_target
 from mkc.taskgraph import lower, names, simulate
 from mkc.taskgraph.simulate import EventNotReady, SimulationError
-from mkc.taskgraph.tiling import ATTN_SPLIT_POS
 
 L = 24  # max_seq_len of the tiny models
 STEPS = 3
@@ -222,16 +221,16 @@ def test_realistic_tiling_matches_reference():
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 @pytest.mark.parametrize("batch,pos0", [(1, 0), (1, 300), (3, 4), (8, 9)])
-@pytest.mark.parametrize("per", [0, None, 3])
+@pytest.mark.parametrize("per", [0, 32, 3])
 def test_split_attention_matches_reference(family, batch, pos0, per):
     """A long cache splits attention over the sequence (partial softmaxes combined by o-proj), also
     when fewer positions than splits leave some splits empty (pos0 0 and 4), and when the splits
-    grow with the context (``attn_split_pos``: the default, and 3 positions per split, so the active
-    count changes between the steps)."""
+    grow with the context (``attn_split_pos``: 32 positions per split, and 3, so the active count
+    changes between the steps)."""
     info = tiny(family, qk_norm=family == "qwen3")
     graph = build_graph(info, batch, 512, rope_inv_freq(16, 1e6))
     tg = lower(graph, get_target("h200"), attn_split_pos=per)
-    assert dict(tg.dims).get("attn_split_pos", 0) == (ATTN_SPLIT_POS if per is None else per)
+    assert dict(tg.dims).get("attn_split_pos", 0) == per
     S = tg.dim("attn_split")
     assert S == 8 and sum(1 for t in tg.tasks if t.kind == "attn") == 2 * batch * 2 * S
     weights = weights_for(graph, 5)

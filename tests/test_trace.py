@@ -346,9 +346,10 @@ def test_mark_summary_averages_each_kinds_marks_after_the_waits(llama_tg):
     marks[1, oproj[0], 0] = 4.0  # one slow task moves the mean
     marks[1, oproj, 2] = 5.0
     marks[1, attn, 1] = 3.0
+    marks[1, oproj, 4] = 1.5  # the start plus 0.5 waiting for pages (trace_pipe_wait)
     m = mark_summary(llama_tg, (ws, st, en), marks)
     want = 1.0 + 2.0 / len(oproj)
-    assert m["oproj"] == pytest.approx({"input staged": want, "epilogues": 4.0, "end": 5.0})
+    assert m["oproj"] == pytest.approx({"input staged": want, "epilogues": 4.0, "waiting for pages": 0.5, "end": 5.0})
     assert m["attn"] == pytest.approx({"positions": 2.0, "end": 5.0})
     assert "qkv" not in m and "embed" not in MARKS  # no marks: no row
     assert "oproj" in format_marks(m) and "positions 2.00" in format_marks(m)

@@ -30,7 +30,7 @@ from mkc.taskgraph.ir import Buffer, Region, Task, TaskGraph
 from mkc.taskgraph.kinds import KIND, SMEM_ATTN, SMEM_GEMV, SMEM_SMALL
 from mkc.taskgraph.pattern import ModelSpec, match_graph
 from mkc.taskgraph.plan import device_plan
-from mkc.taskgraph.tiling import ATTN_SPLIT_POS, attn_splits, embed_tiles, qkv_segments, qkv_tiles, row_tiles
+from mkc.taskgraph.tiling import attn_splits, embed_tiles, qkv_segments, qkv_tiles, row_tiles
 
 SMALL_SMEM = 1024  # embed and argmax stage nothing but a few reduction slots
 
@@ -94,9 +94,13 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
 
 
 def attn_split_pos_pays(batch: int) -> int:
-    """Positions per active attention split by default (where attention is split at all):
-    ATTN_SPLIT_POS, so at short contexts fewer splits hold positions and o-proj combines fewer."""
-    return ATTN_SPLIT_POS
+    """Positions per active attention split by default: 0, every split at every position. Fewer
+    active splits at short contexts measured slower on the H200 (BENCHMARKS.md, eighteenth session,
+    same call, llama-3.2-1b b1, positions 0..127): P = 0 0.8388 ms, 16 0.8470, 32 0.8494, 64 0.8544;
+    0..1023: 0.8585 against 0.8625 (P = 32); qwen3-8b b1 4.1646 against 4.2094 (P = 32): a split's
+    positions run in series in its task, so fewer splits make attention longer than o-proj's combine
+    of fewer partials saves."""
+    return 0
 
 
 def down_split_pays(batch: int) -> int:

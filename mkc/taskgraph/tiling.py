@@ -121,10 +121,6 @@ def attn_splits(batch: int, n_kv: int, seq_len: int, workers: int) -> int:
     return max(1, min(ATTN_MAX_SPLIT, per, seq_len // ATTN_MIN_POSITIONS))
 
 
-# positions per active split when the splits grow with the context (lower(attn_split_pos=P)); 0: the
-# S splits always share [0, pos] (the partition before this option)
-ATTN_SPLIT_POS = 32
-
 
 def attn_active_splits(splits: int, T: int, per: int) -> int:
     """Splits that hold positions when T = pos + 1 positions are attended to: ceil(T / per), at least

@@ -17,6 +17,9 @@ struct Ctx {
   // PIPE_SLOTS: weight pages this thread has consumed (the producer: issued) since the launch began;
   // page n is slot n % PIPE_SLOTS in its (n / PIPE_SLOTS)-th use
   mutable unsigned pipe_n;
+  // TRACE, PIPE_SLOTS: ns this thread spent in pipe_wait on pages that had not landed, since the
+  // task began (thread 0's figure goes to the task's last trace mark: trace_pipe_wait)
+  mutable unsigned long long pipe_late_ns;
 };
 
 struct Task {
@@ -142,6 +145,16 @@ __device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float
 __device__ __forceinline__ void trace_mark(const Ctx& c, int k) {
   if constexpr (TRACE) {
     if (mk_tid() == 0 && c.trace_rec != nullptr) c.trace_rec[3 + k] = mk_globaltimer();
+  }
+}
+
+// The end of a GEMV task on the weight pipeline (TRACE builds): its last mark (stamp 7) is its start
+// plus the time thread 0 waited for pages that had not landed yet (mkc.trace.MARKS "waiting for
+// pages"); then the count restarts for the next task.
+__device__ __forceinline__ void trace_pipe_wait(const Ctx& c) {
+  if constexpr (TRACE) {
+    if (mk_tid() == 0 && c.trace_rec != nullptr) c.trace_rec[7] = c.trace_rec[1] + c.pipe_late_ns;
+    c.pipe_late_ns = 0;
   }
 }
 

@@ -382,6 +382,7 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
     gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
   }
   trace_mark(c, 2);  // epilogues done
+  trace_pipe_wait(c);
   return true;
 }
 #endif

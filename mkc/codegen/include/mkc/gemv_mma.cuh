@@ -542,6 +542,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
       trace_mark(c, 1);  // the block's dot products
       gemv_block_end<K, NORM>(c, kd, nr, 0, out, rs, ssp);
       trace_mark(c, 2);  // epilogues done
+      trace_pipe_wait(c);
       return true;
     }
   }
@@ -562,6 +563,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
     gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
   }
   trace_mark(c, 2);  // epilogues done
+  trace_pipe_wait(c);
   return true;
 }
 #endif

@@ -37,6 +37,7 @@ __device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned pari
       mk_trap();
     }
   }
+  if constexpr (TRACE) c.pipe_late_ns += mk_globaltimer() - t0;
 }
 
 // one thread, before the block's first barrier
