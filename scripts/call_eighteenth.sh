@@ -4,7 +4,10 @@
 # CALL=1: attention splits that grow with the context (lower(attn_split_pos)): the GPU tests of the
 # split paths and the one-launch loop, gpu_bench over positions 0..127 and 0..1023 with P = 0 (every
 # split at every position, as before), 16, 32, 64, per-kind traces at batch 1, 8 and 32, the peer.
-# CALL=2: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
+# CALL=2: traced launches with each GEMV task's time waiting for pages (the new last mark) at batch 1,
+# 8 and 32 and on qwen3-8b b1, with 12 / 10 pages and 16 attention splits too; 12 and 16 attention
+# splits and 10 / 12 pages timed; the peer.
+# CALL=3: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -13,6 +16,12 @@ if [ "${CALL:-1}" = 1 ]; then
   MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_other_attention_splits tests/test_gpu_megakernel.py::test_generate_in_one_launch_matches_step_by_step" \
   MKC_TEST_S=150 MKC_NO_TOKENS=1 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic-sp0,b1-atomic-sp16,b1-atomic-sp32,b1-atomic-sp64,b1-atomic-spin32,b1-atomic-nosleep;1024@b1-atomic-sp0,b1-atomic-sp32,b1-atomic-sp64;128@q8-b1-atomic-sp0,q8-b1-atomic-sp32;1024@q8-b1-atomic-sp0,q8-b1-atomic-sp32;128@b1-nan-sp0,b1-nan-sp32;128@b1-atomic-trace,b8-atomic-trace,b32-atomic-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
+if [ "${CALL:-1}" = 2 ]; then
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b1-atomic-split12,b1-atomic-split16,b1-atomic-pages10,b1-atomic-pages12;1024@b1-atomic,b1-atomic-split12,b1-atomic-split16;128@q8-b1-atomic,q8-b1-atomic-split16;128@b1-atomic-trace,b1-atomic-pages12-trace,b1-atomic-split16-trace,b8-atomic-trace,b32-atomic-trace,q8-b1-atomic-trace,q8-b1-atomic-pages10-trace" \
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi
