@@ -7,7 +7,9 @@
 # CALL=2: traced launches with each GEMV task's time waiting for pages (the new last mark) at batch 1,
 # 8 and 32 and on qwen3-8b b1, with 12 / 10 pages and 16 attention splits too; 12 and 16 attention
 # splits and 10 / 12 pages timed; the peer.
-# CALL=3: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
+# CALL=3: the batch-1 staged input in two planes (CodegenOptions.xs_planes): the GPU numerics tests
+# of the megakernel, gpu_bench with and without (-noplanes), the pipeline's depth again, traces, the peer.
+# CALL=4: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -22,6 +24,19 @@ fi
 if [ "${CALL:-1}" = 2 ]; then
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b1-atomic-split12,b1-atomic-split16,b1-atomic-pages10,b1-atomic-pages12;1024@b1-atomic,b1-atomic-split12,b1-atomic-split16;128@q8-b1-atomic,q8-b1-atomic-split16;128@b1-atomic-trace,b1-atomic-pages12-trace,b1-atomic-split16-trace,b8-atomic-trace,b32-atomic-trace,q8-b1-atomic-trace,q8-b1-atomic-pages10-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
+if [ "${CALL:-1}" = 2b ]; then  # the page waits again, counted from a non-blocking first test
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic-trace,b1-atomic-pages12-trace,b8-atomic-trace,b32-atomic-trace,q8-b1-atomic-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
+if [ "${CALL:-1}" = 3 ]; then
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits tests/test_gpu_megakernel.py::test_generate_in_one_launch_matches_step_by_step tests/test_gpu_megakernel.py::test_teacher_forced_logits_other_attention_splits" \
+  MKC_TEST_S=200 MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic-noplanes,b1-atomic,b1-nan-noplanes,b1-nan,b1-atomic-pages6,b1-atomic-pages10,b1-atomic-pages12;1024@b1-atomic-noplanes,b1-atomic;128@q8-b1-atomic-noplanes,q8-b1-atomic;128@b1-atomic-trace-noplanes,b1-atomic-trace,q8-b1-atomic-trace" \
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi

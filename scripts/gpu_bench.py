@@ -227,6 +227,10 @@ VARIANTS.update({f"{v}-nosp": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_poll"
                  for v in ("b1-nan", "q8-b1-nan", "b8-nan", "q8-b8-nan", "b32-nan", "b1-nan-cross")})
 VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})
                  for v in ("b1-nan", "b1-nan-nosp")})
+# the batch-1 staged input in the plain layout (CodegenOptions.xs_planes False: two shared-memory
+# wavefronts per 8 lanes' inputs), the baseline of the planes
+VARIANTS.update({f"{v}-noplanes": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xs_planes": False})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "q8-b1-nan", "b1-atomic-trace", "b1-atomic-pages12")})
 # the traced kernels of the pipeline's depth and of more attention splits (eighteenth session)
 VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})
                  for v in ("b1-atomic-pages12", "b1-atomic-split16", "q8-b1-atomic-pages10")})

@@ -127,6 +127,13 @@ class CodegenOptions:
     # loading o-proj's and down's residual right after the wait (qwen3-8b +0.9 %), qkv's RoPE angles
     # before the wait (+1 %), an L2 prefetch of the pages ahead of the producer's copies (+28 %)
     lean_comb: bool = True
+    # batch 1 (the weight-pipeline path): the staged input in two planes (gemv_fma.cuh xs_at4), so a
+    # warp's reads of it beside a weight row are conflict-free 16-byte words. The consumers' dot
+    # products were bound by shared-memory wavefronts (per 16 KiB page: 8 warps x 4 KiB of inputs
+    # at two wavefronts per 8 lanes, the page's weights and its bulk copies in), at about the
+    # HBM's share of an SM, so the pages that landed during a wait were never caught up on
+    # (BENCHMARKS.md, eighteenth session). False: the plain layout, as before
+    xs_planes: bool = True
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -268,7 +275,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     comb_loads = -(-NH * HD // 4 // NT) * ATT_SPLIT
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
                        LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
-                                     and comb_loads <= COMB_EARLY_MAX))
+                                     and comb_loads <= COMB_EARLY_MAX),
+                       XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

@@ -139,11 +139,23 @@ __device__ __forceinline__ void gemv_chunk(const Rows& rows, int nr, int c0, int
   mk_barrier();
 }
 
-// Stage x[:, c0:c0+kch] into xs [B][KCH]. With NORM, stage x * w_norm and add each warp's sum of
+// Where float4 i of a batch-1 input (columns 4i..4i+3) sits in the weight pipeline's staged input
+// (PL: XS_PLANES): in two planes, columns 8s..8s+3 at 4s and 8s+4..8s+7 at K/2 + 4s, so the lanes
+// of a warp, which take consecutive 8-column words s of a weight row (pipe.cuh pipe_rows), read
+// their inputs as consecutive float4s, one shared-memory wavefront per 8 lanes; in the plain layout
+// (4i) each lane's pair of float4s is 32 bytes from the next lane's, two wavefronts. Else 4i.
+template <int K, bool PL>
+__device__ __forceinline__ int xs_at4(int i) {
+  static_assert(!PL || K % 8 == 0, "two planes of whole 8-column words");
+  return PL ? (i & 1) * (K / 2) + 4 * (i >> 1) : 4 * i;
+}
+
+// Stage x[:, c0:c0+kch] into xs [B][KCH] (PL, batch 1 and the whole input: in planes, xs_at4). With NORM, stage x * w_norm and add each warp's sum of
 // x^2 per batch row into ssp [NW][B]: the 1/rms factor is a per-row scalar applied to the dot
 // products afterwards, so the norm costs no extra pass over x before the weights stream.
-template <int K, int KCH, bool NORM, bool COMB>
+template <int K, int KCH, bool NORM, bool COMB, bool PL = false>
 __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* nw, float* xs, float* ssp, bool sum) {
+  static_assert(!PL || (B == 1 && KCH == K), "planes: one batch row, staged whole");
   const int q = kch / 4, tid = mk_tid();
 #pragma unroll 8
   for (int b = 0; b < B; ++b) {
@@ -157,7 +169,7 @@ __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* n
         const unsigned w01 = mk_ld_weight4(nw + c0 + k), w23 = mk_ld_weight4(nw + c0 + k + 2);
         v.x *= mk_lo_bf16(w01); v.y *= mk_hi_bf16(w01); v.z *= mk_lo_bf16(w23); v.w *= mk_hi_bf16(w23);
       }
-      *reinterpret_cast<float4*>(xs + b * KCH + k) = v;
+      *reinterpret_cast<float4*>(xs + b * KCH + (PL ? xs_at4<K, PL>(i) : k)) = v;
     }
     if constexpr (NORM) {
       if (sum) {
@@ -260,7 +272,7 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
       v.x = fmaf(ws, a[it][s].x, v.x); v.y = fmaf(ws, a[it][s].y, v.y);
       v.z = fmaf(ws, a[it][s].z, v.z); v.w = fmaf(ws, a[it][s].w, v.w);
     }
-    *reinterpret_cast<float4*>(xs + 4 * i) = v;
+    *reinterpret_cast<float4*>(xs + xs_at4<K, XS_PLANES>(i)) = v;
   }
   return ok;
 }
@@ -293,7 +305,7 @@ __device__ __forceinline__ bool stage_x_polled(const Ctx& c, const Task& t, int 
       const unsigned w01 = mk_ld_weight4(nw + k), w23 = mk_ld_weight4(nw + k + 2);
       f.x *= mk_lo_bf16(w01); f.y *= mk_hi_bf16(w01); f.z *= mk_lo_bf16(w23); f.w *= mk_hi_bf16(w23);
     }
-    *reinterpret_cast<float4*>(xs + k) = f;
+    *reinterpret_cast<float4*>(xs + xs_at4<K, XS_PLANES>(i)) = f;
   }
   if constexpr (NORM) {
     ss = warp_sum(ss);
@@ -368,7 +380,7 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
       stage_x_comb<K>(c, t, -1, x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
     } else {
       attn_weights<COMB>(lse);
-      stage_x<K, K, NORM, COMB>(x, 0, K, nw, xs, ssp, true);
+      stage_x<K, K, NORM, COMB, XS_PLANES>(x, 0, K, nw, xs, ssp, true);
     }
     mk_barrier();
   }

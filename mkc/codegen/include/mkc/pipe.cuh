@@ -29,7 +29,8 @@ __device__ __forceinline__ void* pipe_empty(int slot) { return mk_smem + OFF_MBA
 // launch fails with an error instead of hanging the GPU.
 constexpr unsigned long long PIPE_TIMEOUT_NS = 2000000000ull;
 __device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned parity) {
-  if (mk_mbar_test(bar, parity)) return;
+  // (traced: a non-blocking first test, so the time a page took to land is counted)
+  if (TRACE ? mk_mbar_test_now(bar, parity) : mk_mbar_test(bar, parity)) return;
   const unsigned long long t0 = mk_globaltimer();
   while (!mk_mbar_test(bar, parity)) {
     if (mk_globaltimer() - t0 > PIPE_TIMEOUT_NS) {
@@ -110,7 +111,8 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
 }
 
 // The consumers' side: out[j] = <row j, xs> for the nr rows of the current block (B = 1), in
-// the producer's page order; warp w takes row w of every page.
+// the producer's page order; warp w takes row w of every page. xs is staged in two planes where
+// XS_PLANES (gemv_fma.cuh xs_at4): lane l's inputs of its word s are float4 s of each plane.
 template <int K>
 __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs, float* out) {
   constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
@@ -125,9 +127,17 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
       if (mine) {
         const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
         const uint4* wp = reinterpret_cast<const uint4*>(pipe_page(slot) + w * PIPE_COLS * 2);
-        const float4* xp = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS);
+        if constexpr (XS_PLANES) {
+          static_assert(K % 8 == 0 && PIPE_COLS % 8 == 0, "two planes of whole 8-column words");
+          const float4* xa = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS / 2);
+          const float4* xb = reinterpret_cast<const float4*>(xs + K / 2 + sl * PIPE_COLS / 2);
 #pragma unroll 4
-        for (int s = lane; s < kw / 8; s += WARP) acc = dot8(wp[s], xp[2 * s], xp[2 * s + 1], acc);
+          for (int s = lane; s < kw / 8; s += WARP) acc = dot8(wp[s], xa[s], xb[s], acc);
+        } else {
+          const float4* xp = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS);
+#pragma unroll 4
+          for (int s = lane; s < kw / 8; s += WARP) acc = dot8(wp[s], xp[2 * s], xp[2 * s + 1], acc);
+        }
       }
       mk_syncwarp();
       if (lane == 0) mk_mbar_arrive(pipe_empty(slot));

@@ -199,6 +199,14 @@ __device__ __forceinline__ bool mk_mbar_test(void* bar, unsigned parity) {
                : "=r"(ok) : "r"(mk_smem_addr(bar)), "r"(parity) : "memory");
   return ok != 0u;
 }
+// the same without blocking (test_wait: try_wait may suspend the thread until the phase completes,
+// which a trace must not count as a page that had landed)
+__device__ __forceinline__ bool mk_mbar_test_now(void* bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(ok) : "r"(mk_smem_addr(bar)), "r"(parity) : "memory");
+  return ok != 0u;
+}
 // an L2 policy for data read once: weight streams should not push activations out of L2
 __device__ __forceinline__ unsigned long long mk_policy_stream() {
   unsigned long long p;
