@@ -9,7 +9,9 @@
 # splits and 10 / 12 pages timed; the peer.
 # CALL=3: the batch-1 staged input in two planes (CodegenOptions.xs_planes): the GPU numerics tests
 # of the megakernel, gpu_bench with and without (-noplanes), the pipeline's depth again, traces, the peer.
-# CALL=4: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
+# CALL=4: batch-1 pages in pairs of row groups (CodegenOptions.pipe_pairs) with the planes: the batch-1
+# GPU numerics tests, gpu_bench with and without (-nopairs) at 8, 10 and 12 pages, traces, the peer.
+# CALL=5: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -37,6 +39,13 @@ if [ "${CALL:-1}" = 3 ]; then
   MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits tests/test_gpu_megakernel.py::test_generate_in_one_launch_matches_step_by_step tests/test_gpu_megakernel.py::test_teacher_forced_logits_other_attention_splits" \
   MKC_TEST_S=200 MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic-noplanes,b1-atomic,b1-nan-noplanes,b1-nan,b1-atomic-pages6,b1-atomic-pages10,b1-atomic-pages12;1024@b1-atomic-noplanes,b1-atomic;128@q8-b1-atomic-noplanes,q8-b1-atomic;128@b1-atomic-trace-noplanes,b1-atomic-trace,q8-b1-atomic-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
+if [ "${CALL:-1}" = 4 ]; then
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits tests/test_gpu_megakernel.py::test_generate_in_one_launch_matches_step_by_step tests/test_gpu_megakernel.py::test_teacher_forced_logits_other_attention_splits tests/test_gpu_megakernel.py::test_teacher_forced_logits_split_k_down" \
+  MKC_TEST_S=200 MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic-nopairs,b1-atomic,b1-atomic-pages10,b1-atomic-pages12-nopairs,b1-atomic-pages12,b1-nan-nopairs,b1-nan,b1-nan-pages10,b1-nan-pages12;1024@b1-atomic-nopairs,b1-atomic,b1-atomic-pages12;128@q8-b1-atomic-nopairs,q8-b1-atomic,q8-b1-atomic-pages10;128@b1-atomic-trace,b1-atomic-pages12-trace,q8-b1-atomic-trace" \
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi
