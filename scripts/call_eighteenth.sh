@@ -9,8 +9,9 @@
 # splits and 10 / 12 pages timed; the peer.
 # CALL=3: the batch-1 staged input in two planes (CodegenOptions.xs_planes): the GPU numerics tests
 # of the megakernel, gpu_bench with and without (-noplanes), the pipeline's depth again, traces, the peer.
-# CALL=4: batch-1 pages in pairs of row groups (CodegenOptions.pipe_pairs) with the planes: the batch-1
-# GPU numerics tests, gpu_bench with and without (-nopairs) at 8, 10 and 12 pages, traces, the peer.
+# CALL=4: batch-1 pages in pairs of row groups (CodegenOptions.pipe_pairs, measured slower and removed:
+# the code is at cbc895a) with the planes: the batch-1 GPU numerics tests, gpu_bench with and without
+# (-nopairs) at 8, 10 and 12 pages, traces, the peer.
 # CALL=5: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh

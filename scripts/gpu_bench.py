@@ -231,11 +231,13 @@ VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": Tr
 # wavefronts per 8 lanes' inputs), the baseline of the planes
 VARIANTS.update({f"{v}-noplanes": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xs_planes": False})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "q8-b1-nan", "b1-atomic-trace", "b1-atomic-pages12")})
-# batch 1: pages one row group after another (CodegenOptions.pipe_pairs False), the baseline of the pairs
-VARIANTS.update({f"{v}-nopairs": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_pairs": False})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-pages12", "b1-atomic-trace")})
 VARIANTS.update({f"{v}-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_pages": n})
                  for v in ("b1-nan", "q8-b1-nan") for n in (8, 10, 12)})
+# the batch-1 kernels before this session's planes and pages (8 pages, the plain layout)
+VARIANTS.update({f"{v}-noplanes-pages8": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xs_planes": False, "pipe_pages": 8})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
+VARIANTS.update({f"{v}-pages8": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_pages": 8})
+                 for v in ("b1-atomic", "q8-b1-atomic")})
 # the traced kernels of the pipeline's depth and of more attention splits (eighteenth session)
 VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})
                  for v in ("b1-atomic-pages12", "b1-atomic-split16", "q8-b1-atomic-pages10")})

@@ -109,7 +109,7 @@ class CodegenOptions:
     # gemv_mma.cuh gemv_task_mma_pipe), False: off (weights through registers or the cp.async ring,
     # as before), True: required
     pipe: bool | None = None
-    # at most this many pages in the pipeline, up to 12 (0: 8, taskgraph/plan.py PIPE_DEFAULT_PAGES;
+    # at most this many pages in the pipeline, up to 12 (0: 12, taskgraph/plan.py PIPE_DEFAULT_PAGES;
     # 5 on the tensor-core path, PIPE_MMA_PAGES)
     pipe_pages: int = 0
     # a pipeline page's columns: a multiple of 1024 on the FMA path (0: 1024, PIPE_COLS), of 512 on
@@ -134,10 +134,6 @@ class CodegenOptions:
     # HBM's share of an SM, so the pages that landed during a wait were never caught up on
     # (BENCHMARKS.md, eighteenth session). False: the plain layout, as before
     xs_planes: bool = True
-    # batch 1 (the weight-pipeline path): pages in pairs of row groups over the same K-slice, each
-    # input word read once for a warp's row of both (pipe.cuh pipe_rows): half the inputs' shared-
-    # memory reads per weight, the same sums. False: one row group's slices after another, as before
-    pipe_pairs: bool = True
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -280,8 +276,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
                        LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
                                      and comb_loads <= COMB_EARLY_MAX),
-                       XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
-                       PIPE_PAIRED=2 if o.pipe_pairs and plan.pipe_slots > 0 and not mma else 1)
+                       XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

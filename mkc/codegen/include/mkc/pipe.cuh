@@ -81,10 +81,9 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
     const int nr = kd.begin(blk);
     for (int c0 = 0; c0 < K; c0 += KCH) {
       const int nsl = (min(KCH, K - c0) + PIPE_COLS - 1) / PIPE_COLS;
-      for (int r00 = 0; r00 < nr; r00 += PIPE_PAIRED * PIPE_ROWS) {
-       for (int sl = 0; sl < nsl; ++sl) {
-        for (int h = 0; h < PIPE_PAIRED && r00 + h * PIPE_ROWS < nr; ++h) {
-          const int r0 = r00 + h * PIPE_ROWS, rows = min(PIPE_ROWS, nr - r0);
+      for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
+        const int rows = min(PIPE_ROWS, nr - r0);
+        for (int sl = 0; sl < nsl; ++sl) {
           const unsigned n = c.pipe_n++;
           const int slot = (int)(n % PIPE_NS);
           const unsigned use = n / PIPE_NS;
@@ -105,7 +104,6 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
             mk_bulk_copy(pipe_page(slot) + lane * PIPE_LD * 2, kd.row(r0 + lane) + k0, (unsigned)(kw * 2),
                          pipe_full(slot), policy);
         }
-       }
       }
     }
   }
@@ -114,69 +112,38 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
 
 // The consumers' side: out[j] = <row j, xs> for the nr rows of the current block (B = 1), in
 // the producer's page order; warp w takes row w of every page. xs is staged in two planes where
-// XS_PLANES (gemv_fma.cuh xs_at4): lane l's inputs of its word s are float4 s of each plane. With
-// PIPE_PAIRED = 2 the pages come as pairs of row groups with the same K-slice ((rows 0-7, slice 0),
-// (rows 8-15, slice 0), (rows 0-7, slice 1), ...), and a warp reads each input word once for its row
-// of both pages: half the shared-memory reads of inputs per weight. Each row's sum runs over the
-// same words in the same order either way (the same bits).
+// XS_PLANES (gemv_fma.cuh xs_at4): lane l's inputs of its word s are float4 s of each plane.
 template <int K>
 __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs, float* out) {
-  static_assert(PIPE_PAIRED == 1 || PIPE_NS >= 2, "a pair of pages needs two slots");
   constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
   const int lane = lane_id(), w = warp_id();
-  for (int r0 = 0; r0 < nr; r0 += PIPE_PAIRED * PIPE_ROWS) {
-    float acc0 = 0.f, acc1 = 0.f;
-    const bool two = PIPE_PAIRED > 1 && r0 + PIPE_ROWS < nr;  // warp-uniform, as are mine0/mine1
-    const bool mine0 = r0 + w < nr, mine1 = two && r0 + PIPE_ROWS + w < nr;
+  for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
+    float acc = 0.f;
+    const bool mine = r0 + w < nr;
     for (int sl = 0; sl < NSL; ++sl) {
-      const unsigned n0 = c.pipe_n++;
-      const int slot0 = (int)(n0 % PIPE_NS);
-      pipe_wait(c, pipe_full(slot0), (n0 / PIPE_NS) & 1u);
-      int slot1 = slot0;
-      if (two) {
-        const unsigned n1 = c.pipe_n++;
-        slot1 = (int)(n1 % PIPE_NS);
-        pipe_wait(c, pipe_full(slot1), (n1 / PIPE_NS) & 1u);
-      }
-      const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
-      const uint4* wp0 = reinterpret_cast<const uint4*>(pipe_page(slot0) + w * PIPE_COLS * 2);
-      const uint4* wp1 = reinterpret_cast<const uint4*>(pipe_page(slot1) + w * PIPE_COLS * 2);
-      if constexpr (XS_PLANES) {
-        static_assert(K % 8 == 0 && PIPE_COLS % 8 == 0, "two planes of whole 8-column words");
-        const float4* xa = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS / 2);
-        const float4* xb = reinterpret_cast<const float4*>(xs + K / 2 + sl * PIPE_COLS / 2);
-        if (mine1) {
+      const unsigned n = c.pipe_n++;
+      const int slot = (int)(n % PIPE_NS);
+      pipe_wait(c, pipe_full(slot), (n / PIPE_NS) & 1u);
+      if (mine) {
+        const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
+        const uint4* wp = reinterpret_cast<const uint4*>(pipe_page(slot) + w * PIPE_COLS * 2);
+        if constexpr (XS_PLANES) {
+          static_assert(K % 8 == 0 && PIPE_COLS % 8 == 0, "two planes of whole 8-column words");
+          const float4* xa = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS / 2);
+          const float4* xb = reinterpret_cast<const float4*>(xs + K / 2 + sl * PIPE_COLS / 2);
 #pragma unroll 4
-          for (int s = lane; s < kw / 8; s += WARP) {
-            const float4 a = xa[s], b = xb[s];
-            acc0 = dot8(wp0[s], a, b, acc0);
-            acc1 = dot8(wp1[s], a, b, acc1);
-          }
-        } else if (mine0) {
+          for (int s = lane; s < kw / 8; s += WARP) acc = dot8(wp[s], xa[s], xb[s], acc);
+        } else {
+          const float4* xp = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS);
 #pragma unroll 4
-          for (int s = lane; s < kw / 8; s += WARP) acc0 = dot8(wp0[s], xa[s], xb[s], acc0);
-        }
-      } else if (mine0) {
-        const float4* xp = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS);
-#pragma unroll 4
-        for (int s = lane; s < kw / 8; s += WARP) acc0 = dot8(wp0[s], xp[2 * s], xp[2 * s + 1], acc0);
-        if (mine1) {
-#pragma unroll 4
-          for (int s = lane; s < kw / 8; s += WARP) acc1 = dot8(wp1[s], xp[2 * s], xp[2 * s + 1], acc1);
+          for (int s = lane; s < kw / 8; s += WARP) acc = dot8(wp[s], xp[2 * s], xp[2 * s + 1], acc);
         }
       }
       mk_syncwarp();
-      if (lane == 0) {
-        mk_mbar_arrive(pipe_empty(slot0));
-        if (two) mk_mbar_arrive(pipe_empty(slot1));
-      }
+      if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
     }
-    acc0 = warp_sum(acc0);
-    if (lane == 0 && mine0) out[r0 + w] = acc0;
-    if (two) {
-      acc1 = warp_sum(acc1);
-      if (lane == 0 && mine1) out[r0 + PIPE_ROWS + w] = acc1;
-    }
+    acc = warp_sum(acc);
+    if (lane == 0 && mine) out[r0 + w] = acc;
   }
 }
 #endif
