@@ -12,7 +12,9 @@
 # CALL=4: batch-1 pages in pairs of row groups (CodegenOptions.pipe_pairs, measured slower and removed:
 # the code is at cbc895a) with the planes: the batch-1 GPU numerics tests, gpu_bench with and without
 # (-nopairs) at 8, 10 and 12 pages, traces, the peer.
-# CALL=5: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
+# CALL=5 (final): the GPU tests of the megakernel and the token paths on the final kernels (planes, 12
+# pages); before (8 pages, the plain layout) and after on every row; `mkc bench` (torch.compile); the peer.
+# CALL=6: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -47,6 +49,14 @@ if [ "${CALL:-1}" = 4 ]; then
   MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits tests/test_gpu_megakernel.py::test_generate_in_one_launch_matches_step_by_step tests/test_gpu_megakernel.py::test_teacher_forced_logits_other_attention_splits tests/test_gpu_megakernel.py::test_teacher_forced_logits_split_k_down" \
   MKC_TEST_S=200 MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic-nopairs,b1-atomic,b1-atomic-pages10,b1-atomic-pages12-nopairs,b1-atomic-pages12,b1-nan-nopairs,b1-nan,b1-nan-pages10,b1-nan-pages12;1024@b1-atomic-nopairs,b1-atomic,b1-atomic-pages12;128@q8-b1-atomic-nopairs,q8-b1-atomic,q8-b1-atomic-pages10;128@b1-atomic-trace,b1-atomic-pages12-trace,q8-b1-atomic-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
+if [ "${CALL:-1}" = 5 ]; then
+  MKC_TESTS="tests/test_gpu_megakernel.py tests/test_gpu_tokens.py" MKC_TEST_S=250 MKC_NO_TOKENS=1 \
+  MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic-noplanes-pages8,b1-atomic-pages8,b1-atomic,b1-nan-noplanes-pages8,b1-nan-pages8,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic-noplanes-pages8,b1-atomic;128@q8-b1-atomic-noplanes-pages8,q8-b1-atomic-pages8,q8-b1-atomic,q8-b8-atomic" \
+  MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 MKC_ITERS=30 \
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi

@@ -162,7 +162,8 @@ __device__ __forceinline__ void trace_pipe_wait(const Ctx& c) {
 // with ATT_SPAN (lower(attn_split_pos)) ceil((pos + 1) / ATT_SPAN) of them, the last ones; the splits
 // before them are empty (zeros and a log-sum-exp of -inf), so o-proj need not read them.
 __device__ __forceinline__ int attn_active_splits(const Ctx& c) {
-  if constexpr (ATT_SPAN > 0) return min(ATT_SPLIT, (c.pos + ATT_SPAN) / ATT_SPAN);
+  constexpr int span = ATT_SPAN > 0 ? ATT_SPAN : 1;  // (no division by zero in the branch not taken)
+  if constexpr (ATT_SPAN > 0) return min(ATT_SPLIT, (c.pos + span) / span);
   else return ATT_SPLIT;
 }
 
