@@ -53,10 +53,10 @@ if [ "${CALL:-1}" = 4 ]; then
   exit 0
 fi
 if [ "${CALL:-1}" = 5 ]; then
-  MKC_TESTS="tests/test_gpu_megakernel.py tests/test_gpu_tokens.py" MKC_TEST_S=250 MKC_NO_TOKENS=1 \
+  MKC_TESTS="tests/test_gpu_megakernel.py tests/test_gpu_tokens.py" MKC_TEST_S=230 MKC_NO_TOKENS=1 \
   MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic-noplanes-pages8,b1-atomic-pages8,b1-atomic,b1-nan-noplanes-pages8,b1-nan-pages8,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic-noplanes-pages8,b1-atomic;128@q8-b1-atomic-noplanes-pages8,q8-b1-atomic-pages8,q8-b1-atomic,q8-b8-atomic" \
-  MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 MKC_ITERS=30 \
+  MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=110 MKC_ITERS=30 \
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi
