@@ -14,7 +14,8 @@
 # (-nopairs) at 8, 10 and 12 pages, traces, the peer.
 # CALL=5 (final): the GPU tests of the megakernel and the token paths on the final kernels (planes, 12
 # pages); before (8 pages, the plain layout) and after on every row; `mkc bench` (torch.compile); the peer.
-# CALL=6: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
+# CALL=6: the sampling cost at batch 1 on the final kernels (scripts/bench_tokens.py), the prefill GPU tests, the peer.
+# CALL=7: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -57,6 +58,11 @@ if [ "${CALL:-1}" = 5 ]; then
   MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic-noplanes-pages8,b1-atomic-pages8,b1-atomic,b1-nan-noplanes-pages8,b1-nan-pages8,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic-noplanes-pages8,b1-atomic;128@q8-b1-atomic-noplanes-pages8,q8-b1-atomic-pages8,q8-b1-atomic,q8-b8-atomic" \
   MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=110 MKC_ITERS=30 \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
+if [ "${CALL:-1}" = 6 ]; then
+  MKC_TESTS="tests/test_gpu_prefill.py" MKC_TEST_S=90 MKC_AB=none MKC_TOKENS_S=60 \
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi
