@@ -30,11 +30,12 @@ GEMV_MMA, GEMV_FMA = "mma", "fma"
 PIPE_ROWS, PIPE_COLS = 8, 1024
 PIPE_PAGE = PIPE_ROWS * PIPE_COLS * 2
 PIPE_MAX_SLOTS = 12
-# pages at most unless asked for others (PlanKnobs.pipe_pages), where they fit (qwen3-8b b1: 10). While
+# pages at most unless asked for others (PlanKnobs.pipe_pages), where they fit (b1: llama-3.2-1b 11,
+# qwen3-8b 10). While
 # the consumers' dot products ran at about the HBM's share of an SM, a deeper ring only queued more
 # at HBM (H200, llama-3.2-1b b1, same call: 4 pages 0.888 ms/token, 6 0.868, 8 0.855, 11 0.868);
 # with the staged input in planes (CodegenOptions.xs_planes) they catch up on what landed during a
-# wait, and 12 pages pay (eighteenth session: 8 0.8163, 10 0.8040, 12 0.7950)
+# wait, and more pages pay (eighteenth session: 8 0.8163, 10 0.8040, 11 (12 asked) 0.7950)
 PIPE_DEFAULT_PAGES = 12
 PIPE_REGIONS = ("OFF_PIPE", "OFF_MBAR")
 # The tensor-core path's page: one 16-row MMA tile of PIPE_MMA_COLS columns (a multiple of
