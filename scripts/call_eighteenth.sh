@@ -15,7 +15,10 @@
 # CALL=5 (final): the GPU tests of the megakernel and the token paths on the final kernels (planes, 12
 # pages); before (8 pages, the plain layout) and after on every row; `mkc bench` (torch.compile); the peer.
 # CALL=6: the sampling cost at batch 1 on the final kernels (scripts/bench_tokens.py), the prefill GPU tests, the peer.
-# CALL=7: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
+# CALL=7: the batch-1 staged input rounded to bf16 (CodegenOptions.xs_bf16): the batch-1 teacher-forced
+# numerics tests on those kernels (their worst distances beside the fp32 input's), gpu_bench with and
+# without, the peer.
+# CALL=8: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -64,5 +67,15 @@ fi
 if [ "${CALL:-1}" = 6 ]; then
   MKC_TESTS="tests/test_gpu_prefill.py" MKC_TEST_S=90 MKC_AB=none MKC_TOKENS_S=60 \
   OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
+if [ "${CALL:-1}" = 7 ]; then
+  export MKC_GPU_REPORT=$OUT/gpu_report.jsonl
+  MKC_TEST_OPTIONS='{"xs_bf16": true}' MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits[tiny-llama-1-atomic] tests/test_gpu_megakernel.py::test_teacher_forced_logits[tiny-llama-1-nan] tests/test_gpu_megakernel.py::test_teacher_forced_logits[tiny-qwen3-1-atomic] tests/test_gpu_megakernel.py::test_teacher_forced_logits[tiny-qwen3-1-nan] tests/test_gpu_megakernel.py::test_teacher_forced_logits[llama-3.2-1b-1-atomic] tests/test_gpu_megakernel.py::test_teacher_forced_logits[llama-3.2-1b-1-nan] tests/test_gpu_megakernel.py::test_teacher_forced_logits[qwen3-0.6b-1-atomic] tests/test_gpu_megakernel.py::test_teacher_forced_logits[qwen3-0.6b-1-nan]" \
+  MKC_TEST_S=120 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB=none OUT=$OUT bash scripts/gpu_final.sh
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b1-atomic-xsbf16,b1-nan,b1-nan-xsbf16,q8-b1-atomic,q8-b1-atomic-xsbf16" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  python3 -c "import json,sys; [print(r['model'], r['sync'], round(r['worst_ratio'],3), round(r['worst_rel'],5)) for r in map(json.loads, open(sys.argv[1]))]" $OUT/gpu_report.jsonl
   exit 0
 fi

@@ -134,6 +134,9 @@ class CodegenOptions:
     # HBM's share of an SM, so the pages that landed during a wait were never caught up on
     # (BENCHMARKS.md, eighteenth session). False: the plain layout, as before
     xs_planes: bool = True
+    # batch 1 (the weight-pipeline path): the staged input rounded to bf16 (as the tensor-core path
+    # stages it), half the consumers' shared-memory reads of it; False: fp32 (an experiment)
+    xs_bf16: bool = False
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -276,7 +279,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
                        LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
                                      and comb_loads <= COMB_EARLY_MAX),
-                       XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma))
+                       XS_PLANES=int(o.xs_planes and not o.xs_bf16 and plan.pipe_slots > 0 and not mma),
+                       XS_BF16=int(o.xs_bf16 and plan.pipe_slots > 0 and not mma))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

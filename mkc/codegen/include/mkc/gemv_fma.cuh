@@ -146,11 +146,25 @@ __device__ __forceinline__ void gemv_chunk(const Rows& rows, int nr, int c0, int
 // (4i) each lane's pair of float4s is 32 bytes from the next lane's, two wavefronts. Else 4i.
 template <int K, bool PL>
 __device__ __forceinline__ int xs_at4(int i) {
-  static_assert(!PL || K % 8 == 0, "two planes of whole 8-column words");
-  return PL ? (i & 1) * (K / 2) + 4 * (i >> 1) : 4 * i;
+  static_assert(!(PL && XS_PLANES) || K % 8 == 0, "two planes of whole 8-column words");
+  return PL && XS_PLANES ? (i & 1) * (K / 2) + 4 * (i >> 1) : 4 * i;
 }
 
-// Stage x[:, c0:c0+kch] into xs [B][KCH] (PL, batch 1 and the whole input: in planes, xs_at4). With NORM, stage x * w_norm and add each warp's sum of
+// Store float4 i of a staged input: in the weight pipeline's layout where PL (XS_BF16: as bf16, 4i
+// elements of a bf16 array, so a lane's 8 inputs of its word s are one 16-byte word; else xs_at4's
+// planes), else plain fp32 at 4i.
+template <int K, bool PL>
+__device__ __forceinline__ void put_x4(float* xs, int i, float4 v) {
+  if constexpr (PL && XS_BF16) {
+    const unsigned lo = (unsigned)mk_f32_to_bf16(v.x) | ((unsigned)mk_f32_to_bf16(v.y) << 16);
+    const unsigned hi = (unsigned)mk_f32_to_bf16(v.z) | ((unsigned)mk_f32_to_bf16(v.w) << 16);
+    *reinterpret_cast<uint2*>(reinterpret_cast<unsigned short*>(xs) + 4 * i) = make_uint2(lo, hi);
+  } else {
+    *reinterpret_cast<float4*>(xs + xs_at4<K, PL>(i)) = v;
+  }
+}
+
+// Stage x[:, c0:c0+kch] into xs [B][KCH] (PL, batch 1 and the whole input: the pipeline's layout, put_x4). With NORM, stage x * w_norm and add each warp's sum of
 // x^2 per batch row into ssp [NW][B]: the 1/rms factor is a per-row scalar applied to the dot
 // products afterwards, so the norm costs no extra pass over x before the weights stream.
 template <int K, int KCH, bool NORM, bool COMB, bool PL = false>
@@ -169,7 +183,8 @@ __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* n
         const unsigned w01 = mk_ld_weight4(nw + c0 + k), w23 = mk_ld_weight4(nw + c0 + k + 2);
         v.x *= mk_lo_bf16(w01); v.y *= mk_hi_bf16(w01); v.z *= mk_lo_bf16(w23); v.w *= mk_hi_bf16(w23);
       }
-      *reinterpret_cast<float4*>(xs + b * KCH + (PL ? xs_at4<K, PL>(i) : k)) = v;
+      if constexpr (PL) put_x4<K, true>(xs, i, v);
+      else *reinterpret_cast<float4*>(xs + b * KCH + k) = v;
     }
     if constexpr (NORM) {
       if (sum) {
@@ -272,7 +287,7 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
       v.x = fmaf(ws, a[it][s].x, v.x); v.y = fmaf(ws, a[it][s].y, v.y);
       v.z = fmaf(ws, a[it][s].z, v.z); v.w = fmaf(ws, a[it][s].w, v.w);
     }
-    *reinterpret_cast<float4*>(xs + xs_at4<K, XS_PLANES>(i)) = v;
+    put_x4<K, true>(xs, i, v);
   }
   return ok;
 }
@@ -305,7 +320,7 @@ __device__ __forceinline__ bool stage_x_polled(const Ctx& c, const Task& t, int 
       const unsigned w01 = mk_ld_weight4(nw + k), w23 = mk_ld_weight4(nw + k + 2);
       f.x *= mk_lo_bf16(w01); f.y *= mk_hi_bf16(w01); f.z *= mk_lo_bf16(w23); f.w *= mk_hi_bf16(w23);
     }
-    *reinterpret_cast<float4*>(xs + xs_at4<K, XS_PLANES>(i)) = f;
+    put_x4<K, true>(xs, i, f);
   }
   if constexpr (NORM) {
     ss = warp_sum(ss);
@@ -380,7 +395,7 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
       stage_x_comb<K>(c, t, -1, x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
     } else {
       attn_weights<COMB>(lse);
-      stage_x<K, K, NORM, COMB, XS_PLANES>(x, 0, K, nw, xs, ssp, true);
+      stage_x<K, K, NORM, COMB, true>(x, 0, K, nw, xs, ssp, true);
     }
     mk_barrier();
   }
