@@ -135,7 +135,10 @@ class CodegenOptions:
     # (BENCHMARKS.md, eighteenth session). False: the plain layout, as before
     xs_planes: bool = True
     # batch 1 (the weight-pipeline path): the staged input rounded to bf16 (as the tensor-core path
-    # stages it), half the consumers' shared-memory reads of it; False: fp32 (an experiment)
+    # stages it), half the consumers' shared-memory reads of it. Measured slower on the H200 (same
+    # call, BENCHMARKS.md eighteenth session): llama-3.2-1b b1 0.8006 -> 0.8291 ms/token, nan 1.0258 ->
+    # 1.0460, qwen3-8b b1 4.1143 -> 4.2967 (each product then converts both operands), within the
+    # numerics bound (worst 0.30 of it). Off; True: the experiment
     xs_bf16: bool = False
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
