@@ -250,8 +250,11 @@ DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 def kind_times(mk, steps: int = 8, sampling=None) -> dict:
     """A traced launch of ``steps`` steps: per task kind over the last half of them, the median time
     from a task's start (waits satisfied) to its end (outputs published), its median wait, its
-    marks' median offsets from the start, and the median step time (last end minus first wait)."""
+    marks' median offsets from the start (also by name, mkc.trace.MARKS), and the median step time
+    (last end minus first wait)."""
     import numpy as np
+
+    from mkc.trace import MARKS
 
     mk.reset()
     # MKC_TRACE_POS0: the traced launch's first position (0 by default), e.g. the mean position of
@@ -269,9 +272,13 @@ def kind_times(mk, steps: int = 8, sampling=None) -> dict:
         run = (en[half][:, idx] - st[half][:, idx]).ravel()
         wait = (st[half][:, idx] - ws[half][:, idx]).ravel()
         m = marks[half][:, idx, :] - st[half][:, idx, None]
+        med = np.nanmedian(m.reshape(-1, m.shape[-1]), axis=0)
+        names = MARKS.get(k, ())
         out[k] = dict(n=len(idx), run_us=float(np.nanmedian(run)), wait_us=float(np.nanmedian(wait)),
-                      marks_us=[round(float(x), 2) for x in np.nanmedian(m.reshape(-1, m.shape[-1]), axis=0)
-                                if not np.isnan(x)])
+                      marks_us=[round(float(x), 2) for x in med if not np.isnan(x)],
+                      # the same medians by name (mkc.trace.MARKS: e.g. a GEMV's "waiting for pages")
+                      marks=({nm: round(float(med[j]), 2) for j, nm in enumerate(names[: len(med)])
+                              if nm is not None and not np.isnan(med[j])}))
     step = [float(np.nanmax(en[s]) - np.nanmin(ws[s])) for s in range(steps // 2, steps)]
     out["step_us"] = float(np.median(step))
     return out
@@ -401,7 +408,7 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
         np.savez_compressed(cal.with_suffix(".npz"), stamps=np.stack(mk.trace()), marks=mk.trace_marks())
     if kt is not None:
         print(f"trace {variant}: step {kt['step_us']:.1f} us; " + "; ".join(
-            f"{k} x{v['n']} run {v['run_us']:.2f} wait {v['wait_us']:.2f} marks {v['marks_us']}"
+            f"{k} x{v['n']} run {v['run_us']:.2f} wait {v['wait_us']:.2f} marks {v['marks'] or v['marks_us']}"
             for k, v in kt.items() if k != "step_us"), flush=True)
     return dict(kinds=kt, test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method, steps=steps, max_seq=max_seq,
                 ms_per_token=ms_tok, ms_per_call=statistics.median(calls[5:]), floor_ms=floor,
