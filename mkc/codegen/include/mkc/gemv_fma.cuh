@@ -164,9 +164,10 @@ __device__ __forceinline__ void put_x4(float* xs, int i, float4 v) {
   }
 }
 
-// Stage x[:, c0:c0+kch] into xs [B][KCH] (PL, batch 1 and the whole input: the pipeline's layout, put_x4). With NORM, stage x * w_norm and add each warp's sum of
-// x^2 per batch row into ssp [NW][B]: the 1/rms factor is a per-row scalar applied to the dot
-// products afterwards, so the norm costs no extra pass over x before the weights stream.
+// Stage x[:, c0:c0+kch] into xs [B][KCH] (PL, batch 1 and the whole input: the pipeline's layout,
+// put_x4). With NORM, stage x * w_norm and add each warp's sum of x^2 per batch row into ssp
+// [NW][B]: the 1/rms factor is a per-row scalar applied to the dot products afterwards, so the norm
+// costs no extra pass over x before the weights stream.
 template <int K, int KCH, bool NORM, bool COMB, bool PL = false>
 __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* nw, float* xs, float* ssp, bool sum) {
   static_assert(!PL || (B == 1 && KCH == K), "planes: one batch row, staged whole");
