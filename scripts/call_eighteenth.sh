@@ -15,7 +15,8 @@
 # CALL=5 (final): the GPU tests of the megakernel and the token paths on the final kernels (planes, 12
 # pages); before (8 pages, the plain layout) and after on every row; `mkc bench` (torch.compile); the peer.
 # CALL=6: the sampling cost at batch 1 on the final kernels (scripts/bench_tokens.py), the prefill GPU tests, the peer.
-# CALL=7: the batch-1 staged input rounded to bf16 (CodegenOptions.xs_bf16): the batch-1 teacher-forced
+# CALL=7: the batch-1 staged input rounded to bf16 (CodegenOptions.xs_bf16, measured slower and removed:
+# the code is at 8337d20): the batch-1 teacher-forced
 # numerics tests on those kernels (their worst distances beside the fp32 input's), gpu_bench with and
 # without, the peer.
 # CALL=8: every GPU test of the megakernel and the token paths on the final kernels, the bench rows and `mkc bench`, the peer.

@@ -231,9 +231,6 @@ VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": Tr
 # wavefronts per 8 lanes' inputs), the baseline of the planes
 VARIANTS.update({f"{v}-noplanes": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xs_planes": False})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "q8-b1-nan", "b1-atomic-trace", "b1-atomic-pages12")})
-# batch 1: the staged input rounded to bf16 (CodegenOptions.xs_bf16), half the consumers' reads of it
-VARIANTS.update({f"{v}-xsbf16": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xs_bf16": True})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
 VARIANTS.update({f"{v}-pages{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_pages": n})
                  for v in ("b1-nan", "q8-b1-nan") for n in (8, 10, 12)})
 # the batch-1 kernels before this session's planes and pages (8 pages, the plain layout)

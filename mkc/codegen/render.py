@@ -134,12 +134,6 @@ class CodegenOptions:
     # HBM's share of an SM, so the pages that landed during a wait were never caught up on
     # (BENCHMARKS.md, eighteenth session). False: the plain layout, as before
     xs_planes: bool = True
-    # batch 1 (the weight-pipeline path): the staged input rounded to bf16 (as the tensor-core path
-    # stages it), half the consumers' shared-memory reads of it. Measured slower on the H200 (same
-    # call, BENCHMARKS.md eighteenth session): llama-3.2-1b b1 0.8006 -> 0.8291 ms/token, nan 1.0258 ->
-    # 1.0460, qwen3-8b b1 4.1143 -> 4.2967 (each product then converts both operands), within the
-    # numerics bound (worst 0.30 of it). Off; True: the experiment
-    xs_bf16: bool = False
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -282,8 +276,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
                        LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
                                      and comb_loads <= COMB_EARLY_MAX),
-                       XS_PLANES=int(o.xs_planes and not o.xs_bf16 and plan.pipe_slots > 0 and not mma),
-                       XS_BF16=int(o.xs_bf16 and plan.pipe_slots > 0 and not mma))
+                       XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

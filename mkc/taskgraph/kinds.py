@@ -30,7 +30,8 @@ attn        b, g, s                the n_rep query heads of kv head g for batch 
                                    T = pos + 1 and S = dims["attn_split"] (only the last split reaches
                                    pos); with P = dims["attn_split_pos"] the last ceil(T / P) splits
                                    share [0, pos] that way and the others are empty
-                                   (tiling.attn_split_range). S == 1: -> attn[l][b, g*n_rep*hd : (g+1)*n_rep*hd]; S > 1:
+                                   (tiling.attn_split_range).
+                                   S == 1: -> attn[l][b, g*n_rep*hd : (g+1)*n_rep*hd]; S > 1:
                                    the split's softmax-normalised output -> ao[l][b, s, same columns]
                                    and its log-sum-exp per head -> alse[l][b, s, g*n_rep : (g+1)*n_rep]
                                    (0 and -inf for a split with no positions).

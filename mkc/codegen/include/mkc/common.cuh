@@ -131,14 +131,6 @@ __device__ __forceinline__ void put_bf16x2(unsigned* p, float lo, float hi) {
   }
 }
 
-// dot product of 8 bf16 weights with 8 bf16 inputs (16-byte words each), the products in dot8's order
-__device__ __forceinline__ float dot8bb(const uint4 w, const uint4 x, float acc) {
-  acc = fmaf(mk_lo_bf16(w.x), mk_lo_bf16(x.x), acc); acc = fmaf(mk_hi_bf16(w.x), mk_hi_bf16(x.x), acc);
-  acc = fmaf(mk_lo_bf16(w.y), mk_lo_bf16(x.y), acc); acc = fmaf(mk_hi_bf16(w.y), mk_hi_bf16(x.y), acc);
-  acc = fmaf(mk_lo_bf16(w.z), mk_lo_bf16(x.z), acc); acc = fmaf(mk_hi_bf16(w.z), mk_hi_bf16(x.z), acc);
-  acc = fmaf(mk_lo_bf16(w.w), mk_lo_bf16(x.w), acc); acc = fmaf(mk_hi_bf16(w.w), mk_hi_bf16(x.w), acc);
-  return acc;
-}
 // dot product of 8 bf16 weights (one 16-byte load) with 8 floats: the GEMV and attention inner step
 __device__ __forceinline__ float dot8(const uint4 w, const float4 a, const float4 b, float acc) {
   acc = fmaf(mk_lo_bf16(w.x), a.x, acc); acc = fmaf(mk_hi_bf16(w.x), a.y, acc);

@@ -150,18 +150,10 @@ __device__ __forceinline__ int xs_at4(int i) {
   return PL && XS_PLANES ? (i & 1) * (K / 2) + 4 * (i >> 1) : 4 * i;
 }
 
-// Store float4 i of a staged input: in the weight pipeline's layout where PL (XS_BF16: as bf16, 4i
-// elements of a bf16 array, so a lane's 8 inputs of its word s are one 16-byte word; else xs_at4's
-// planes), else plain fp32 at 4i.
+// Store float4 i of a staged input: in the weight pipeline's layout where PL (xs_at4), else at 4i.
 template <int K, bool PL>
 __device__ __forceinline__ void put_x4(float* xs, int i, float4 v) {
-  if constexpr (PL && XS_BF16) {
-    const unsigned lo = (unsigned)mk_f32_to_bf16(v.x) | ((unsigned)mk_f32_to_bf16(v.y) << 16);
-    const unsigned hi = (unsigned)mk_f32_to_bf16(v.z) | ((unsigned)mk_f32_to_bf16(v.w) << 16);
-    *reinterpret_cast<uint2*>(reinterpret_cast<unsigned short*>(xs) + 4 * i) = make_uint2(lo, hi);
-  } else {
-    *reinterpret_cast<float4*>(xs + xs_at4<K, PL>(i)) = v;
-  }
+  *reinterpret_cast<float4*>(xs + xs_at4<K, PL>(i)) = v;
 }
 
 // Stage x[:, c0:c0+kch] into xs [B][KCH] (PL, batch 1 and the whole input: the pipeline's layout,

@@ -127,11 +127,7 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
       if (mine) {
         const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
         const uint4* wp = reinterpret_cast<const uint4*>(pipe_page(slot) + w * PIPE_COLS * 2);
-        if constexpr (XS_BF16) {
-          const uint4* xw = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(xs) + sl * PIPE_COLS);
-#pragma unroll 4
-          for (int s = lane; s < kw / 8; s += WARP) acc = dot8bb(wp[s], xw[s], acc);
-        } else if constexpr (XS_PLANES) {
+        if constexpr (XS_PLANES) {
           static_assert(K % 8 == 0 && PIPE_COLS % 8 == 0, "two planes of whole 8-column words");
           const float4* xa = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS / 2);
           const float4* xb = reinterpret_cast<const float4*>(xs + K / 2 + sl * PIPE_COLS / 2);
