@@ -241,6 +241,20 @@ VARIANTS.update({f"{v}-pages8": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_page
 # the traced kernels of the pipeline's depth and of more attention splits (eighteenth session)
 VARIANTS.update({f"{v}-trace": (*VARIANTS[v][:4], {**VARIANTS[v][4], "trace": True})
                  for v in ("b1-atomic-pages12", "b1-atomic-split16", "q8-b1-atomic-pages10")})
+# the batch-1 consumers a row per warp (CodegenOptions.pipe_ksplit False: the planes' layout), the
+# baseline of the K-split consumers (nineteenth session)
+VARIANTS.update({f"{v}-noks": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ksplit": False})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "q8-b1-nan", "b1-atomic-trace", "q8-b1-atomic-trace")})
+# the K-split consumers for some kinds only (CodegenOptions.pipe_ksplit, a mask of render.KSPLIT_BITS):
+# the chain's short tasks (qkv, o-proj, down), or all but the LM head
+VARIANTS.update({f"{v}-ks{tag}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ksplit": m})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-trace", "q8-b1-atomic-trace")
+                 for tag, m in (("chain", 1 | 2 | 8), ("nolm", 15), ("nogu", 1 | 2 | 8 | 16))})
+# at most N of the pipeline's bulk copies in flight (CodegenOptions.pipe_inflight)
+VARIANTS.update({f"{v}-if{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_inflight": n})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-noks", "q8-b1-atomic-noks", "b1-atomic-trace",
+                           "q8-b1-atomic-trace", "b8-atomic", "q8-b8-atomic")
+                 for n in (3, 4, 6, 8)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

@@ -504,7 +504,7 @@ def test_stage_poll_makes_the_staging_loads_the_polls():
     atomic = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=False))
     assert (on[1].const("STAGE_POLL"), off[1].const("STAGE_POLL"), atomic[1].const("STAGE_POLL")) == (1, 0, 0)
     assert on[1].const("LEAN_COMB") == 1  # o-proj's split outputs are staged (and polled) in one pass
-    assert "if (skip != nullptr && skip->covers(pr))" in on[0] and "stage_x_polled<K, NORM>" in on[0]
+    assert "if (skip != nullptr && skip->covers(pr))" in on[0] and "stage_x_polled<K, NORM, PL>" in on[0]
     tg8 = taskgraph("llama-3.2-1b", 8, 64)
     mma = generate(tg8, rr_schedule(tg8, "h200", "nan"), "h200", CodegenOptions(sampler=False))
     assert mma[1].const("STAGE_POLL") == 1 and "constexpr bool POLL = STAGE_POLL && NAN_MODE && !COMB;" in mma[0]

@@ -30,7 +30,7 @@ from mkc.taskgraph import names
 from mkc.taskgraph.ir import TaskGraph
 from mkc.taskgraph.kinds import args_of
 from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
-from mkc.taskgraph.plan import (DevicePlan, PlanKnobs, attn_preload, device_plan, sample_region,
+from mkc.taskgraph.plan import (PIPE_KS_FLUSH, DevicePlan, PlanKnobs, attn_preload, device_plan, sample_region,
                                sample_sizes, sample_smem)
 from mkc.codegen import tables as T
 from mkc.codegen.source import inline
@@ -48,6 +48,12 @@ COMB_EARLY_MAX = 16
 # from this batch on, lm_rows_at_once selects the LM-head tiles' candidates with a warp per row
 # (sampling.cuh lm_candidates_warps); below it the block-wide select has fewer rows to serialise
 CAND_WARP_ROWS = 4
+
+
+# CodegenOptions.pipe_ksplit's bits: the GEMV kinds (kinds.cuh KS_BIT; o-proj's bit is down's
+# where the heads' width equals the intermediate size)
+KSPLIT_BITS = {"qkv": 1, "oproj": 2, "gateup": 4, "down": 8, "lmhead": 16}
+KSPLIT_ALL = sum(KSPLIT_BITS.values())
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,15 @@ class CodegenOptions:
     # HBM's share of an SM, so the pages that landed during a wait were never caught up on
     # (BENCHMARKS.md, eighteenth session). False: the plain layout, as before
     xs_planes: bool = True
+    # batch 1 (the weight-pipeline path): the GEMV kinds (KSPLIT_BITS, a mask) whose consumer warps
+    # split each page's columns instead of taking a row each (pipe.cuh pipe_rows_ks), so a lane's
+    # inputs are read once per page for its 8 rows rather than once per row (their staged input is
+    # in the plain layout; xs_planes is for the others). 0 / False: a row per warp everywhere
+    pipe_ksplit: int = KSPLIT_ALL
+    # at most this many of the pipeline's bulk copies in flight (issued, not landed; 0: as many as
+    # the ring has free pages): the ring still fills while the consumers wait on an event, but
+    # while they stream, fewer bytes queue at HBM
+    pipe_inflight: int = 0
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -273,10 +288,17 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # the early combine: the pipeline path's o-proj (batch 1) over split attention, where a
     # thread's loads of the splits' outputs fit in COMB_EARLY_MAX float4 registers
     comb_loads = -(-NH * HD // 4 // NT) * ATT_SPLIT
+    # the K-split consumers where the plan has room for their partials (a plan saved before it had
+    # that room keeps a row per warp)
+    part_bytes = next((n for name, _, n in plan.regions if name == "OFF_PART"), 0)
+    ksplit = (o.pipe_ksplit and plan.pipe_slots > 0 and not mma
+              and part_bytes >= 4 * 2 * PIPE_KS_FLUSH * plan.pipe_rows * (NT // WARP))
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
                        LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
                                      and comb_loads <= COMB_EARLY_MAX),
-                       XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma))
+                       XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
+                       PIPE_KSPLIT=int(o.pipe_ksplit) if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
+                       PIPE_INFLIGHT=o.pipe_inflight if 0 < o.pipe_inflight < plan.pipe_slots else 0)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

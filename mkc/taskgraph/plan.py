@@ -29,6 +29,8 @@ GEMV_MMA, GEMV_FMA = "mma", "fma"
 # A pipeline page: PIPE_ROWS weight rows (one per consumer warp) of PIPE_COLS bf16 columns, 16 KiB
 PIPE_ROWS, PIPE_COLS = 8, 1024
 PIPE_PAGE = PIPE_ROWS * PIPE_COLS * 2
+# row groups whose warp partials the K-split consumers sum at once (pipe.cuh pipe_rows_ks)
+PIPE_KS_FLUSH = 2
 PIPE_MAX_SLOTS = 12
 # pages at most unless asked for others (PlanKnobs.pipe_pages), where they fit (b1: llama-3.2-1b 11,
 # qwen3-8b 10). While
@@ -316,6 +318,8 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
     if can_pipe and not mma and o.pipe is not False:
         KC = _align(k_max, 256)
         xs_bytes = f * B * KC
+        # the K-split consumers' warp partials (pipe.cuh pipe_rows_ks): two buffers of PIPE_KS_FLUSH row groups
+        part_n = max(part_n, 2 * PIPE_KS_FLUSH * PIPE_ROWS * NW)
     regions: list[tuple[str, int, int]] = []
     at = 0
     gemv = [("OFF_XS", xs_bytes), ("OFF_OUT", f * out_cap), ("OFF_PART", f * part_n), ("OFF_RS", f * B),

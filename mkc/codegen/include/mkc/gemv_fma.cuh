@@ -140,14 +140,14 @@ __device__ __forceinline__ void gemv_chunk(const Rows& rows, int nr, int c0, int
 }
 
 // Where float4 i of a batch-1 input (columns 4i..4i+3) sits in the weight pipeline's staged input
-// (PL: XS_PLANES): in two planes, columns 8s..8s+3 at 4s and 8s+4..8s+7 at K/2 + 4s, so the lanes
+// (PL: the planes, where XS_PLANES and the task's consumers take a row per warp): in two planes, columns 8s..8s+3 at 4s and 8s+4..8s+7 at K/2 + 4s, so the lanes
 // of a warp, which take consecutive 8-column words s of a weight row (pipe.cuh pipe_rows), read
 // their inputs as consecutive float4s, one shared-memory wavefront per 8 lanes; in the plain layout
 // (4i) each lane's pair of float4s is 32 bytes from the next lane's, two wavefronts. Else 4i.
 template <int K, bool PL>
 __device__ __forceinline__ int xs_at4(int i) {
-  static_assert(!(PL && XS_PLANES) || K % 8 == 0, "two planes of whole 8-column words");
-  return PL && XS_PLANES ? (i & 1) * (K / 2) + 4 * (i >> 1) : 4 * i;
+  static_assert(!PL || K % 8 == 0, "two planes of whole 8-column words");
+  return PL ? (i & 1) * (K / 2) + 4 * (i >> 1) : 4 * i;
 }
 
 // Store float4 i of a staged input: in the weight pipeline's layout where PL (xs_at4), else at 4i.
@@ -195,7 +195,7 @@ __device__ void stage_x(const float* x, int c0, int kch, const unsigned short* n
 // (render.py sets LEAN_COMB only where a thread's loads fit in registers.) POLL (STAGE_POLL, nan
 // mode): the loads are the wait's polls of the outputs and the log-sum-exps (wait_task's PollSkip:
 // every word is loaded again until it holds no sentinel); false (after the barrier) to stop.
-template <int K, bool POLL = false>
+template <int K, bool POLL = false, bool PL = true>
 __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev, const float* x, const float* lse,
                                              float* xs) {
   static_assert(B == 1 && K % 4 == 0 && HD % 4 == 0 && NH <= NT, "one batch row, whole float4s of a head");
@@ -280,7 +280,7 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
       v.x = fmaf(ws, a[it][s].x, v.x); v.y = fmaf(ws, a[it][s].y, v.y);
       v.z = fmaf(ws, a[it][s].z, v.z); v.w = fmaf(ws, a[it][s].w, v.w);
     }
-    put_x4<K, true>(xs, i, v);
+    put_x4<K, PL>(xs, i, v);
   }
   return ok;
 }
@@ -289,7 +289,7 @@ __device__ __forceinline__ bool stage_x_comb(const Ctx& c, const Task& t, int ev
 // polls (wait_task's PollSkip): each thread loads its float4s at once, loads the armed ones again
 // until none holds the sentinel, then stages them as stage_x does (the same products and sums in
 // the same order: the same bits). False to stop.
-template <int K, bool NORM>
+template <int K, bool NORM, bool PL = true>
 __device__ __forceinline__ bool stage_x_polled(const Ctx& c, const Task& t, int ev, const float* x, const unsigned short* nw,
                                                float* xs, float* ssp) {
   static_assert(B == 1 && K % 4 == 0, "one batch row of whole float4s");
@@ -313,7 +313,7 @@ __device__ __forceinline__ bool stage_x_polled(const Ctx& c, const Task& t, int 
       const unsigned w01 = mk_ld_weight4(nw + k), w23 = mk_ld_weight4(nw + k + 2);
       f.x *= mk_lo_bf16(w01); f.y *= mk_hi_bf16(w01); f.z *= mk_lo_bf16(w23); f.w *= mk_hi_bf16(w23);
     }
-    put_x4<K, true>(xs, i, f);
+    put_x4<K, PL>(xs, i, f);
   }
   if constexpr (NORM) {
     ss = warp_sum(ss);
@@ -361,6 +361,9 @@ template <int K, bool NORM, class Kind, bool COMB>
 __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
                                                const unsigned short* nw, const float* lse) {
   static_assert(B == 1 && K <= KC, "the weight pipeline stages the whole input of one batch row");
+  // this kind's consumers split the pages' columns (PIPE_KSPLIT, kinds.cuh KS_BIT: the input in the
+  // plain layout) or take a row per warp (the input in planes where XS_PLANES)
+  constexpr bool KS = (PIPE_KSPLIT & Kind::KS_BIT) != 0, PL = XS_PLANES && !KS;
   float* xs = smem_f(OFF_XS);
   float* out = smem_f(OFF_OUT);
   float* rs = smem_f(OFF_RS);
@@ -375,8 +378,8 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
     skip.ev = -1;
     if (!gemv_wait<NORM>(c, t, s_abort, ssp, &skip)) return false;
     bool ok;
-    if constexpr (COMB) ok = stage_x_comb<K, true>(c, t, skip.ev, x, lse, xs);
-    else ok = stage_x_polled<K, NORM>(c, t, skip.ev, x, nw, xs, ssp);
+    if constexpr (COMB) ok = stage_x_comb<K, true, PL>(c, t, skip.ev, x, lse, xs);
+    else ok = stage_x_polled<K, NORM, PL>(c, t, skip.ev, x, nw, xs, ssp);
     if (!ok) *s_abort = 1;
     mk_fence();  // acquire what the loads observed: the re-arm and the outputs after them
     mk_barrier();
@@ -385,10 +388,10 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
   } else {
     if (!gemv_wait<NORM>(c, t, s_abort, ssp)) return false;
     if constexpr (LEAN_COMB && COMB) {
-      stage_x_comb<K>(c, t, -1, x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
+      stage_x_comb<K, false, PL>(c, t, -1, x, lse, xs);  // one round trip to L2 (the barrier after it publishes xs)
     } else {
       attn_weights<COMB>(lse);
-      stage_x<K, K, NORM, COMB, true>(x, 0, K, nw, xs, ssp, true);
+      stage_x<K, K, NORM, COMB, PL>(x, 0, K, nw, xs, ssp, true);
     }
     mk_barrier();
   }
@@ -396,7 +399,8 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
   const int nblk = kd.blocks();
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);
-    pipe_rows<K>(c, nr, xs, out);
+    if constexpr (KS) pipe_rows_ks<K>(c, nr, xs, out, smem_f(OFF_PART));
+    else pipe_rows<K, PL>(c, nr, xs, out);
     mk_barrier();
     if (blk == 0) trace_mark(c, 1);  // the first block's dot products
     gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);

@@ -14,6 +14,7 @@ namespace mk {
 // heads, or a slice of one head) hold hr rows per head, QKV_ROWS / hr heads per block; a tile
 // crossing a head boundary (at most HD/2 pairs, HD rows <= QKV_ROWS) is one block.
 struct QkvKind {
+  static constexpr int KS_BIT = 1;  // PIPE_KSPLIT's bit (render.KSPLIT_BITS)
   const unsigned short *wq, *wk, *wv;
   int layer, h0, h1, p0, p1, hr, hb;
   __device__ bool uniform() const { return h1 - h0 == 1 || (p0 == 0 && p1 == HD / 2); }
@@ -128,6 +129,7 @@ struct QkvKind {
 // k0 of row 0 and LD = I the weight rows' stride (dispatch.cuh downk_kind picks prev and y)
 template <int K, int LD = K>
 struct ResidKind {
+  static constexpr int KS_BIT = LD == I ? 8 : 2;  // down (its rows are I long), else o-proj
   const unsigned short* w;
   const float* resid;
   float* y;
@@ -146,6 +148,7 @@ struct ResidKind {
 
 // gate/up + SiLU * up: rows of Wg and the same rows of Wu in one block
 struct GateUpKind {
+  static constexpr int KS_BIT = 4;
   const unsigned short *wg, *wu;
   float* y;
   int r0, r1, rb, nb;
@@ -182,6 +185,7 @@ __device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* 
 
 // final rmsnorm + LM head: logits rows [r0, r1) and the tile's (max, first argmax) per batch row
 struct LmHeadKind {
+  static constexpr int KS_BIT = 16;
   const unsigned short* w;
   float* logits;
   int r0, r1, rb;

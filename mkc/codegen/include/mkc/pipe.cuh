@@ -97,6 +97,17 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
               if (*s_abort) { pipe_drain(c, n); return false; }
             }
           }
+          if constexpr (PIPE_INFLIGHT > 0) {
+            // at most PIPE_INFLIGHT copies in flight: page n - PIPE_INFLIGHT has landed (its slot's
+            // use is still that page's: the slot is refilled only at page n - PIPE_INFLIGHT + PIPE_NS > n)
+            constexpr unsigned PIF = PIPE_INFLIGHT > 0 ? PIPE_INFLIGHT : 1;  // (no comparison with 0 to warn about)
+            if (n >= PIF) {
+              const unsigned m = n - PIF;
+              while (!mk_mbar_test(pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u)) {
+                if (*s_abort) { pipe_drain(c, n); return false; }
+              }
+            }
+          }
           const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
           if (lane == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(rows * kw * 2));
           mk_syncwarp();
@@ -112,8 +123,8 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
 
 // The consumers' side: out[j] = <row j, xs> for the nr rows of the current block (B = 1), in
 // the producer's page order; warp w takes row w of every page. xs is staged in two planes where
-// XS_PLANES (gemv_fma.cuh xs_at4): lane l's inputs of its word s are float4 s of each plane.
-template <int K>
+// PL (gemv_fma.cuh xs_at4): lane l's inputs of its word s are float4 s of each plane.
+template <int K, bool PL>
 __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs, float* out) {
   constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
   const int lane = lane_id(), w = warp_id();
@@ -127,7 +138,7 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
       if (mine) {
         const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
         const uint4* wp = reinterpret_cast<const uint4*>(pipe_page(slot) + w * PIPE_COLS * 2);
-        if constexpr (XS_PLANES) {
+        if constexpr (PL) {
           static_assert(K % 8 == 0 && PIPE_COLS % 8 == 0, "two planes of whole 8-column words");
           const float4* xa = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS / 2);
           const float4* xb = reinterpret_cast<const float4*>(xs + K / 2 + sl * PIPE_COLS / 2);
@@ -144,6 +155,77 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
     }
     acc = warp_sum(acc);
     if (lane == 0 && mine) out[r0 + w] = acc;
+  }
+}
+
+// K-split consumers (PIPE_KSPLIT): warp w takes columns [w * PCW, (w + 1) * PCW) of every row of
+// every page, lane l four of them. A lane's float4 of inputs is read once per page and used for the
+// page's 8 rows (each input word is read once per page instead of once per row: about 290
+// shared-memory wavefronts a page instead of 510; the bulk copies' order is unchanged). Each lane
+// sums 8 rows over the row group's K-slices in registers; a transposing butterfly leaves lane l with
+// row (l >> 2) & 7 summed over the warp, and the warps' partials go to part [2][PIPE_KS_FLUSH * 8][NW]:
+// every PIPE_KS_FLUSH row groups (and at the block's end) a block barrier, then the sums over the
+// warps in a fixed order into out (double buffered: the next flush's writes come after the next
+// barrier, which every thread reaches only after its sums). The staged input is in the plain
+// layout.
+constexpr int PCW = PIPE_COLS / NW;  // columns per warp of a page
+template <int K>
+__device__ __forceinline__ void pipe_rows_ks(const Ctx& c, int nr, const float* xs, float* out, float* part) {
+  static_assert(PIPE_ROWS == 8 && PCW == 4 * WARP && K % 4 == 0, "8-row pages, 4 columns per lane");
+  constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
+  const int lane = lane_id(), w = warp_id();
+  const int col = w * PCW + 4 * lane;
+  int g = 0;
+  for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS, ++g) {
+    float acc[PIPE_ROWS];
+#pragma unroll
+    for (int r = 0; r < PIPE_ROWS; ++r) acc[r] = 0.f;
+    for (int sl = 0; sl < NSL; ++sl) {
+      const unsigned n = c.pipe_n++;
+      const int slot = (int)(n % PIPE_NS);
+      pipe_wait(c, pipe_full(slot), (n / PIPE_NS) & 1u);
+      if (col < min(PIPE_COLS, K - sl * PIPE_COLS)) {
+        const float4 xv = *reinterpret_cast<const float4*>(xs + sl * PIPE_COLS + col);
+        const unsigned char* pg = pipe_page(slot) + col * 2;
+        // all 8 rows' loads at once, with no branch between them: the rows past `rows` hold a stale
+        // page's bytes, summed into accumulators that are never stored (the butterfly below adds
+        // only the same row's values)
+        uint2 wv[PIPE_ROWS];
+#pragma unroll
+        for (int r = 0; r < PIPE_ROWS; ++r) wv[r] = *reinterpret_cast<const uint2*>(pg + r * PIPE_LD * 2);
+#pragma unroll
+        for (int r = 0; r < PIPE_ROWS; ++r) {
+          acc[r] = fmaf(mk_lo_bf16(wv[r].x), xv.x, acc[r]); acc[r] = fmaf(mk_hi_bf16(wv[r].x), xv.y, acc[r]);
+          acc[r] = fmaf(mk_lo_bf16(wv[r].y), xv.z, acc[r]); acc[r] = fmaf(mk_hi_bf16(wv[r].y), xv.w, acc[r]);
+        }
+      }
+      mk_syncwarp();
+      if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
+    }
+    // transposing butterfly: after the exchanges over lane bits 4, 3, 2 a lane holds one row
+    // ((lane >> 2) & 7), then bits 1 and 0 add the four lanes that hold it
+    float a4[4], a2[2];
+    const bool h16 = lane & 16, h8 = lane & 8, h4 = lane & 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a4[i] = (h16 ? acc[i + 4] : acc[i]) + mk_shfl_xor(h16 ? acc[i] : acc[i + 4], 16);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) a2[i] = (h8 ? a4[i + 2] : a4[i]) + mk_shfl_xor(h8 ? a4[i] : a4[i + 2], 8);
+    float v = (h4 ? a2[1] : a2[0]) + mk_shfl_xor(h4 ? a2[0] : a2[1], 4);
+    v += mk_shfl_xor(v, 2);
+    v += mk_shfl_xor(v, 1);
+    float* pb = part + ((g / PIPE_KS_FLUSH) & 1) * (PIPE_KS_FLUSH * PIPE_ROWS * NW);
+    if ((lane & 3) == 0) pb[((g % PIPE_KS_FLUSH) * PIPE_ROWS + (lane >> 2)) * NW + w] = v;
+    if (g % PIPE_KS_FLUSH == PIPE_KS_FLUSH - 1 || r0 + PIPE_ROWS >= nr) {
+      mk_barrier();
+      const int rb = (g / PIPE_KS_FLUSH) * PIPE_KS_FLUSH * PIPE_ROWS, re = min(nr, r0 + PIPE_ROWS);
+      for (int j = rb + mk_tid(); j < re; j += NT) {
+        const float* pj = pb + (j - rb) * NW;
+        float s = 0.f;
+#pragma unroll
+        for (int u = 0; u < NW; ++u) s += pj[u];
+        out[j] = s;
+      }
+    }
   }
 }
 #endif

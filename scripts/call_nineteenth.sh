@@ -1,0 +1,25 @@
+# The nineteenth session's device calls (BENCHMARKS.md, "Nineteenth session"), after scripts/prebuild.py
+# on the CPU machine (--tests, and --variants ... --variant-max-seq 1024) and
+# `tar czf out/carry/cache.tgz .cache` (carry out/carry, .whl, .peer).
+# CALL=1: the batch-1 consumers split each page's columns (CodegenOptions.pipe_ksplit): the batch-1 GPU
+# numerics tests, gpu_bench with and without (-noks), traces, the peer. (Call 1 had the rows of a page
+# behind branches: each load waited for the one before; CALL=2 loads them at once.)
+[ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
+source scripts/gpu_env.sh
+export PYTHONPATH=$PYTHONPATH:$PWD/scripts
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+if [ "${CALL:-1}" = 1 ] || [ "${CALL:-1}" = 2 ]; then
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits tests/test_gpu_megakernel.py::test_generate_in_one_launch_matches_step_by_step tests/test_gpu_megakernel.py::test_teacher_forced_logits_other_attention_splits tests/test_gpu_megakernel.py::test_teacher_forced_logits_split_k_down" \
+  MKC_TEST_S=200 MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic-noks,b1-atomic,b1-nan-noks,b1-nan,b1-atomic-pages8;1024@b1-atomic-noks,b1-atomic;128@q8-b1-atomic-noks,q8-b1-atomic;128@b1-atomic-trace-noks,b1-atomic-trace,q8-b1-atomic-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
+# CALL=3: at most N bulk copies in flight (CodegenOptions.pipe_inflight) with and without the K-split
+# consumers, batch 1 and 8, qwen3-8b, traces, the peer.
+if [ "${CALL:-1}" = 3 ]; then
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b1-atomic-if4,b1-atomic-if6,b1-atomic-if8,b1-atomic-noks,b1-atomic-noks-if6,b1-nan,b1-nan-if6;128@q8-b1-atomic,q8-b1-atomic-if4,q8-b1-atomic-if6,q8-b1-atomic-noks;128@b8-atomic,b8-atomic-if3,b8-atomic-if4;128@b1-atomic-trace-if6,q8-b1-atomic-trace-if6" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
