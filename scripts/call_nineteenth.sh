@@ -23,3 +23,12 @@ if [ "${CALL:-1}" = 3 ]; then
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi
+# CALL=4: the K-split consumers for some kinds only (-kschain: qkv, o-proj, down; -ksnolm: all but
+# the LM head; -ksnogu: all but gate/up), llama-3.2-1b and qwen3-8b b1; b8 with 3 copies in flight again;
+# qwen3-8b traces with and without; the peer.
+if [ "${CALL:-1}" = 4 ]; then
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic-noks,b1-atomic,b1-atomic-kschain,b1-atomic-ksnolm,b1-atomic-ksnogu,b1-nan,b1-nan-kschain;128@q8-b1-atomic-noks,q8-b1-atomic,q8-b1-atomic-kschain,q8-b1-atomic-ksnolm,q8-b1-atomic-ksnogu;128@b8-atomic,b8-atomic-if3;128@q8-b1-atomic-trace-noks,q8-b1-atomic-trace" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
