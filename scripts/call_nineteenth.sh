@@ -32,3 +32,19 @@ if [ "${CALL:-1}" = 4 ]; then
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi
+# CALL=5: every GPU test on the final kernels (the K-split chain kinds at batch 1, 3 copies in flight
+# on the tensor-core path).
+if [ "${CALL:-1}" = 5 ]; then
+  MKC_TEST_S=540 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
+# CALL=6 (final numbers): before (-noks: a row per warp everywhere; -if0: no cap on the copies in
+# flight) and after on every row, qwen3-8b over 0..1023, traces; `mkc bench`; the sampling cost
+# (bench_tokens); the peer.
+if [ "${CALL:-1}" = 6 ]; then
+  MKC_TESTS=none MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic-noks,b1-atomic,b1-nan-noks,b1-nan,b8-atomic-if0,b8-atomic,b32-atomic;1024@b1-atomic-noks,b1-atomic;128@q8-b1-atomic-noks,q8-b1-atomic,q8-b8-atomic-if0,q8-b8-atomic;1024@q8-b1-atomic-noks,q8-b1-atomic;128@b1-atomic-trace,b8-atomic-trace" \
+  MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=110 MKC_ITERS=30 MKC_TOKENS_S=60 \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi

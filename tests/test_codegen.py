@@ -551,3 +551,41 @@ def test_stage_poll_inputs_are_written_whole_by_the_waited_events(name, batch):
     events = list(tg.events)
     events[e.id] = dataclasses.replace(e, regions=(cut, *rest))
     assert _staged_uncovered(dataclasses.replace(tg, events=tuple(events)))[(t.id, r.buffer)] == batch
+
+
+def test_pipe_ksplit_by_kind_and_copies_in_flight():
+    """CodegenOptions.pipe_ksplit (batch 1): the chain's kinds (qkv, o-proj, down) split the pages'
+    columns by default, each kind picks its consumers and its staged input's layout from its bit
+    (kinds.cuh KS_BIT), and the plan has room for their partials; a plan saved without that room
+    keeps a row per warp. pipe_inflight: 3 copies at most on the tensor-core path by default, no cap
+    at batch 1, and a cap as large as the ring is none."""
+    from dataclasses import replace
+
+    from mkc.codegen.render import KSPLIT_BITS, KSPLIT_CHAIN, PIPE_MMA_INFLIGHT
+    from mkc.taskgraph.plan import PIPE_KS_FLUSH, PIPE_ROWS
+
+    tg = taskgraph("llama-3.2-1b", 1, 64)
+    sched = rr_schedule(tg, "h200", "atomic")
+    src, cfg, _ = generate(tg, sched, "h200", CodegenOptions(sampler=False))
+    assert KSPLIT_CHAIN == KSPLIT_BITS["qkv"] | KSPLIT_BITS["oproj"] | KSPLIT_BITS["down"] == 11
+    assert (cfg.const("PIPE_KSPLIT"), cfg.const("XS_PLANES"), cfg.const("PIPE_INFLIGHT")) == (11, 1, 0)
+    assert "constexpr bool KS = (PIPE_KSPLIT & Kind::KS_BIT) != 0, PL = XS_PLANES && !KS;" in src
+    assert "static constexpr int KS_BIT = LD == I ? 8 : 2;" in src  # down, else o-proj
+    part = next(n for name, _, n in tg.plan.regions if name == "OFF_PART")
+    need = 4 * 2 * PIPE_KS_FLUSH * PIPE_ROWS * (tg.plan.threads // 32)
+    assert part >= need and tg.plan.pipe_slots == 11  # the partials cost no page
+    # every kind, none, or a saved plan without the room
+    assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_ksplit=31))[1].const("PIPE_KSPLIT") == 31
+    assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_ksplit=False))[1].const("PIPE_KSPLIT") == 0
+    small = tuple((n, o, 64 if n == "OFF_PART" else b) for n, o, b in tg.plan.regions)
+    old = replace(tg, plan=replace(tg.plan, regions=small))
+    assert generate(old, sched, "h200", CodegenOptions(sampler=False))[1].const("PIPE_KSPLIT") == 0
+    # copies in flight: batch 8 runs the tensor-core pipeline (5 pages)
+    tg8 = taskgraph("llama-3.2-1b", 8, 64)
+    s8 = rr_schedule(tg8, "h200", "atomic")
+    cfg8 = generate(tg8, s8, "h200", CodegenOptions(sampler=False))[1]
+    assert (cfg8.const("PIPE_INFLIGHT"), cfg8.const("PIPE_KSPLIT")) == (PIPE_MMA_INFLIGHT, 0)
+    assert generate(tg8, s8, "h200", CodegenOptions(sampler=False, pipe_inflight=0))[1].const("PIPE_INFLIGHT") == 0
+    ring = tg8.plan.pipe_slots
+    assert generate(tg8, s8, "h200", CodegenOptions(sampler=False, pipe_inflight=ring))[1].const("PIPE_INFLIGHT") == 0
+    assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_inflight=4))[1].const("PIPE_INFLIGHT") == 4

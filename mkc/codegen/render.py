@@ -54,6 +54,9 @@ CAND_WARP_ROWS = 4
 # where the heads' width equals the intermediate size)
 KSPLIT_BITS = {"qkv": 1, "oproj": 2, "gateup": 4, "down": 8, "lmhead": 16}
 KSPLIT_ALL = sum(KSPLIT_BITS.values())
+KSPLIT_CHAIN = KSPLIT_BITS["qkv"] | KSPLIT_BITS["oproj"] | KSPLIT_BITS["down"]
+# CodegenOptions.pipe_inflight's default on the tensor-core path
+PIPE_MMA_INFLIGHT = 3
 
 
 @dataclass(frozen=True)
@@ -143,12 +146,18 @@ class CodegenOptions:
     # batch 1 (the weight-pipeline path): the GEMV kinds (KSPLIT_BITS, a mask) whose consumer warps
     # split each page's columns instead of taking a row each (pipe.cuh pipe_rows_ks), so a lane's
     # inputs are read once per page for its 8 rows rather than once per row (their staged input is
-    # in the plain layout; xs_planes is for the others). 0 / False: a row per warp everywhere
-    pipe_ksplit: int = KSPLIT_ALL
+    # in the plain layout; xs_planes is for the others). 0 / False: a row per warp everywhere. By
+    # default the short tasks of the chain from one layer's down to the next o-proj (H200, same
+    # call: llama-3.2-1b b1 0.7976 ms/token with none, 0.7891 with every kind, 0.7826 with these;
+    # qwen3-8b b1 4.1131 / 4.1527 / 4.1254: where the streams are HBM-bound, faster consumers only
+    # leave more of the ring in flight)
+    pipe_ksplit: int = KSPLIT_CHAIN
     # at most this many of the pipeline's bulk copies in flight (issued, not landed; 0: as many as
     # the ring has free pages): the ring still fills while the consumers wait on an event, but
-    # while they stream, fewer bytes queue at HBM
-    pipe_inflight: int = 0
+    # while they stream, fewer bytes queue at HBM. None: PIPE_MMA_INFLIGHT on the tensor-core path
+    # (H200, llama-3.2-1b b8, two calls: 1.0050 -> 0.9839 and 1.0033 -> 0.9834 ms/token with 3 of
+    # its 5 pages), none at batch 1 (4, 6 or 8 of 11 pages: +10 %)
+    pipe_inflight: int | None = None
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -293,12 +302,13 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     part_bytes = next((n for name, _, n in plan.regions if name == "OFF_PART"), 0)
     ksplit = (o.pipe_ksplit and plan.pipe_slots > 0 and not mma
               and part_bytes >= 4 * 2 * PIPE_KS_FLUSH * plan.pipe_rows * (NT // WARP))
+    inflight = o.pipe_inflight if o.pipe_inflight is not None else (PIPE_MMA_INFLIGHT if mma else 0)
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
                        LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
                                      and comb_loads <= COMB_EARLY_MAX),
                        XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
                        PIPE_KSPLIT=int(o.pipe_ksplit) if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
-                       PIPE_INFLIGHT=o.pipe_inflight if 0 < o.pipe_inflight < plan.pipe_slots else 0)
+                       PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "
