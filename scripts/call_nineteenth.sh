@@ -35,7 +35,7 @@ fi
 # CALL=5: every GPU test on the final kernels (the K-split chain kinds at batch 1, 3 copies in flight
 # on the tensor-core path).
 if [ "${CALL:-1}" = 5 ]; then
-  MKC_TEST_S=540 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  MKC_TEST_S=${MKC_TEST_S:-540} MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi
 # CALL=6 (final numbers): before (-noks: a row per warp everywhere; -if0: no cap on the copies in
