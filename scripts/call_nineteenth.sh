@@ -48,3 +48,11 @@ if [ "${CALL:-1}" = 6 ]; then
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi
+# CALL=7: the pipeline's mbarrier waits spun on test_wait (CodegenOptions.pipe_spin), with and without a
+# cap of 6 copies in flight at batch 1; the peer.
+if [ "${CALL:-1}" = 7 ]; then
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b1-atomic-spin,b1-atomic-if6-spin,b1-nan,b1-nan-spin,b8-atomic,b8-atomic-spin;128@q8-b1-atomic,q8-b1-atomic-spin" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
