@@ -250,11 +250,6 @@ VARIANTS.update({f"{v}-noks": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ksplit
 VARIANTS.update({f"{v}-ks{tag}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ksplit": m})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-trace", "q8-b1-atomic-trace")
                  for tag, m in (("chain", 1 | 2 | 8), ("nolm", 15), ("nogu", 1 | 2 | 8 | 16))})
-# the pipeline's mbarrier waits spun on test_wait (CodegenOptions.pipe_spin)
-VARIANTS.update({f"{v}-spin": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_spin": True})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "b1-atomic-trace", "q8-b1-atomic-trace")})
-VARIANTS.update({f"{v}-if6-spin": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_spin": True, "pipe_inflight": 6})
-                 for v in ("b1-atomic", "q8-b1-atomic")})
 # at most N of the pipeline's bulk copies in flight (CodegenOptions.pipe_inflight)
 VARIANTS.update({f"{v}-if{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_inflight": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-noks", "q8-b1-atomic-noks", "b1-atomic-trace",

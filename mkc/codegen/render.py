@@ -158,9 +158,6 @@ class CodegenOptions:
     # (H200, llama-3.2-1b b8, two calls: 1.0050 -> 0.9839 and 1.0033 -> 0.9834 ms/token with 3 of
     # its 5 pages), none at batch 1 (4, 6 or 8 of 11 pages: +10 %)
     pipe_inflight: int | None = None
-    # the pipeline's waits on its mbarriers spin on a non-blocking test_wait instead of try_wait
-    # (which may suspend the thread past the phase's completion)
-    pipe_spin: bool = False
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -311,7 +308,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                                      and comb_loads <= COMB_EARLY_MAX),
                        XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
                        PIPE_KSPLIT=int(o.pipe_ksplit) if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
-                       PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0, PIPE_SPIN=int(o.pipe_spin))
+                       PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

@@ -28,16 +28,11 @@ __device__ __forceinline__ void* pipe_empty(int slot) { return mk_smem + OFF_MBA
 // producer elsewhere: after PIPE_TIMEOUT_NS the block raises the abort flag and traps, so the
 // launch fails with an error instead of hanging the GPU.
 constexpr unsigned long long PIPE_TIMEOUT_NS = 2000000000ull;
-// a page's mbarrier tested in a wait loop: mbarrier.try_wait (the thread may be suspended until the
-// phase completes or a time limit passes), or where PIPE_SPIN a non-blocking test_wait, spun
-__device__ __forceinline__ bool pipe_test(void* bar, unsigned parity) {
-  return PIPE_SPIN ? mk_mbar_test_now(bar, parity) : mk_mbar_test(bar, parity);
-}
 __device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned parity) {
   // (traced: a non-blocking first test, so the time a page took to land is counted)
   if (TRACE ? mk_mbar_test_now(bar, parity) : mk_mbar_test(bar, parity)) return;
   const unsigned long long t0 = mk_globaltimer();
-  while (!pipe_test(bar, parity)) {
+  while (!mk_mbar_test(bar, parity)) {
     if (mk_globaltimer() - t0 > PIPE_TIMEOUT_NS) {
       mk_st_relaxed(c.ws + WS_ABORT, 1u);
       mk_trap();
@@ -98,7 +93,7 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
             // waits are bounded (spin_limit); when one gives up, the block's abort flag tells this
             // loop to drain and stop. (A trap here would kill the launch before the consumers could
             // report which wait timed out.)
-            while (!pipe_test(pipe_empty(slot), (use - 1) & 1u)) {
+            while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u)) {
               if (*s_abort) { pipe_drain(c, n); return false; }
             }
           }
@@ -108,7 +103,7 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
             constexpr unsigned PIF = PIPE_INFLIGHT > 0 ? PIPE_INFLIGHT : 1;  // (no comparison with 0 to warn about)
             if (n >= PIF) {
               const unsigned m = n - PIF;
-              while (!pipe_test(pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u)) {
+              while (!mk_mbar_test(pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u)) {
                 if (*s_abort) { pipe_drain(c, n); return false; }
               }
             }
