@@ -57,3 +57,12 @@ if [ "${CALL:-1}" = 7 ]; then
   OUT=$OUT bash scripts/gpu_final.sh
   exit 0
 fi
+# CALL=8: where a sampling step's time goes at batch 1 (#16): `mkc run .builds/llama-b1 --trace` greedy, top-k 50
+# and top-p 0.9 (the build made by `mkc compile llama-3.2-1b --batch 1 --max-seq-len 1024 --out
+# .builds/llama-b1`, its kernels by `prebuild.py --build-dirs .builds/llama-b1 --trace`; carry .builds too); the peer.
+if [ "${CALL:-1}" = 8 ]; then
+  MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_TRACE=1 MKC_TRACE_S=60 \
+  MKC_TRACE_RUNS="greedy=;topk=--do-sample --top-k 50;topp=--do-sample --top-p 0.9" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
