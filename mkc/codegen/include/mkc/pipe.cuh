@@ -168,9 +168,9 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
 // warps in a fixed order into out (double buffered: the next flush's writes come after the next
 // barrier, which every thread reaches only after its sums). The staged input is in the plain
 // layout.
-constexpr int PCW = PIPE_COLS / NW;  // columns per warp of a page
 template <int K>
 __device__ __forceinline__ void pipe_rows_ks(const Ctx& c, int nr, const float* xs, float* out, float* part) {
+  constexpr int PCW = PIPE_COLS / NW;  // columns per warp of a page
   static_assert(PIPE_ROWS == 8 && PCW == 4 * WARP && K % 4 == 0, "8-row pages, 4 columns per lane");
   constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
   const int lane = lane_id(), w = warp_id();
