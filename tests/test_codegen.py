@@ -562,6 +562,7 @@ def test_pipe_ksplit_by_kind_and_copies_in_flight():
     from dataclasses import replace
 
     from mkc.codegen.render import KSPLIT_BITS, KSPLIT_CHAIN, PIPE_MMA_INFLIGHT
+    from mkc.errors import ScheduleError
     from mkc.taskgraph.plan import PIPE_KS_FLUSH, PIPE_ROWS
 
     tg = taskgraph("llama-3.2-1b", 1, 64)
@@ -577,6 +578,9 @@ def test_pipe_ksplit_by_kind_and_copies_in_flight():
     # every kind, none, or a saved plan without the room
     assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_ksplit=31))[1].const("PIPE_KSPLIT") == 31
     assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_ksplit=False))[1].const("PIPE_KSPLIT") == 0
+    assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_ksplit=True))[1].const("PIPE_KSPLIT") == 31
+    with pytest.raises(ScheduleError, match="pipe_ksplit=64: a mask of the GEMV kinds qkv 1, oproj 2"):
+        generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_ksplit=64))
     small = tuple((n, o, 64 if n == "OFF_PART" else b) for n, o, b in tg.plan.regions)
     old = replace(tg, plan=replace(tg.plan, regions=small))
     assert generate(old, sched, "h200", CodegenOptions(sampler=False))[1].const("PIPE_KSPLIT") == 0

@@ -146,7 +146,8 @@ class CodegenOptions:
     # batch 1 (the weight-pipeline path): the GEMV kinds (KSPLIT_BITS, a mask) whose consumer warps
     # split each page's columns instead of taking a row each (pipe.cuh pipe_rows_ks), so a lane's
     # inputs are read once per page for its 8 rows rather than once per row (their staged input is
-    # in the plain layout; xs_planes is for the others). 0 / False: a row per warp everywhere. By
+    # in the plain layout; xs_planes is for the others). 0 / False: a row per warp everywhere, True:
+    # every kind. By
     # default the short tasks of the chain from one layer's down to the next o-proj (H200, same
     # call: llama-3.2-1b b1 0.7976 ms/token with none, 0.7891 with every kind, 0.7826 with these;
     # qwen3-8b b1 4.1131 / 4.1527 / 4.1254: where the streams are HBM-bound, faster consumers only
@@ -299,15 +300,20 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     comb_loads = -(-NH * HD // 4 // NT) * ATT_SPLIT
     # the K-split consumers where the plan has room for their partials (a plan saved before it had
     # that room keeps a row per warp)
+    # (True: every kind, False: none, else a mask of KSPLIT_BITS)
+    ks_mask = KSPLIT_ALL if o.pipe_ksplit is True else int(o.pipe_ksplit)
+    if not 0 <= ks_mask <= KSPLIT_ALL:
+        raise ScheduleError(f"pipe_ksplit={o.pipe_ksplit!r}: a mask of the GEMV kinds "
+                            f"{', '.join(f'{k} {v}' for k, v in KSPLIT_BITS.items())} (0..{KSPLIT_ALL}), True or False")
     part_bytes = next((n for name, _, n in plan.regions if name == "OFF_PART"), 0)
-    ksplit = (o.pipe_ksplit and plan.pipe_slots > 0 and not mma
+    ksplit = (ks_mask and plan.pipe_slots > 0 and not mma
               and part_bytes >= 4 * 2 * PIPE_KS_FLUSH * plan.pipe_rows * (NT // WARP))
     inflight = o.pipe_inflight if o.pipe_inflight is not None else (PIPE_MMA_INFLIGHT if mma else 0)
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
                        LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
                                      and comb_loads <= COMB_EARLY_MAX),
                        XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
-                       PIPE_KSPLIT=int(o.pipe_ksplit) if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
+                       PIPE_KSPLIT=ks_mask if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
                        PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
