@@ -67,6 +67,22 @@ def bench(model: str, batch: int, steps: int, exact_too: bool = False) -> list[d
         t = greedy if smp is None else per_step(smp)
         rows_out.append(dict(model=model, batch=batch, what=f"decode, {name}", us_per_step=t * 1e6,
                              over_greedy_pct=100 * (t - greedy) / greedy))
+    # MKC_FILTER_OPTIONS='{"pipe_ksplit": 0};{...}': the filtered sampler's kernel alone built with
+    # these CodegenOptions fields too (the greedy kernel keeps its own), each timed on the filters
+    for spec in [x for x in os.environ.get("MKC_FILTER_OPTIONS", "").split(";") if x.strip()]:
+        import dataclasses
+
+        from mkc.codegen.render import generate
+
+        fo = dataclasses.replace(mk._options, **json.loads(spec))
+        src, cfg, _ = generate(mk.tg, mk.sched, mk.target, fo)
+        kept = mk._sampling_kernels.get("filter")
+        mk._sampling_kernels["filter"] = mk.driver.load(mk._compile(src, out_dir=None), cfg.kernel_name, cfg.smem_bytes)
+        for name in ("top-k 50", "top-p 0.9", "top-k 50 + top-p 0.9 + min-p 0.05"):
+            t = per_step(cases[name])
+            rows_out.append(dict(model=model, batch=batch, what=f"decode, {name}, filter kernel {spec}", us_per_step=t * 1e6,
+                                 over_greedy_pct=100 * (t - greedy) / greedy))
+        mk._sampling_kernels["filter"] = kept
     if exact_too:
         # the same build without the rejection sampler (CodegenOptions(sample_pdraw=False)): before/after
         from mkc.codegen.render import CodegenOptions

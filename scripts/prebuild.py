@@ -58,7 +58,8 @@ def test_sources(trace: bool = False):
     cases |= {("tiny-qwen3", 2, "atomic"), ("tiny-qwen3", 2, "nan")}
     # tests/test_gpu_tokens.py's batches
     cases |= {("tiny-llama", 4, "atomic"), ("tiny-llama", 4, "nan"), ("tiny-llama", 2, "atomic"),
-              ("tiny-llama", 2, "nan"), ("tiny-qwen3", 4, "nan"), ("tiny-qwen2", 2, "atomic")}
+              ("tiny-llama", 2, "nan"), ("tiny-qwen3", 4, "nan"), ("tiny-qwen2", 2, "atomic"),
+              ("llama-3.2-1b", 2, "atomic")}
     for m, b, s in sorted(cases):
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         # tests/test_gpu_tokens.py samples with atomic kernels
@@ -85,6 +86,10 @@ def test_sources(trace: bool = False):
     tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
     yield from kernels("test llama-3.2-1b b8 atomic lm_rows_at_once", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                        CodegenOptions(lm_rows_at_once=True))
+    # test_lmhead_tiles_candidates_are_their_largest_logits (batch 2: its default kernels, above)
+    tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"))
+    yield from kernels("test llama-3.2-1b b1 atomic tile_hist=False", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                       CodegenOptions(tile_hist=False))
     for m, b, s in TRACE_TEST_CASES if trace else ():
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         yield from kernels(f"test {m} b{b} {s} trace", tg, rr_schedule(tg, "h200", s), "h200",
@@ -189,6 +194,13 @@ def tokens_bench_sources():
             ((CodegenOptions(**json.loads(extra)),) if extra else ()):
         yield from kernels(f"tokens bench llama-3.2-1b b1 sample_pdraw={o.sample_pdraw} pdraw_bound={o.pdraw_bound}", tg,
                            rr_schedule(tg, "h200", "atomic"), "h200", o)
+    # $MKC_FILTER_OPTIONS (bench_tokens.py): the filtered sampler's kernel with those fields too
+    for spec in [x for x in os.environ.get("MKC_FILTER_OPTIONS", "").split(";") if x.strip()]:
+        from dataclasses import replace
+
+        src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), get_target("h200"),
+                               replace(CodegenOptions(), sampler=True, **json.loads(spec)))
+        yield f"tokens bench llama-3.2-1b b1 filter kernel {spec}", src, cfg.arch
     # batch 8 with one argmax task for all rows (MKC_TOKENS_LOWER='{"argmax_tasks": 1}'): the graph
     # before argmax went per row; the per-row kernels are the tests' (--tests)
     if extra:  # batch 8 with those options too (the per-row kernels of the tests' plan)

@@ -188,6 +188,45 @@ def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
     assert later >= 2, f"only {later} of 12 top-p 0.5 draws came from the rejection rounds"
 
 
+@pytest.mark.parametrize("batch,tile_hist", [(1, True), (1, False), (2, True)])
+def test_lmhead_tiles_candidates_are_their_largest_logits(batch, tile_hist):
+    """The candidate block every LM-head tile writes for a top-k step (sampling.cuh
+    lm_candidates_block, a row at a time below batch 4: the histogram select, CodegenOptions.tile_hist,
+    or the radix select) on llama-3.2-1b's ~972-token tiles: how many, the tile's 64 largest logits
+    sorted (their bits and indices), the order keys of the 64th and the 16th."""
+    import torch
+
+    from mkc.codegen.render import CodegenOptions
+    from mkc.sampling import Sampling
+    from mkc.taskgraph import names
+    from mkc.taskgraph.kinds import args_of
+    from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
+
+    hf = hf_models("llama-3.2-1b")
+    mk = megakernel(hf, batch, "atomic", options=CodegenOptions(tile_hist=tile_hist))
+    mk.decode(_rows(hf.vocab, [3] * batch, seed=17), 1, sampling=Sampling(temperature=1.0, top_k=50, seed=3))
+    lg = mk.logits().float().cpu()
+    b = mk.plan[names.LM_CAND]
+    cand = mk.driver.tensor(mk.buffers[names.LM_CAND], 0, b.shape).cpu()  # (one copy: written every sampling step)
+
+    def key(x):  # sampling.cuh order_key of an fp32 value
+        u = int(x.view(torch.int32)) & 0xFFFFFFFF
+        return (~u & 0xFFFFFFFF) if u >> 31 else u | 1 << 31
+
+    tiles = sorted((args_of(t).t, args_of(t).r0, args_of(t).r1) for t in mk.tg.tasks if t.kind == "lmhead")
+    assert all(r1 - r0 > LM_CAND for _, r0, r1 in tiles)
+    for t, r0, r1 in tiles:
+        for row in range(batch):
+            blk = cand[row, LM_CAND_WORDS * t: LM_CAND_WORDS * (t + 1)]
+            pairs = blk[LM_CAND_HEAD:].view(LM_CAND, 2)
+            kept = pairs[:, 0].contiguous().view(torch.float32)
+            want = lg[row, r0:r1].topk(LM_CAND)
+            assert int(blk[0]) == LM_CAND, (t, row)
+            assert torch.equal(kept, want.values), (t, row)  # sorted, largest first
+            assert torch.equal(kept, lg[row, pairs[:, 1].long()]), (t, row)  # the bits are the logits at those indices
+            assert int(blk[1]) & 0xFFFFFFFF == key(kept[-1]) and int(blk[2]) & 0xFFFFFFFF == key(kept[LM_PREF - 1]), (t, row)
+
+
 def test_candidate_path_at_batch_8_with_a_warp_per_row():
     """From batch 4 each LM-head tile selects its candidates with a warp per row (sampling.cuh
     lm_candidates_warps): on llama-3.2-1b's cut tiles, every row's top-k draw equals the reference's."""

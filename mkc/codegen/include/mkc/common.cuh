@@ -18,7 +18,7 @@ struct Ctx {
   // page n is slot n % PIPE_SLOTS in its (n / PIPE_SLOTS)-th use
   mutable unsigned pipe_n;
   // TRACE, PIPE_SLOTS: ns this thread spent in pipe_wait on pages that had not landed, since the
-  // task began (thread 0's figure goes to the task's last trace mark: trace_pipe_wait)
+  // task began (each warp's lane 0 counts for its warp; the longest goes to the task's last trace mark: trace_pipe_wait)
   mutable unsigned long long pipe_late_ns;
 };
 
@@ -149,11 +149,12 @@ __device__ __forceinline__ void trace_mark(const Ctx& c, int k) {
 }
 
 // The end of a GEMV task on the weight pipeline (TRACE builds): its last mark (stamp 7) is its start
-// plus the time thread 0 waited for pages that had not landed yet (mkc.trace.MARKS "waiting for
-// pages"); then the count restarts for the next task.
+// plus the longest time a warp waited for pages that had not landed yet (mkc.trace.MARKS "waiting
+// for pages"; each warp's lane 0 counts for its warp: a maximum of the block's own record, so the
+// block scope of mk_smem_max_u64 covers it); then the count restarts for the next task.
 __device__ __forceinline__ void trace_pipe_wait(const Ctx& c) {
   if constexpr (TRACE) {
-    if (mk_tid() == 0 && c.trace_rec != nullptr) c.trace_rec[7] = c.trace_rec[1] + c.pipe_late_ns;
+    if ((mk_tid() & (WARP - 1)) == 0 && c.trace_rec != nullptr) mk_smem_max_u64(c.trace_rec + 7, c.trace_rec[1] + c.pipe_late_ns);
     c.pipe_late_ns = 0;
   }
 }

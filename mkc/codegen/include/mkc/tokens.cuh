@@ -74,14 +74,33 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   int* ctl = tok_ctl(c);
   int* stream = tok_stream(c);
   if (tid == 0) *s_all = 1;
-  for (int b = b0 + s_warp(); b < b1; b += NW) {
+  if (b1 - b0 == 1) {
+    // one row (a task per row, and batch 1): a thread per tile, every partial's load in flight at
+    // once (a warp over the tiles waited ~NTILES / 32 L2 round trips on the step's critical path),
+    // then the warps' winners (argmax_merge is a total order: any grouping gives the same winner)
     float v = -INFINITY;
     int i = 0x7fffffff;
-    for (int j = lane; j < NTILES; j += WARP) argmax_merge(v, i, mk_ld_act(pv + b * NTILES + j), mk_ld_int(pi + b * NTILES + j));
+    for (int j = tid; j < NTILES; j += NT) argmax_merge(v, i, mk_ld_act(pv + b0 * NTILES + j), mk_ld_int(pi + b0 * NTILES + j));
     warp_argmax(v, i);
-    if (lane == 0) { s_tok[b] = i; s_max[b] = v; }
+    float* wv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
+    int* wi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);
+    if (lane == 0) { wv[s_warp()] = v; wi[s_warp()] = i; }
+    mk_barrier();
+    if (tid == 0) {
+      for (int w = 1; w < NW; ++w) argmax_merge(v, i, wv[w], wi[w]);  // thread 0's v, i: warp 0's winner
+      s_tok[b0] = i; s_max[b0] = v;
+    }
+  } else {
+    for (int b = b0 + s_warp(); b < b1; b += NW) {
+      float v = -INFINITY;
+      int i = 0x7fffffff;
+      for (int j = lane; j < NTILES; j += WARP) argmax_merge(v, i, mk_ld_act(pv + b * NTILES + j), mk_ld_int(pi + b * NTILES + j));
+      warp_argmax(v, i);
+      if (lane == 0) { s_tok[b] = i; s_max[b] = v; }
+    }
   }
   mk_barrier();
+  trace_mark(c, 0);  // the tiles' partials merged
   if (SAMPLE_FILTER && (flags & TOKF_FILTER)) {  // the filtered sampler's build only (CodegenOptions.sample_filter)
     const Sampler smp = tok_sampler(c);
     for (int r = 0; r < AMAX_ROWS; ++r) {
