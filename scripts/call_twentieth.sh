@@ -1,4 +1,5 @@
 # The twentieth session's device calls (BENCHMARKS.md, "Twentieth session"), after scripts/prebuild.py
+# (calls 1-3 measured CodegenOptions.tile_hist, removed after call 3: it did not pay; its code is at 48eb921)
 # on the CPU machine and `tar czf out/carry/cache.tgz .cache` (carry out/carry, .whl, .peer, and
 # .base: a copy of the base commit's tree whose kernels the same cache holds, for before/after in one call).
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
@@ -49,5 +50,27 @@ if [ "${CALL:-1}" = 2 ]; then
   OUT=$OUT bash scripts/gpu_final.sh
   base_tokens 2
   (cd "$OUT" && tar czf /tmp/pack.tgz . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+  exit 0
+fi
+# CALL=3 (final numbers; the peer): base and now on the sampling cost (base, now, base again) and
+# the greedy b1 loop, every #13 row, a top-k trace. Results packed.
+if [ "${CALL:-1}" = 3 ]; then
+  base_tokens 1
+  base_ab b1-atomic 128
+  MKC_TESTS=none MKC_TOKENS_S=90 MKC_PEER_S=100 \
+  MKC_AB_S=200 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
+  MKC_FILTER_OPTIONS='{"tile_hist": false}' \
+  MKC_TRACE=1 MKC_TRACE_S=40 MKC_TRACE_RUNS="topk=--do-sample --top-k 50" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  base_tokens 2
+  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+  exit 0
+fi
+# CALL=4: every GPU test on the final kernels; `mkc bench`; the peer.
+if [ "${CALL:-1}" = 4 ]; then
+  MKC_TEST_S=${MKC_TEST_S:-330} MKC_AB=none MKC_NO_TOKENS=1 MKC_PEER_S=100 \
+  MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 MKC_ITERS=30 \
+  OUT=$OUT bash scripts/gpu_final.sh
+  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
   exit 0
 fi

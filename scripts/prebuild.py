@@ -86,10 +86,6 @@ def test_sources(trace: bool = False):
     tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
     yield from kernels("test llama-3.2-1b b8 atomic lm_rows_at_once", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                        CodegenOptions(lm_rows_at_once=True))
-    # test_lmhead_tiles_candidates_are_their_largest_logits (batch 2: its default kernels, above)
-    tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"))
-    yield from kernels("test llama-3.2-1b b1 atomic tile_hist=False", tg, rr_schedule(tg, "h200", "atomic"), "h200",
-                       CodegenOptions(tile_hist=False))
     for m, b, s in TRACE_TEST_CASES if trace else ():
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         yield from kernels(f"test {m} b{b} {s} trace", tg, rr_schedule(tg, "h200", s), "h200",

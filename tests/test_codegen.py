@@ -480,22 +480,6 @@ def test_tile_warp_adds_selects_the_tiles_counting():
     assert amd[1].const("TILE_WARP_ADDS") == 0 and "__match_any_sync" not in amd[0]
 
 
-def test_tile_hist_selects_the_tiles_candidates_by_a_histogram():
-    """CodegenOptions.tile_hist (on): below batch 4 an LM-head tile finds its rows' 64 largest logits with
-    a histogram of d = max - logit, one collecting pass and a rank (sampling.cuh tile_hist_select),
-    with the radix select as its fallback; off, the radix select alone. Either reads the tile's
-    logits from its GEMV's output block in shared memory where that block held the whole tile and lies
-    clear of the sampler's scratch (TILE_OUT_KEYS), as at llama-3.2-1b's 976-row tiles at batch 1."""
-    tg = taskgraph("llama-3.2-1b", 1, 64)
-    on = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True))
-    off = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=True, tile_hist=False))
-    assert (on[1].const("TILE_HIST"), off[1].const("TILE_HIST")) == (1, 0) and CodegenOptions().tile_hist is True
-    assert "if (tile_hist_select(c, keys, n, r0, o, b)) continue;" in on[0]
-    k = on[1].const
-    assert k("LM_ROWS") <= k("RESID_RB") and k("OFF_OUT") >= k("SAMPLE_BASE") + k("SAMPLE_SMEM")  # TILE_OUT_KEYS holds
-    assert "if constexpr (TILE_OUT_KEYS) return smem_f(OFF_OUT)[i * B + b];" in on[0]
-
-
 def test_mma_hold_keeps_the_accumulators_across_chunks():
     """CodegenOptions.mma_hold (None: from batch 16): tensor-core tasks of one block of few tiles keep
     their accumulators across K-chunks (gemv_mma.cuh HOLD_TILES); False sums the partials per chunk."""

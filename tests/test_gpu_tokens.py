@@ -188,22 +188,21 @@ def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
     assert later >= 2, f"only {later} of 12 top-p 0.5 draws came from the rejection rounds"
 
 
-@pytest.mark.parametrize("batch,tile_hist", [(1, True), (1, False), (2, True)])
-def test_lmhead_tiles_candidates_are_their_largest_logits(batch, tile_hist):
+@pytest.mark.parametrize("batch", [1, 2])
+def test_lmhead_tiles_candidates_are_their_largest_logits(batch):
     """The candidate block every LM-head tile writes for a top-k step (sampling.cuh
-    lm_candidates_block, a row at a time below batch 4: the histogram select, CodegenOptions.tile_hist,
-    or the radix select) on llama-3.2-1b's ~972-token tiles: how many, the tile's 64 largest logits
-    sorted (their bits and indices), the order keys of the 64th and the 16th."""
+    lm_candidates_block: a row at a time below batch 4, with block barriers) on llama-3.2-1b's
+    ~972-token tiles: how many, the tile's 64 largest logits sorted (their bits and indices), the
+    order keys of the 64th and the 16th."""
     import torch
 
-    from mkc.codegen.render import CodegenOptions
     from mkc.sampling import Sampling
     from mkc.taskgraph import names
     from mkc.taskgraph.kinds import args_of
     from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
 
     hf = hf_models("llama-3.2-1b")
-    mk = megakernel(hf, batch, "atomic", options=CodegenOptions(tile_hist=tile_hist))
+    mk = megakernel(hf, batch, "atomic")
     mk.decode(_rows(hf.vocab, [3] * batch, seed=17), 1, sampling=Sampling(temperature=1.0, top_k=50, seed=3))
     lg = mk.logits().float().cpu()
     b = mk.plan[names.LM_CAND]

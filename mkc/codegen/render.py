@@ -87,11 +87,6 @@ class CodegenOptions:
     # tile's logits fall in a few bins, where 32 lanes' adds to one word serialise (targets with a
     # warp match: NVIDIA; elsewhere the loops of one add per lane)
     tile_warp_adds: bool = True
-    # the LM-head tile's candidates (a row at a time, below batch 4) by a histogram of d = the tile's
-    # largest logit - logit in bins of 1/16, then one collecting pass and a rank of the collected
-    # tokens: about 5 block barriers instead of the radix select's 4 passes (~20), which stays the
-    # fallback (a reaching bin past d = 16, or more than TILE_HIST_CAP tokens to rank)
-    tile_hist: bool = True
     # tensor-core GEMV with the weight pipeline: a task whose rows are one block of at most 16
     # floats of accumulators per warp (1 tile at batch 32, 2 at 16, 4 at 8) keeps them across its
     # K-chunks and sums the warps' partials once, instead of once per chunk (gemv_mma.cuh
@@ -359,7 +354,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
-        LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match), TILE_HIST=int(o.tile_hist),
+        LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold),
         OPAQUE_TID=int(o.opaque_tid),
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),

@@ -67,7 +67,7 @@ constexpr int SM_CV = SM_CZ + 4 * SNB;
 constexpr int SM_SZ = SM_CV + 4 * SNB;          // the collected bin sorted (descending key): logit, weight
 constexpr int SM_SW = SM_SZ + 4 * SNB;
 constexpr int SM_PAIR = SM_A + (SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 * SNB);  // per-warp (score, index), up to 64 warps
-constexpr int SM_RES = SM_PAIR + 512;      // u64: chosen digit/bin, weight above it, target; int: drawn token, cut key; u32: collected count; int: failed, all-stopped; u32: tokens above the bin
+constexpr int SM_RES = SM_PAIR + 512;      // u64: chosen digit/bin, weight above it, target; u32: collected count; int: all-stopped
 constexpr int SM_LVL = SM_RES + 48;        // the histogram select's levels: float lo [3], float scale [3], int bin [3]
 constexpr int SM_ROW = SM_LVL + 48;        // per row: token [B] then the largest raw logit [B]
 static_assert(SM_ROW + 8 * B <= SAMPLE_BASE + SAMPLE_SMEM, "render.sample_smem must cover the sampler's scratch");
@@ -337,15 +337,7 @@ __device__ __forceinline__ unsigned hist_select(const Scan& scan, unsigned pos, 
     if (nb <= (unsigned)SNB) {
       // collect the bin's tokens (drawing over those ranked above it), sort them by key (descending;
       // ties by slot), read off the threshold
-      // the tokens ranked above the bin that the draw covers go to a list (the level's bins are
-      // dead: bmass's bytes) while it has room, and their noise is drawn after the pass, one token
-      // a thread: inline, a warp whose lanes hold such tokens in several of their slots ran the
-      // 10-round Philox once per slot (most of this pass's 3.8 us in a top-k trace); past the
-      // list's room, inline as before. argmax_merge is a total order: the same winner either way.
-      float* az = reinterpret_cast<float*>(bmass);
-      int* av = reinterpret_cast<int*>(bmass) + SNB;
-      unsigned* nab = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 44);
-      if (tid == 0) { *ncol = 0; *nab = 0; }
+      if (tid == 0) *ncol = 0;
       mk_barrier();
       const unsigned keep = max(lo, mkey);
       float best = -INFINITY;
@@ -358,13 +350,10 @@ __device__ __forceinline__ unsigned hist_select(const Scan& scan, unsigned pos, 
           const unsigned sl = mk_smem_add_u32(ncol, 1u);
           if (sl < (unsigned)SNB) { cz[sl] = z; cv[sl] = v; }
         } else if (r < 0 && drawing && key >= keep) {
-          const unsigned sl = mk_smem_add_u32(nab, 1u);
-          if (sl < (unsigned)SNB) { az[sl] = z; av[sl] = v; }
-          else argmax_merge(best, bi, z + gumbel_at(pos, seed_lo, seed_hi, row, v), v);
+          argmax_merge(best, bi, z + gumbel_at(pos, seed_lo, seed_hi, row, v), v);
         }
       });
       mk_barrier();
-      for (int i = tid; i < min((int)*nab, SNB); i += NT) argmax_merge(best, bi, az[i] + gumbel_at(pos, seed_lo, seed_hi, row, av[i]), av[i]);
       mark(3);  // the bin collected (and the tokens above it drawn over)
       const int n = min((int)*ncol, SNB);
       for (int i = tid; i < n; i += NT) {
@@ -505,22 +494,12 @@ __device__ __forceinline__ void cand_collect(int pass, int i0, int step, int n, 
 }
 // Slot sl of the collected candidates into the tile's block o at its rank (keys above it, and equal
 // keys at lower indices), or an unused slot cleared.
-// ``parts`` threads (adjacent lanes, parts a power of two <= WARP, every lane of the warp calling)
-// rank a slot together, each over every parts-th slot.
-template <int PARTS = 1>
-__device__ __forceinline__ void cand_write(int* o, const unsigned* ckey, const int* cidx, int used, int n, int sl, int part = 0) {
-  int r = 0;
+__device__ __forceinline__ void cand_write(int* o, const unsigned* ckey, const int* cidx, int used, int n, int sl) {
   if (sl < used) {
     const unsigned k = ckey[sl];
     const int v = cidx[sl];
-    for (int j = part; j < used; j += PARTS) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
-  }
-#pragma unroll
-  for (int m = 1; m < PARTS; m <<= 1) r += mk_shfl_xor_i(r, m);
-  if (part != 0) return;
-  if (sl < used) {
-    const unsigned k = ckey[sl];
-    const int v = cidx[sl];
+    int r = 0;
+    for (int j = 0; j < used; ++j) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
     o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);  // the logit's bits
     o[LM_CAND_HEAD + 1 + 2 * r] = v;
     if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;  // (then used >= LM_PREF: some slot ranks there)
@@ -536,108 +515,6 @@ __device__ __forceinline__ void cand_write(int* o, const unsigned* ckey, const i
 // index) pairs sorted by key (descending; ties by index; -1: unused). Ties at the cut are kept
 // while slots remain: argmax trusts the candidates only above every cut tile's smallest kept key,
 // and the first LM_PREF of each tile above every tile's LM_PREF-th key. Block-wide.
-// The histogram select of one row's tile candidates (TILE_HIST; the tile has more than LM_CAND
-// logits, whose keys are in ``keys``, their largest in res[3]): counts of d = zmax - z in 256 bins
-// of 1/16 (monotone in the key: the bins from the top are top sets), the bin where the count from
-// the top reaches LM_CAND, every token of it and above collected (at most TILE_HIST_CAP), each
-// ranked by (key descending, index ascending), the first LM_CAND written as lm_candidates_block
-// writes them (the same LM_CAND tokens, cut and LM_PREF-th key). False (every thread) when the
-// radix select must do it: the largest logit is not finite, the bin is the open last one, or it
-// leaves more than TILE_HIST_CAP tokens. Block-wide.
-constexpr int TILE_RA = SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 * SNB;  // region A's bytes
-constexpr int TILE_HIST_CAP0 = (TILE_RA - 4 * LM_ROWS - 4 * 260) / 8;
-constexpr int TILE_HIST_CAP = TILE_HIST_CAP0 > 256 ? 256 : TILE_HIST_CAP0;
-constexpr float TILE_BIN = 16.0f;  // bins per unit of d
-// The tile's logits are still in its GEMV's output block (OFF_OUT, out[j * B + b]) when it was one
-// row block and the block lies clear of the sampler's scratch: the tails read them there, not back
-// from L2 (a round trip of ~1.5 us while the other SMs stream weights)
-constexpr bool TILE_OUT_KEYS = LM_ROWS <= RESID_RB &&
-                               (OFF_OUT >= SAMPLE_BASE + SAMPLE_SMEM || OFF_OUT + 4 * LM_ROWS * B <= SAMPLE_BASE);
-__device__ __forceinline__ float tile_logit(const float* lgb, int b, int r0, int i) {
-  if constexpr (TILE_OUT_KEYS) return smem_f(OFF_OUT)[i * B + b];
-  else return lgb[(size_t)b * V + r0 + i];
-}
-__device__ __forceinline__ int tile_bin(unsigned key, float zmax) {
-  const float x = floorf((zmax - mk_bits_f32(key_bits(key))) * TILE_BIN);
-  return x >= 0.0f && x < 255.0f ? (int)x : 255;  // NaN (a NaN logit, or -inf's d): the last bin
-}
-__device__ __forceinline__ bool tile_hist_select(const Ctx& c, unsigned* keys, int n, int r0, int* o, int b) {
-  unsigned* hist = keys + LM_ROWS;
-  unsigned* res = hist + 256;  // bin, count above it, slots taken, the largest key
-  unsigned* hkey = res + 4;
-  int* hidx = reinterpret_cast<int*>(hkey + TILE_HIST_CAP);
-  const int tid = s_tid(), lane = s_lane();
-  const float zmax = mk_bits_f32(key_bits(res[3]));
-  if (!(fabsf(zmax) <= 3.0e38f)) return false;  // every thread reads the same res[3]: no one is left in a barrier
-  if constexpr (TILE_WARP_ADDS != 0) {
-    for (int i0 = tid - lane; i0 < n; i0 += NT) {  // whole warps (mk_warp_count)
-      const int i = i0 + lane;
-      mk_warp_count(hist, i < n ? (unsigned)tile_bin(keys[i], zmax) : 0u, i < n);
-    }
-  } else {
-    for (int i = tid; i < n; i += NT) mk_smem_add_u32(hist + tile_bin(keys[i], zmax), 1u);
-  }
-  mk_barrier();
-  if (s_warp() == 0) {  // lane l: bins 8l .. 8l + 7 from the top; the first where the count reaches LM_CAND
-    constexpr int PER = 256 / WARP;
-    unsigned own = 0;
-#pragma unroll
-    for (int j = 0; j < PER; ++j) own += hist[lane * PER + j];
-    unsigned incl = own;
-    for (int off = 1; off < WARP; off <<= 1) {
-      const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
-      if (lane >= off) incl += o2;
-    }
-    unsigned acc = incl - own;
-    if (acc < (unsigned)LM_CAND && acc + own >= (unsigned)LM_CAND) {
-      for (int j = 0; j < PER; ++j) {
-        if (acc + hist[lane * PER + j] >= (unsigned)LM_CAND) { res[0] = (unsigned)(lane * PER + j); res[1] = acc; break; }
-        acc += hist[lane * PER + j];
-      }
-    }
-    if (lane == 0) res[2] = 0;
-  }
-  mk_barrier();
-  const int bin = (int)res[0];
-  const int m = (int)(res[1] + hist[bin]);
-  if (b == 0) trace_mark(c, 3);  // row 0's reaching bin
-  if (bin == 255 || m > TILE_HIST_CAP) {
-    mk_barrier();  // everyone has read hist and res before the radix select rewrites them
-    return false;
-  }
-  for (int i = tid; i < n; i += NT) {
-    const unsigned key = keys[i];
-    if (tile_bin(key, zmax) <= bin) {
-      const unsigned sl = mk_smem_add_u32(res + 2, 1u);
-      if (sl < (unsigned)TILE_HIST_CAP) { hkey[sl] = key; hidx[sl] = r0 + i; }  // (sl < m: the bins counted)
-    }
-  }
-  mk_barrier();
-  // rank: P threads (adjacent lanes) a slot, P = 4, 2 or 1 as the m slots fit the block
-  const int P = m * 4 <= NT ? 4 : (m * 2 <= NT ? 2 : 1);
-  for (int q0 = 0; q0 < m * P; q0 += NT) {  // every thread the same trips (the shuffles)
-    const int q = q0 + tid, sl = q / P, part = q % P;
-    int r = 0;
-    unsigned k = 0;
-    int v = 0;
-    if (sl < m) {
-      k = hkey[sl];
-      v = hidx[sl];
-#pragma unroll 4
-      for (int j = part; j < m; j += P) r += hkey[j] > k || (hkey[j] == k && hidx[j] < v);
-    }
-    for (int mm = 1; mm < P; mm <<= 1) r += mk_shfl_xor_i(r, mm);
-    if (sl < m && part == 0 && r < LM_CAND) {
-      o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);  // the logit's bits
-      o[LM_CAND_HEAD + 1 + 2 * r] = v;
-      if (r == LM_CAND - 1) o[1] = (int)k;  // the smallest kept key (the tile had more than LM_CAND)
-      if (r == LM_PREF - 1) o[2] = (int)k;  // (more than LM_PREF too)
-    }
-  }
-  if (tid == 0) o[0] = LM_CAND;
-  return true;
-}
-
 __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1, int tile) {
   unsigned* keys = reinterpret_cast<unsigned*>(mk_smem + SM_A);
   unsigned* hist = keys + LM_ROWS;
@@ -649,27 +526,9 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
   int* out = gptr<int>(c, S_LM_CAND, 0);
   for (int b = 0; b < B; ++b) {
     int* o = out + ((size_t)b * NTILES + tile) * LM_CAND_WORDS;
-    constexpr bool HIST = TILE_HIST != 0 && TILE_HIST_CAP >= 2 * LM_CAND;
-    if constexpr (HIST) {  // (the last row's readers of these are past the barrier below)
-      for (int i = tid; i < 256; i += NT) hist[i] = 0;
-      if (tid == 0) res[3] = 0;
-    }
     mk_barrier();  // the tile's logits stores are visible to the block; the last row's readers are done
-    [[maybe_unused]] unsigned kmax = 0;
 #pragma unroll 4
-    for (int i = tid; i < n; i += NT) {
-      const unsigned k = order_key(tile_logit(lgb, b, r0, i));
-      keys[i] = k;
-      kmax = max(kmax, k);
-    }
-    if constexpr (HIST) {
-      if (n > LM_CAND) {
-        for (int off = WARP / 2; off > 0; off >>= 1) kmax = max(kmax, mk_shfl_u32(kmax, lane ^ off));
-        if (lane == 0) atomicMax(res + 3, kmax);
-        mk_barrier();
-        if (tile_hist_select(c, keys, n, r0, o, b)) continue;
-      }
-    }
+    for (int i = tid; i < n; i += NT) keys[i] = order_key(lgb[(size_t)b * V + r0 + i]);
     unsigned cut = 0;
     if (n > LM_CAND) {
       unsigned need = LM_CAND;
@@ -697,7 +556,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
         mk_barrier();
       }
     }
-    if (b == 0 && !HIST) trace_mark(c, 3);  // row 0's cut
+    if (b == 0) trace_mark(c, 3);  // row 0's cut
     if (tid == 0) res[2] = 0;
     mk_barrier();
     // the logits above the cut (fewer than LM_CAND), then ties at the cut while slots remain
@@ -706,9 +565,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
       mk_barrier();
     }
     const int used = min((int)res[2], LM_CAND);
-    // four threads rank each slot (whole warps: LM_CAND * 4 is a multiple of WARP)
-    static_assert(LM_CAND * 4 % WARP == 0, "whole warps rank the candidates");
-    for (int q = tid; q < LM_CAND * 4; q += NT) cand_write<4>(o, ckey, cidx, used, n, q >> 2, q & 3);
+    for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(o, ckey, cidx, used, n, sl);
     if (tid == 0) {
       o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
       if (n <= LM_PREF) o[2] = 0;
@@ -828,7 +685,7 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
         const bool ok = idx < nb * n && pd_top(rawmax, b0 + r, temp, n, top);
         unsigned bin = 0u;
         if (ok) {
-          const float j = top - floorf(tile_logit(lgb, b0 + r, r0, i) / temp * 8.0f);
+          const float j = top - floorf(lgb[(size_t)(b0 + r) * V + r0 + i] / temp * 8.0f);
           bin = (unsigned)(r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1));  // NaN: the last bin
         }
         mk_warp_count(h, bin, ok);
@@ -839,7 +696,7 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
         const int r = idx / n, i = idx - r * n;
         float top;
         if (!pd_top(rawmax, b0 + r, temp, n, top)) continue;
-        const float j = top - floorf(tile_logit(lgb, b0 + r, r0, i) / temp * 8.0f);
+        const float j = top - floorf(lgb[(size_t)(b0 + r) * V + r0 + i] / temp * 8.0f);
         mk_smem_add_u32(h + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), 1u);  // NaN: the last bin
       }
     }
