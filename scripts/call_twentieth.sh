@@ -66,9 +66,9 @@ if [ "${CALL:-1}" = 3 ]; then
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
   exit 0
 fi
-# CALL=4: every GPU test on the final kernels; `mkc bench`; the peer.
+# CALL=4: every GPU test on the final kernels; the sampling cost on them; `mkc bench`; the peer.
 if [ "${CALL:-1}" = 4 ]; then
-  MKC_TEST_S=${MKC_TEST_S:-330} MKC_AB=none MKC_NO_TOKENS=1 MKC_PEER_S=100 \
+  MKC_TEST_S=${MKC_TEST_S:-290} MKC_AB=none MKC_TOKENS_S=80 MKC_PEER_S=100 \
   MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 MKC_ITERS=30 \
   OUT=$OUT bash scripts/gpu_final.sh
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
