@@ -401,60 +401,28 @@ struct RowScan {
   float temp;
   template <class F> __device__ __forceinline__ void operator()(F&& f) const { row_scan(lg, temp, f); }
 };
-constexpr int CAND_UNR = (NTILES * LM_PREF + NT - 1) / NT < 4 ? 4 : (NTILES * LM_PREF + NT - 1) / NT > 12 ? 12 : (NTILES * LM_PREF + NT - 1) / NT;
-// every tile's first LM_PREF fit CAND_UNR slots a thread: the first select holds them in registers
-constexpr bool CAND_HOLD = NTILES * LM_PREF <= NT * CAND_UNR;
 struct CandScan {
   const float* cw;  // row b's NTILES blocks of LM_CAND_WORDS words (lm_candidates)
   float temp;
   int per;          // the first ``per`` (sorted) candidates of each tile: LM_PREF or LM_CAND
-  bool held = false;  // hold() loaded every slot into x, v: the passes read registers, not L2 again
-  float x[CAND_UNR];
-  int v[CAND_UNR];
-  unsigned hdr = 0u;  // held: word 2 of tile s_tid()'s block (its LM_PREF-th key), where s_tid() < NTILES
-  // every slot's loads issued at once (per == LM_PREF, CAND_HOLD): each later pass of the select
-  // would otherwise wait for an L2 round trip, ~1.5 us while the other SMs stream weights
-  __device__ __forceinline__ void hold() {
-#pragma unroll
-    for (int u = 0; u < CAND_UNR; ++u) {
-      const int sl = s_tid() + u * NT;
-      v[u] = -1;
-      x[u] = 0.0f;
-      if (sl < NTILES * per) {
-        const float* pr = cw + (sl / per) * LM_CAND_WORDS + LM_CAND_HEAD + 2 * (sl % per);
-        x[u] = mk_ld_act(pr);
-        v[u] = (int)mk_f32_bits(mk_ld_act(pr + 1));
-      }
-    }
-    if (NTILES <= NT && s_tid() < NTILES) hdr = mk_f32_bits(mk_ld_act(cw + s_tid() * LM_CAND_WORDS + 2));
-    held = true;
-  }
   template <class F> __device__ __forceinline__ void operator()(F&& f) const {
-    if (held) {
-#pragma unroll
-      for (int u = 0; u < CAND_UNR; ++u)
-        if (v[u] >= 0) f(v[u], x[u] / temp);
-      return;
-    }
-    // slots in flight per thread: enough for every tile's LM_PREF in one round trip (one at a time
-    // waited ~33 L2 round trips a pass; 4 at a time, 3 at batch 1), at most 12
-    constexpr int UNR = CAND_UNR;
+    constexpr int UNR = 4;  // slots in flight per thread: one at a time waited ~33 L2 round trips a pass
     for (int base = s_tid(); base < NTILES * per; base += NT * UNR) {
-      float xs[UNR];
-      int vs[UNR];
+      float x[UNR];
+      int v[UNR];
 #pragma unroll
       for (int u = 0; u < UNR; ++u) {
         const int sl = base + u * NT;
-        vs[u] = -1;
+        v[u] = -1;
         if (sl < NTILES * per) {
           const float* pr = cw + (sl / per) * LM_CAND_WORDS + LM_CAND_HEAD + 2 * (sl % per);
-          xs[u] = mk_ld_act(pr);
-          vs[u] = (int)mk_f32_bits(mk_ld_act(pr + 1));
+          x[u] = mk_ld_act(pr);
+          v[u] = (int)mk_f32_bits(mk_ld_act(pr + 1));
         }
       }
 #pragma unroll
       for (int u = 0; u < UNR; ++u)
-        if (vs[u] >= 0) f(vs[u], xs[u] / temp);
+        if (v[u] >= 0) f(v[u], x[u] / temp);
     }
   }
 };
@@ -972,11 +940,10 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
     // tile's smallest kept key (word 1); else the whole row
 #pragma unroll 1
     for (int wide = 0; wide < (cand && use_k ? 2 : 0); ++wide) {
-      CandScan cs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp,
-                  wide ? LM_CAND : LM_PREF};
-      if (CAND_HOLD && !wide) cs.hold();  // (with the header words: one round trip)
+      const CandScan cs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp,
+                        wide ? LM_CAND : LM_PREF};
       for (int t = tid; t < NTILES; t += NT) {
-        const unsigned hk = cs.held && NTILES <= NT ? cs.hdr : mk_f32_bits(mk_ld_act(cs.cw + t * LM_CAND_WORDS + (wide ? 1 : 2)));
+        const unsigned hk = mk_f32_bits(mk_ld_act(cs.cw + t * LM_CAND_WORDS + (wide ? 1 : 2)));
         if (hk != 0u) atomicMax(cutw, order_key(mk_bits_f32(key_bits(hk)) / temp));
       }
       mk_barrier();
