@@ -74,3 +74,12 @@ if [ "${CALL:-1}" = 4 ]; then
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
   exit 0
 fi
+# CALL=5 (the final tree, after the held candidates were taken out for a spill): the token tests, the
+# sampling cost, `mkc bench`, the peer.
+if [ "${CALL:-1}" = 5 ]; then
+  MKC_TESTS="tests/test_gpu_tokens.py" MKC_TEST_S=90 MKC_AB=none MKC_TOKENS_S=80 MKC_PEER_S=100 \
+  MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 MKC_ITERS=30 \
+  OUT=$OUT bash scripts/gpu_final.sh
+  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+  exit 0
+fi
