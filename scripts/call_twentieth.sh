@@ -83,3 +83,12 @@ if [ "${CALL:-1}" = 5 ]; then
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
   exit 0
 fi
+# CALL=6 (the final tree): the sampling cost with each case timed in alternation with greedy
+# (bench_tokens.py --paired), `mkc bench`, the peer.
+if [ "${CALL:-1}" = 6 ]; then
+  MKC_TESTS=none MKC_AB=none MKC_TOKENS_S=100 MKC_TOKENS_ARGS=--paired MKC_PEER_S=100 \
+  MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 MKC_ITERS=30 \
+  OUT=$OUT bash scripts/gpu_final.sh
+  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+  exit 0
+fi
