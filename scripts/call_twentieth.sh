@@ -7,6 +7,11 @@
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+# everything in $OUT as one file (the device returns a handful of files per call; the peer's library
+# is left out)
+pack_out() {
+  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+}
 # the base tree's token bench (its python, the shared cubin cache), before the current tree's
 base_tokens() {  # [suffix]
   [ -d .base ] || return 0
@@ -49,7 +54,7 @@ if [ "${CALL:-1}" = 2 ]; then
   MKC_TRACE=1 MKC_TRACE_S=40 MKC_TRACE_RUNS="greedy=;topk=--do-sample --top-k 50" \
   OUT=$OUT bash scripts/gpu_final.sh
   base_tokens 2
-  (cd "$OUT" && tar czf /tmp/pack.tgz . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+  pack_out
   exit 0
 fi
 # CALL=3 (final numbers; the peer): base and now on the sampling cost (base, now, base again) and
@@ -63,7 +68,7 @@ if [ "${CALL:-1}" = 3 ]; then
   MKC_TRACE=1 MKC_TRACE_S=40 MKC_TRACE_RUNS="topk=--do-sample --top-k 50" \
   OUT=$OUT bash scripts/gpu_final.sh
   base_tokens 2
-  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+  pack_out
   exit 0
 fi
 # CALL=4: every GPU test on the final kernels; the sampling cost on them; `mkc bench`; the peer.
@@ -71,7 +76,7 @@ if [ "${CALL:-1}" = 4 ]; then
   MKC_TEST_S=${MKC_TEST_S:-290} MKC_AB=none MKC_TOKENS_S=80 MKC_PEER_S=100 \
   MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 MKC_ITERS=30 \
   OUT=$OUT bash scripts/gpu_final.sh
-  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+  pack_out
   exit 0
 fi
 # CALL=5 (the final tree, after the held candidates were taken out for a spill): the token tests, the
@@ -80,7 +85,7 @@ if [ "${CALL:-1}" = 5 ]; then
   MKC_TESTS="tests/test_gpu_tokens.py" MKC_TEST_S=90 MKC_AB=none MKC_TOKENS_S=80 MKC_PEER_S=100 \
   MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 MKC_ITERS=30 \
   OUT=$OUT bash scripts/gpu_final.sh
-  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+  pack_out
   exit 0
 fi
 # CALL=6 (the final tree): the sampling cost with each case timed in alternation with greedy
@@ -89,6 +94,6 @@ if [ "${CALL:-1}" = 6 ]; then
   MKC_TESTS=none MKC_AB=none MKC_TOKENS_S=100 MKC_TOKENS_ARGS=--paired MKC_PEER_S=100 \
   MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 MKC_ITERS=30 \
   OUT=$OUT bash scripts/gpu_final.sh
-  (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
+  pack_out
   exit 0
 fi

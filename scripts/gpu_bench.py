@@ -58,7 +58,6 @@ VARIANTS = {
     "b1-atomic-mma": ("llama-3.2-1b", 1, "atomic", "list", {"mma": True}),
     # batch 1 on tensor cores with the weight pipeline (16-row tiles, bf16 inputs)
     "b1-atomic-mmapipe": ("llama-3.2-1b", 1, "atomic", "list", {"mma": True, "pipe": True}),
-    "q8-b1-atomic-mmapipe": ("qwen3-8b", 1, "atomic", "list", {"mma": True, "pipe": True}),
     "b1-atomic-mmapipe-if0": ("llama-3.2-1b", 1, "atomic", "list", {"mma": True, "pipe": True, "pipe_inflight": 0}),
     # batch >= 2 runs the GEMV kinds on tensor cores (mma.sync); "-ffma" is the fp32 FMA path before it
     "b8-atomic": ("llama-3.2-1b", 8, "atomic", "list", {}),
