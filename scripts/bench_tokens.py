@@ -2,6 +2,7 @@
 against the in-loop step, and the early exit. Random-weight models from tests/gpu_fixtures.py.
 
     python scripts/bench_tokens.py [--models llama-3.2-1b,qwen3-0.6b] [--batches 1,8] [--steps 120] [--paired]
+        [--ab-options '{"sampler_copies": true}' ...]
 
 Prints a markdown table (and --json PATH writes the rows). Target (issue #16): sampling <= 3 % of a
 greedy step at batch 1; a step call <= 30 us over the in-loop step.
@@ -52,6 +53,44 @@ def _time_paired(fa, fb, reps: int = 7) -> tuple[float, float, float]:
             torch.cuda.synchronize()
             out.append(time.perf_counter() - t0)
     return min(ta), min(tb), statistics.median(b / a - 1.0 for a, b in zip(ta, tb))
+
+
+AB_CASES = ("greedy", "top-k 50", "top-p 0.9", "top-k 50 + top-p 0.9 + min-p 0.05")
+
+
+def bench_ab(model: str, batch: int, steps: int, specs: list[str]) -> list[dict]:
+    """Per CodegenOptions spec (JSON): a second Megakernel of the same task graph and schedule built
+    with those options (every kernel of it: greedy, temperature-only, filtered), and each case of
+    AB_CASES decoded on the default build and on it in alternation (_time_paired): the median of the
+    rounds' ratios is the change, measured in one process."""
+    import numpy as np
+
+    from gpu_fixtures import hf_models, megakernel
+    from mkc.codegen.render import CodegenOptions
+    from mkc.sampling import Sampling
+
+    hf = hf_models(model)
+    mk = megakernel(hf, batch, "atomic", options=CodegenOptions())  # the default build, whatever $MKC_TEST_OPTIONS says
+    rng = np.random.default_rng(0)
+    rows = rng.integers(1, hf.vocab, (batch, 4)).tolist()
+    n_steps = 4 + steps - 1
+    cases = {"greedy": None, "top-k 50": Sampling(temperature=0.8, top_k=50, seed=1),
+             "top-p 0.9": Sampling(temperature=0.8, top_p=0.9, seed=1),
+             "top-k 50 + top-p 0.9 + min-p 0.05": Sampling(temperature=0.8, top_k=50, top_p=0.9, min_p=0.05, seed=1)}
+    out = []
+    for spec in specs:
+        mk_b = megakernel(hf, batch, "atomic", options=CodegenOptions(**json.loads(spec)))
+        for name in AB_CASES:
+            smp = cases[name]
+            if smp is not None:  # each build's sampling kernels built (and checked to match) before the timing
+                mk.prepare_sampling(filtered=True); mk_b.prepare_sampling(filtered=True)
+            ta, tb, med = _time_paired(lambda: mk.decode(rows, steps, sampling=smp), lambda: mk_b.decode(rows, steps, sampling=smp))
+            same = mk.decode(rows, steps, sampling=smp) == mk_b.decode(rows, steps, sampling=smp)
+            out.append(dict(model=model, batch=batch, what=f"decode, {name}: {spec} against the default (paired)",
+                            us_per_step=tb / n_steps * 1e6, us_default=ta / n_steps * 1e6, change_pct=100 * med,
+                            same_tokens=bool(same)))
+        del mk_b
+    return out
 
 
 def bench(model: str, batch: int, steps: int, exact_too: bool = False, paired: bool = False) -> list[dict]:
@@ -156,13 +195,24 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--paired", action="store_true",
                     help="time each sampling case in alternation with greedy runs: the median ratio over 7 rounds")
+    ap.add_argument("--ab-options", nargs="*", default=[],
+                    help="CodegenOptions fields as JSON: a build with them against the default one, each case in alternation (only these rows)")
     ap.add_argument("--exact-too", action="store_true",
                     help="also builds without the tiles' bounds and without the rejection sampler (top-p / min-p alone): before/after")
     a = ap.parse_args()
     out = []
     for m in a.models.split(","):
         for b in (int(x) for x in a.batches.split(",")):
-            out += bench(m, b, a.steps, a.exact_too, a.paired)
+            out += bench_ab(m, b, a.steps, a.ab_options) if a.ab_options else bench(m, b, a.steps, a.exact_too, a.paired)
+    if a.ab_options:
+        print("| model | batch | what | default us/step | us/step | change | same tokens |")
+        print("|---|---|---|---|---|---|---|")
+        for r in out:
+            print(f"| {r['model']} | {r['batch']} | {r['what']} | {r['us_default']:.1f} | {r['us_per_step']:.1f} | "
+                  f"{r['change_pct']:+.2f} % | {r['same_tokens']} |")
+        if a.json:
+            Path(a.json).write_text(json.dumps(out, indent=1))
+        return
     print("| model | batch | what | us/step | over greedy | note |")
     print("|---|---|---|---|---|---|")
     for r in out:

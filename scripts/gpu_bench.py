@@ -149,6 +149,10 @@ VARIANTS.update({f"{v}-onekernel": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_ke
 # the same with the filtered sampler's functions out of line (CodegenOptions.sampler_inline=False):
 # whether its code inlined into the kernel is what slows the layers' tasks
 VARIANTS["b1-atomic-onekernel-outline"] = (*VARIANTS["b1-atomic"][:4], {"one_kernel": True, "sampler_inline": False})
+# the token flags and the control block's address copied into shared memory at the block's start
+# (CodegenOptions.token_words_shared; twenty-first session, not yet measured)
+VARIANTS.update({f"{v}-tokshared": (*VARIANTS[v][:4], {**VARIANTS[v][4], "token_words_shared": True})
+                 for v in ("b1-atomic", "b1-nan", "b8-atomic", "q8-b1-atomic")})
 # greedy steps on the kernel with the sampler as before CodegenOptions.sampler_lean (its index
 # arithmetic hoisted, the rejection pass double-buffered: the kernel spills)
 VARIANTS.update({f"{v}-onekernel-fat": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True, "sampler_lean": False})

@@ -177,7 +177,8 @@ def variant_sources(variants, max_seq: int = 512):
 
 def tokens_bench_sources():
     """scripts/bench_tokens.py --exact-too: llama-3.2-1b batch 1 (a test kernel), without the tiles' bounds,
-    without the rejection sampler; with $MKC_TOKENS_OPTIONS, also the kernels of those options."""
+    without the rejection sampler; with $MKC_TOKENS_OPTIONS, also the kernels of those options; with
+    $MKC_TOKENS_AB, those of each spec of bench_tokens.py --ab-options."""
     from codegen_fixtures import rr_schedule, shape_graph
 
     from mkc.codegen.render import CodegenOptions, generate
@@ -190,6 +191,11 @@ def tokens_bench_sources():
             ((CodegenOptions(**json.loads(extra)),) if extra else ()):
         yield from kernels(f"tokens bench llama-3.2-1b b1 sample_pdraw={o.sample_pdraw} pdraw_bound={o.pdraw_bound}", tg,
                            rr_schedule(tg, "h200", "atomic"), "h200", o)
+    # $MKC_TOKENS_AB='{...};{...}' (bench_tokens.py --ab-options, the same specs): every kernel of a build
+    # with those CodegenOptions fields
+    for spec in [x for x in os.environ.get("MKC_TOKENS_AB", "").split(";") if x.strip()]:
+        yield from kernels(f"tokens bench llama-3.2-1b b1 ab {spec}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                           CodegenOptions(**json.loads(spec)))
     # $MKC_FILTER_OPTIONS (bench_tokens.py): the filtered sampler's kernel with those fields too
     for spec in [x for x in os.environ.get("MKC_FILTER_OPTIONS", "").split(";") if x.strip()]:
         from dataclasses import replace

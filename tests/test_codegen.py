@@ -593,3 +593,38 @@ def test_pipe_ksplit_by_kind_and_copies_in_flight():
     ring = tg8.plan.pipe_slots
     assert generate(tg8, s8, "h200", CodegenOptions(sampler=False, pipe_inflight=ring))[1].const("PIPE_INFLIGHT") == 0
     assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_inflight=4))[1].const("PIPE_INFLIGHT") == 4
+
+
+def test_sampler_copies_where_the_layout_has_room(llama_tg):
+    """The argmax task's region ends with room for the filtered sampler's copies (its settings, its
+    row's candidate prefixes; CodegenOptions.sampler_copies) where the layout leaves it: llama-3.2-1b
+    at batch 1 does; a layout without the bytes gets none, and the region is then the one without them."""
+    from mkc.taskgraph.lower import LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
+    from mkc.taskgraph.plan import cand_cache_bytes, sample_region, sample_sizes, sample_smem
+
+    src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg, "h200", "atomic"), "h200", CodegenOptions(sampler_copies=True))
+    c = dict(cfg.consts)
+    ntiles = c["NTILES"]
+    assert c["SAMPLE_CC"] == cand_cache_bytes(ntiles) == 32 + 4 * ntiles * (LM_CAND_HEAD + 2 * LM_PREF) > 0
+    region = next(r for r in llama_tg.plan.regions if r[0] == "OFF_SAMPLE")
+    assert region[2] == c["SAMPLE_SMEM"] == sample_smem(1, c["SAMPLE_HISTS"], c["SAMPLE_NB"], c["SAMPLE_CC"])
+    assert region[1] + region[2] <= c["OFF_FLAG"]
+    assert "mk_cp_async16(mk_smem + SM_CCT" in src and LM_CAND_WORDS % 4 == 0
+    assert "SAMPLER_COPIES = 1;" in src and "SAMPLER_COPIES = 0;" in generate(llama_tg, rr_schedule(llama_tg, "h200", "atomic"), "h200")[0]
+    # room for the bins but not the copies: none, and the same region as before they existed
+    base = sample_smem(1, 8, 512)
+    assert sample_sizes(1, 8, base + 100, ntiles) == (8, 512, 0)
+    assert sample_region([("OFF_PIPE", 0, 1024), ("OFF_FLAG", 1024 + base + 100, 16)], 1, 8, ntiles)[2] == base
+    assert sample_sizes(1, 8, base + 16 + cand_cache_bytes(ntiles), ntiles)[2] == cand_cache_bytes(ntiles)
+
+
+def test_token_words_shared_option(llama_tg):
+    """CodegenOptions.token_words_shared: each block copies the token flags and the control block's
+    address into its flag region's spare words at its start; off, the workspace is read at each use."""
+    sched = rr_schedule(llama_tg, "h200", "atomic")
+    on, cfg, _ = generate(llama_tg, sched, "h200", CodegenOptions(token_words_shared=True))
+    off = generate(llama_tg, sched, "h200")[0]
+    assert "TOK_SHARED = 1;" in on and "TOK_SHARED = 0;" in off
+    flag = next(r for r in llama_tg.plan.regions if r[0] == "OFF_FLAG")
+    assert flag[2] >= 16  # the abort word, then the three copied words (common.cuh SMF_*)
+    assert "copy_token_words(ws, mk_tid());" in on

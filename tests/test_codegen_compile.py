@@ -46,6 +46,24 @@ def test_default_model_compiles_cleanly(graphs, target, sync, sampler, tmp_path)
     assert regs and max(regs) * cfg.threads <= 65536, res.log  # one block of NT threads fits an SM
 
 
+@pytest.mark.parametrize("sampler", [False, True])
+def test_experiment_options_compile_cleanly(graphs, sampler, tmp_path):
+    """The experiments waiting for a GPU measurement (CodegenOptions.sampler_copies,
+    token_words_shared, pdraw_early_winner) build the default model's h200 kernels, greedy and with
+    the filtered sampler inline, without a warning or a spill."""
+    from mkc.codegen.render import CodegenOptions
+    from mkc.targets.nvidia.compiler import build_cubin
+
+    tg = graphs["h200"]
+    opts = CodegenOptions(sampler=sampler, sampler_copies=True, token_words_shared=True, pdraw_early_winner=True)
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", opts)
+    assert "TOK_SHARED = 1;" in src and ("SAMPLER_COPIES = 1;" in src) == sampler and ("PDRAW_EARLY = 1;" in src) == sampler
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert spills and max(spills) == 0, res.log
+
+
 def test_build_cache_hits(graphs, tmp_path):
     from mkc.targets.nvidia.compiler import build_cubin
 

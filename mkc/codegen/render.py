@@ -201,6 +201,24 @@ class CodegenOptions:
     # filtered sampler has no spills (llama-3.2-1b b1 48 bytes -> 0, qwen3-8b b1 60 -> 0; BENCHMARKS.md
     # seventeenth session). False: as before (the experiment's other side)
     sampler_lean: bool = True
+    # the filtered sampler's argmax task copies, at its start and while the tiles' partials are in
+    # flight, the sampler's settings and (the candidate path) its row's candidate prefixes into the
+    # end of its region (plan.cand_cache_bytes, where the layout leaves room; cp.async on NVIDIA), so
+    # the top-k select's first passes read shared memory, not L2. Off until measured on the GPU (the
+    # twenty-first session had no device); True: the experiment
+    sampler_copies: bool = False
+    # the token flags and the decode control block's address, read on every step (the step's start,
+    # embed, the LM-head tiles, argmax), copied by each block at its start into its flag region's
+    # spare words (common.cuh copy_token_words) instead of read from the workspace, an L2 round trip,
+    # at each use. Off until measured on the GPU (the mi250x llama-3.2-1b kernel then spills 12 VGPRs);
+    # True: the experiment
+    token_words_shared: bool = False
+    # top-p / min-p without a top-k (sample_pdraw): the argmax task merges the LM-head tiles' Gumbel
+    # winners (words 0-1 of their candidate blocks) in the pass that merges their partials, a thread
+    # per tile, instead of a warp over the tiles afterwards (~NTILES / 32 dependent L2 round trips,
+    # the pattern the partials' merge lost in the twentieth session). Off until measured on the GPU;
+    # True: the experiment
+    pdraw_early_winner: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -323,11 +341,12 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # before it had the region gets it here)
     off.pop("OFF_SAMPLE", None)
     _, sample_base, sample_bytes = next((r for r in plan.regions if r[0] == "OFF_SAMPLE"), None) or \
-        sample_region(plan.regions, B, NT // WARP)
-    SAMPLE_HISTS, SAMPLE_NB = sample_sizes(B, NT // WARP, off.get("OFF_FLAG", 0) - sample_base)
-    SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS, SAMPLE_NB)
+        sample_region(plan.regions, B, NT // WARP, NTILES)
+    SAMPLE_HISTS, SAMPLE_NB, SAMPLE_CC = sample_sizes(B, NT // WARP, off.get("OFF_FLAG", 0) - sample_base, NTILES)
+    SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS, SAMPLE_NB, SAMPLE_CC)
     if SAMPLE_SMEM != sample_bytes:
-        raise IRCheckError(f"the device plan's sampler region holds {sample_bytes} B, the sampler needs {SAMPLE_SMEM}")
+        raise IRCheckError(f"the device plan's sampler region holds {sample_bytes} B, this mkc's sampler needs {SAMPLE_SMEM}: "
+                           f"the task graph was saved by another version; compile the model again")
     # the candidate blocks' layout is this mkc's (lower.LM_CAND_WORDS): a task graph saved by a version
     # with another layout would have the kernel write past the buffer the runtime allocates from it
     cand_shape = tuple(tg.buffer(names.LM_CAND).shape)
@@ -348,10 +367,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), SAMPLER_COPIES=int(o.sampler and o.sample_filter and o.sampler_copies), TOK_SHARED=int(o.token_words_shared), PDRAW_EARLY=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_early_winner), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
-        SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
+        SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base, SAMPLE_CC=SAMPLE_CC,
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
