@@ -3,11 +3,12 @@
 # "Twenty-first session"). That session was lent no device: nothing here has run yet. Before it, on
 # the CPU machine:
 #   export MKC_CACHE_DIR=$PWD/.cache/mkc MKC_SCHED_CACHE=$PWD/.cache/sched
-#   MKC_TOKENS_AB="$AB" python scripts/prebuild.py --tokens-bench --variants b1-atomic,b1-atomic-tokshared \
-#     --variant-max-seq 1024
-#   MKC_TEST_OPTIONS="$ALL" python scripts/prebuild.py --tests
+#   MKC_TOKENS_AB="$AB" python scripts/prebuild.py --tokens-bench \
+#     --variants b1-atomic,b1-atomic-tokshared,b1-atomic-onekernel --variant-max-seq 1024
+#   MKC_TEST_OPTIONS="$ALL" python scripts/prebuild.py --tests --folders
 #   tar czf out/carry/cache.tgz .cache      (carry out/carry, .whl, .peer)
-# with AB and ALL as below; then `CALL=1 bash scripts/call_twentyfirst.sh`.
+# with AB and ALL as below; then `CALL=1 bash scripts/call_twentyfirst.sh`, and CALL=2 (every GPU
+# test with the three options on) before any of them becomes a default.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
@@ -20,7 +21,9 @@ pack_out() {
 }
 # CALL=1: each experiment against the default build, every case in alternation in one process
 # (bench_tokens.py --ab-options; the decoded tokens compared too); the greedy b1 loop with and
-# without the token words shared; the token tests with all three on; the peer.
+# without the token words shared, and greedy steps on the kernel with the filtered sampler
+# (-onekernel: what its code costs the layers' tasks, the twentieth session's open question); the
+# token tests with all three on; the peer.
 if [ "${CALL:-1}" = 1 ]; then
   IFS=';' read -ra specs <<< "$AB"
   timeout 260 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --ab-options "${specs[@]}" \
@@ -28,7 +31,15 @@ if [ "${CALL:-1}" = 1 ]; then
   echo "tokens ab rc=$?"; tail -n 20 "$OUT/tokens-ab.log"
   MKC_TEST_OPTIONS="$ALL" \
   MKC_TESTS="tests/test_gpu_tokens.py" MKC_TEST_S=120 MKC_NO_TOKENS=1 MKC_PEER_S=90 \
-  MKC_AB_S=100 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic,b1-atomic-tokshared,b1-atomic,b1-atomic-tokshared" \
+  MKC_AB_S=100 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic,b1-atomic-tokshared,b1-atomic,b1-atomic-tokshared;128@b1-atomic-onekernel,b1-atomic" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+# CALL=2: every GPU test with the three options on (the numerics, both sync modes, the loop against
+# step-by-step decoding, the named faults), before any of them becomes a default
+if [ "${CALL:-1}" = 2 ]; then
+  MKC_TEST_OPTIONS="$ALL" MKC_TEST_S=300 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
