@@ -616,6 +616,12 @@ def test_sampler_copies_where_the_layout_has_room(llama_tg):
     assert sample_sizes(1, 8, base + 100, ntiles) == (8, 512, 0)
     assert sample_region([("OFF_PIPE", 0, 1024), ("OFF_FLAG", 1024 + base + 100, 16)], 1, 8, ntiles)[2] == base
     assert sample_sizes(1, 8, base + 16 + cand_cache_bytes(ntiles), ntiles)[2] == cand_cache_bytes(ntiles)
+    # a task graph saved before the region had the room (mkc 988e323 and earlier) still renders, without the copies
+    old = sample_smem(1, c["SAMPLE_HISTS"], c["SAMPLE_NB"])
+    plan = dataclasses.replace(llama_tg.plan, regions=tuple((n, o, old if n == "OFF_SAMPLE" else k) for n, o, k in llama_tg.plan.regions))
+    tg_old = dataclasses.replace(llama_tg, plan=plan)
+    _, cfg_old, _ = generate(tg_old, rr_schedule(tg_old, "h200", "atomic"), "h200", CodegenOptions(sampler_copies=True))
+    assert (dict(cfg_old.consts)["SAMPLE_CC"], dict(cfg_old.consts)["SAMPLE_SMEM"]) == (0, old)
 
 
 def test_token_words_shared_option(llama_tg):

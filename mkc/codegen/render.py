@@ -344,6 +344,9 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         sample_region(plan.regions, B, NT // WARP, NTILES)
     SAMPLE_HISTS, SAMPLE_NB, SAMPLE_CC = sample_sizes(B, NT // WARP, off.get("OFF_FLAG", 0) - sample_base, NTILES)
     SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS, SAMPLE_NB, SAMPLE_CC)
+    if SAMPLE_CC and sample_bytes == sample_smem(B, SAMPLE_HISTS, SAMPLE_NB):
+        # a plan saved before the region had room for the sampler's copies: none (sampler_copies then copies nothing)
+        SAMPLE_CC, SAMPLE_SMEM = 0, sample_bytes
     if SAMPLE_SMEM != sample_bytes:
         raise IRCheckError(f"the device plan's sampler region holds {sample_bytes} B, this mkc's sampler needs {SAMPLE_SMEM}: "
                            f"the task graph was saved by another version; compile the model again")
