@@ -80,15 +80,16 @@ static_assert(SM_ROW + 8 * B <= SAMPLE_BASE + SAMPLE_SMEM, "render.sample_smem m
 constexpr int CC_WORDS = LM_CAND_HEAD + 2 * LM_PREF;
 constexpr int SM_SET = (SM_ROW + 8 * B + 15) / 16 * 16;
 constexpr int SM_CCT = SM_SET + 32;
-constexpr bool CC_SET = SAMPLE_FILTER != 0 && SAMPLER_COPIES != 0 && SAMPLE_CC > 0;
-constexpr bool CC_CAND = CC_SET && CAND_OK != 0 && MKC_SAMPLE_CAND != 0 && AMAX_ROWS == 1;
+constexpr bool CC_SET = SAMPLER_COPIES != 0;  // render: the option, the room, a task per row
+constexpr bool CC_CAND = CC_SET && CAND_OK != 0 && MKC_SAMPLE_CAND != 0;
+static_assert(!CC_SET || SAMPLE_CC > 0, "the copies need the room");
 static_assert(SAMPLE_CC == 0 || (SAMPLE_CC == 32 + 4 * NTILES * CC_WORDS && SM_CCT + 4 * NTILES * CC_WORDS <= SAMPLE_BASE + SAMPLE_SMEM),
               "plan.cand_cache_bytes is the copies' layout");
 static_assert(CC_WORDS % 4 == 0 && LM_CAND_WORDS % 4 == 0 && WS_SEED_HI == WS_TEMP + 5, "16-byte copies; the settings' words in a row");
 // PDRAW_EARLY (CodegenOptions.pdraw_early_winner), a task per row: the argmax task merges the tiles'
 // Gumbel winners with their partials (warps' pairs in region A, then SM_WIN: the winner's index,
 // out-of-range indices as 0), and sample_pdraw reads it there
-constexpr bool PD_EARLY = PDRAW_EARLY != 0 && SAMPLE_FILTER != 0 && SAMPLE_PDRAW != 0 && AMAX_ROWS == 1;
+constexpr bool PD_EARLY = PDRAW_EARLY != 0;  // render: the option, the rejection sampler, a task per row
 constexpr int SM_WIN = SM_RES + 44;
 static_assert(!PD_EARLY || 8 * NW <= SM_PAIR - SM_A, "the winners' warp pairs fit region A");
 // the settings from their copy (CC_SET; the argmax task took it before its first barrier)
