@@ -45,12 +45,6 @@ VARIANTS = {
     "b1-nan": ("llama-3.2-1b", 1, "nan", "list", {}),
     "b1-atomic-U16": ("llama-3.2-1b", 1, "atomic", "list", {"loads_in_flight": 16}),
     "b1-atomic-G4": ("llama-3.2-1b", 1, "atomic", "list", {"rows_per_warp": 4}),
-    "b1-atomic-pf32k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_l2": 32768}),
-    "b1-atomic-pf64k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_l2": 65536}),
-    "b1-atomic-pf128k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_l2": 131072}),
-    "b1-atomic-pf256k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_l2": 262144}),
-    "b1-atomic-next64k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_next": 65536}),
-    "b1-atomic-next128k": ("llama-3.2-1b", 1, "atomic", "list", {"prefetch_next": 131072}),
     "b1-atomic-rr": ("llama-3.2-1b", 1, "atomic", "round_robin", {}),
     "b1-atomic-cpsat": ("llama-3.2-1b", 1, "atomic", "cpsat", {}),
     "b1-atomic-nopreload": ("llama-3.2-1b", 1, "atomic", "list", {"preload": False}),
@@ -223,11 +217,6 @@ VARIANTS["q8-b1-nan"] = ("qwen3-8b", 1, "nan", "list", {})
 # worse schedule, to show the GPU and the cost model see a schedule that differs (issue #14)
 VARIANTS.update({f"{v}-crowd{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "crowd": n})
                  for v in ("b1-atomic", "b8-atomic", "b32-atomic", "q8-b1-atomic", "q8-b8-atomic") for n in (4, 12)})
-# the thread index hoisted out of the task loop as before CodegenOptions.opaque_tid (-tidkept), on the
-# greedy kernels and on the one with the filtered sampler (its spills were in the task loop)
-VARIANTS.update({f"{v}-tidkept": (*VARIANTS[v][:4], {**VARIANTS[v][4], "opaque_tid": False})
-                 for v in ("b1-atomic", "b1-atomic-onekernel", "b8-atomic", "b8-atomic-onekernel", "b32-atomic", "q8-b1-atomic",
-                           "q8-b8-atomic", "b1-nan", "b8-nan", "b1-nan-onekernel", "q8-b1-atomic-onekernel")})
 VARIANTS["q8-b8-nan"] = ("qwen3-8b", 8, "nan", "list", {})
 VARIANTS["b32-nan"] = ("llama-3.2-1b", 32, "nan", "list", {})
 VARIANTS.update({f"{v}-nosp": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_poll": False})

@@ -349,8 +349,8 @@ def test_options_change_the_source():
     tg = taskgraph("tiny-llama", 1, 64)
     sched = rr_schedule(tg)
     a, _, _ = generate(tg, sched, "h200")
-    b, _, _ = generate(tg, sched, "h200", CodegenOptions(prefetch_l2=65536, loads_in_flight=4))
-    assert "PREFETCH_L2 = 0;" in a and "PREFETCH_L2 = 65536;" in b and "constexpr int U = 4;" in b
+    b, _, _ = generate(tg, sched, "h200", CodegenOptions(spin_hot=17, loads_in_flight=4))
+    assert "SPIN_HOT = 64;" in a and "SPIN_HOT = 17;" in b and "constexpr int U = 4;" in b
 
 
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"

@@ -63,8 +63,6 @@ PIPE_MMA_INFLIGHT = 3
 class CodegenOptions:
     """Knobs of the emitted code (defaults are what the tests and benchmarks use)."""
 
-    prefetch_l2: int = 0  # bytes of each weight matrix of a task pulled into L2 before it waits (0: off)
-    prefetch_next: int = 0  # bytes of the next queued task's weights pulled into L2 when a task starts
     # nan mode: sentinel polls in flight per thread (H200, llama-3.2-1b: 4 beat 8 by 8-9 % at batch 1
     # and 6 % at batch 8, 16 lost 12-24 %; BENCHMARKS.md "Seventh session")
     poll_batch: int = 4
@@ -186,14 +184,6 @@ class CodegenOptions:
     # (sync.cuh PollSkip; docs/sync.md "The poll is the load"), so its words cross the L2 once, not
     # once polled and once staged; False: polled in the wait, then staged
     stage_poll: bool = True
-    # the thread index read where each task uses it (an opaque read, MKC_OPAQUE_TID), so the compiler
-    # cannot hoist every kind's index arithmetic out of the task loop into registers held through the
-    # whole kernel: 150 -> 128 registers on the greedy llama-3.2-1b b1 kernel, and the kernel with the
-    # filtered sampler's 48 bytes of spills in the task loop -> none. Measured on the H200 (same call,
-    # BENCHMARKS.md sixteenth session) it loses: greedy b1 +2.3 %, b8 +2.3 %, nan b1 +2.1 %, qwen3-8b
-    # b1 +0.6 % (the index arithmetic now follows each wait); greedy steps on the filtered kernel
-    # -1.5 %, but its sampling steps +0.4 % (top-k 50) and +1.2 % (top-p 0.9). Off; True: the experiment
-    opaque_tid: bool = False
     # the filtered sampler's code leaves the layers' registers alone: it reads the thread index where
     # it uses it (common.cuh s_tid), so its index arithmetic is not hoisted out of the task loop into
     # registers held through every layer's tasks, and the rejection sampler's pass keeps one segment's
@@ -368,7 +358,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
-        SPIN_MAX_NS=o.spin_max_ns, PREFETCH_L2=int(o.prefetch_l2), PREFETCH_NEXT=int(o.prefetch_next),
+        SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
                                                                                B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), SAMPLER_COPIES=int(o.sampler and o.sample_filter and o.sampler_copies and SAMPLE_CC > 0 and amax_rows == 1), TOK_SHARED=int(o.token_words_shared), PDRAW_EARLY=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_early_winner and amax_rows == 1), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
@@ -378,7 +368,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold),
-        OPAQUE_TID=int(o.opaque_tid),
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )
     return KernelConfig(
@@ -411,8 +400,6 @@ def _template_vars(cfg: KernelConfig, target: Target) -> dict:
     have = {k for k, _ in cfg.consts}
     # a producer warp beside the consumers: their barriers count only them (the dialect keys on it)
     macros = (("MKC_BAR_THREADS", cfg.consumer_threads),) if cfg.threads != cfg.consumer_threads else ()
-    if dict(cfg.consts).get("OPAQUE_TID"):  # CodegenOptions.opaque_tid (the dialect keys on it)
-        macros += (("MKC_OPAQUE_TID", 1),)
     if dict(cfg.consts).get("SAMPLER_INLINE"):  # CodegenOptions.sampler_inline (the dialect keys on it)
         macros += (("MK_OUTLINE", "__forceinline__"),)
     return dict(cfg=cfg, d=dialect_for(target), consts=cfg.consts, enums=T.enums(), macros=macros,

@@ -12,9 +12,10 @@ per docs/sync.md:
 - nan mode: polls with ``ld.relaxed.gpu.global.u32``, then ``fence.acq_rel.gpu``; outputs are
   stored with ``st.relaxed.gpu.global`` after a fence.
 - activations are read through L2 only (``ld.global.cg``): L1 is not coherent across SMs.
-- weights are streamed with ``ld.global.nc.L1::no_allocate.v4`` (16 bytes, read-only path) and
-  prefetched into L2 before a task waits (``cp.async.bulk.prefetch.L2`` on sm_90+,
-  ``prefetch.global.L2`` per 128-byte line elsewhere).
+- weights are streamed with ``ld.global.nc.L1::no_allocate.v4`` (16 bytes, read-only path), or
+  by the weight pipeline's bulk copies on sm_90+; attention prefetches a split's later K/V rows
+  into L2 (``cp.async.bulk.prefetch.L2`` on sm_90+, ``prefetch.global.L2`` per 128-byte line
+  elsewhere).
 - the per-task trace (``CodegenOptions(trace=True)``) reads ``%globaltimer`` (``mk_globaltimer``).
 - batch >= 2 GEMVs run on tensor cores (sm_80+): ``mma.sync.aligned.m16n8k16`` bf16 -> fp32 with
   weights as A straight from 16-byte global loads and bf16-staged activations as B (the header's

@@ -24,7 +24,7 @@ struct Ctx {
 
 struct Task {
   int kind, layer, a0, a1, a2, a3, wait_off, n_wait, sig_off, n_sig, rearm_off, n_rearm, id, flags;
-  // this thread's share of the task's table entries, read with the record (load_task_ahead): the
+  // this thread's share of the task's table entries, read with the record (load_task_entries): the
   // event it signals (tid < n_sig, else -1), the event and per-step threshold of the wait it polls
   // (tid < n_wait, else -1). A wait or a signal then needs no dependent table load after the
   // previous task has signalled. load_task leaves them -1 (read at the wait and the signal).

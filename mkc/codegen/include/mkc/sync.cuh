@@ -102,9 +102,9 @@ __device__ __forceinline__ Task load_task(const int* r) {
   t.sig_ev = -1; t.wait_ev = -1; t.wait_thr = 0;
   return t;
 }
-// The record and this thread's wait and signal entries, issued together: the kernel reads the next
-// task this way while the current one runs, so the loads are done when the current one signals.
-__device__ __forceinline__ Task load_task_ahead(const Ctx& c, const int* r) {
+// The record and this thread's wait and signal entries, issued together, so a wait or a signal
+// needs no dependent table load after it (CodegenOptions.task_ahead: while the task before it runs).
+__device__ __forceinline__ Task load_task_entries(const Ctx& c, const int* r) {
   Task t = load_task(r);
   const int tid = mk_tid();
   if (tid < t.n_sig) t.sig_ev = mk_ld_table(c.tab + mk_ld_table(c.tab + HDR_SIGS) + t.sig_off + tid);

@@ -39,14 +39,7 @@ __device__ __forceinline__ void mk_barrier() { __syncthreads(); }
 __device__ __forceinline__ void mk_barrier_all() { __syncthreads(); }
 __device__ __forceinline__ void mk_syncwarp() { __syncwarp(); }
 __device__ __forceinline__ void mk_trap() { __trap(); }
-#ifdef MKC_OPAQUE_TID
-// the thread index, read again at each use: every kind's index arithmetic then stays in its task
-// rather than being hoisted out of the task loop and held in registers through the whole kernel
-// (CodegenOptions.opaque_tid)
-__device__ __forceinline__ int mk_tid() { int t; asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t)); return t; }
-#else
 __device__ __forceinline__ int mk_tid() { return (int)threadIdx.x; }
-#endif
 // the thread index as a value the compiler may keep (inner loops)
 __device__ __forceinline__ int mk_tid_kept() { return (int)threadIdx.x; }
 // the thread index as a value the compiler cannot hoist: nothing derived from it leaves the code

@@ -180,7 +180,7 @@ __device__ __forceinline__ void mk_cp_async16(void* dst, const void* src, bool f
 __device__ __forceinline__ void mk_cp_async_commit() {}
 template <int N>
 __device__ __forceinline__ void mk_cp_async_wait() {}
-// gfx9 has no L2 prefetch instruction: the prefetch options are accepted and do nothing
+// gfx9 has no L2 prefetch instruction: attention's prefetch of a split's later positions does nothing
 __device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {}
 
 // no bf16 MMA in mkc for gfx9: the GEMV kinds run on FMAs (gemv_fma.cuh)
