@@ -64,13 +64,17 @@ def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None)
 
 
 # what the marks inside a task (Megakernel.trace_marks, stamps 3.. of a record) are, per kind
-# (a GEMV task on the weight pipeline: its last mark is its start plus the longest time one of its
-# warps waited for pages that had not landed, common.cuh trace_pipe_wait; None: no such mark)
+# (a GEMV task on the weight pipeline: its fifth mark is its start plus the longest time one of its
+# warps waited for pages that had not landed, common.cuh trace_pipe_wait; on tensor cores, its sixth
+# its start plus the time of all its input stagings, barriers included, common.cuh trace_stage_end;
+# None: no such mark)
 GEMV_MARKS = ("input staged", "first block's dot products", "epilogues")
 PIPE_WAIT = "waiting for pages"
-MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT), "oproj": GEMV_MARKS + (None, PIPE_WAIT),
-         "gateup": GEMV_MARKS + (None, PIPE_WAIT), "down": GEMV_MARKS + (None, PIPE_WAIT),
-         "downk": GEMV_MARKS + (None, PIPE_WAIT), "lmhead": GEMV_MARKS + ("candidates: row 0's cut", PIPE_WAIT),
+STAGING = "input staging, all chunks"
+MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT, STAGING), "oproj": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
+         "gateup": GEMV_MARKS + (None, PIPE_WAIT, STAGING), "down": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
+         "downk": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
+         "lmhead": GEMV_MARKS + ("candidates: row 0's cut", PIPE_WAIT, STAGING),
          "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax"),
          # the filtered sampler's select over the LM-head tiles' candidates (its first, LM_PREF a tile)
          "argmax": ("tiles' partials merged", "select: bins counted", "select: reaching bin", "select: bin collected",

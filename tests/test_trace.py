@@ -36,6 +36,22 @@ def test_trace_switch_is_one_constant(llama_tg, sync):
     assert plain.replace("TRACE = false;", "TRACE = true;") == on
 
 
+def test_tensor_core_trace_adds_up_the_input_stagings():
+    """Batch 32 (tensor cores, the weight pipeline): every staging of a chunk is timed between
+    trace_now and trace_stage_end, into the record's stamp 8, which the host reads (TRACE_STAMPS
+    in the kernel and in the runtime agree); untraced, the helpers are empty."""
+    from mkc.runtime import TRACE_STAMPS
+
+    tg = taskgraph("llama-3.2-1b", 32, 512)
+    sched = rr_schedule(tg, "h200", "atomic")
+    on, _, _ = generate(tg, sched, "h200", CodegenOptions(trace=True))
+    body = on[on.index("gemv_task_mma_pipe("):]
+    body = body[: body.index("\n}\n")]
+    assert body.count("trace_now(c);") == 2 and body.count("trace_stage_end(c, t0);") == 2
+    assert f"constexpr int TRACE_STAMPS = {TRACE_STAMPS};" in on and TRACE_STAMPS == 9
+    assert "c.trace_rec[8] = " in on
+
+
 def test_trace_on_amd_renders_without_vendor_words():
     tg = taskgraph("tiny-llama", 1, 64, "mi300x")
     src, cfg, _ = generate(tg, rr_schedule(tg, "mi300x"), "mi300x", CodegenOptions(trace=True))
@@ -338,7 +354,7 @@ def test_mark_summary_averages_each_kinds_marks_after_the_waits(llama_tg):
     ws = np.zeros((2, n))
     st = np.full((2, n), 1.0)
     en = np.full((2, n), 6.0)
-    marks = np.full((2, n, 5), np.nan)
+    marks = np.full((2, n, 6), np.nan)
     kinds = [t.kind for t in llama_tg.tasks]
     oproj = [i for i, k in enumerate(kinds) if k == "oproj"]
     attn = [i for i, k in enumerate(kinds) if k == "attn"]
@@ -347,9 +363,11 @@ def test_mark_summary_averages_each_kinds_marks_after_the_waits(llama_tg):
     marks[1, oproj, 2] = 5.0
     marks[1, attn, 1] = 3.0
     marks[1, oproj, 4] = 1.5  # the start plus 0.5 waiting for pages (trace_pipe_wait)
+    marks[1, oproj, 5] = 3.25  # the start plus 2.25 staging the input (trace_stage_end)
     m = mark_summary(llama_tg, (ws, st, en), marks)
     want = 1.0 + 2.0 / len(oproj)
-    assert m["oproj"] == pytest.approx({"input staged": want, "epilogues": 4.0, "waiting for pages": 0.5, "end": 5.0})
+    assert m["oproj"] == pytest.approx({"input staged": want, "epilogues": 4.0, "waiting for pages": 0.5,
+                                        "input staging, all chunks": 2.25, "end": 5.0})
     assert m["attn"] == pytest.approx({"positions": 2.0, "end": 5.0})
     assert "qkv" not in m and "embed" not in MARKS  # no marks: no row
     assert "oproj" in format_marks(m) and "positions 2.00" in format_marks(m)

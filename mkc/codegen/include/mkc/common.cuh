@@ -172,6 +172,25 @@ __device__ __forceinline__ void trace_pipe_wait(const Ctx& c) {
   }
 }
 
+// The input staging of a tensor-core GEMV task on the weight pipeline (TRACE builds): trace_now
+// before a chunk's staging, trace_stage_end after the barrier that ends it; the record's stamp 8 is
+// its start plus the time of all its stagings so far (mkc.trace.MARKS "input staging, all chunks").
+// Untraced builds: nothing.
+__device__ __forceinline__ unsigned long long trace_now(const Ctx& c) {
+  if constexpr (TRACE) {
+    if (mk_tid() == 0 && c.trace_rec != nullptr) return mk_globaltimer();
+  }
+  return 0ull;
+}
+__device__ __forceinline__ void trace_stage_end(const Ctx& c, unsigned long long t0) {
+  if constexpr (TRACE) {
+    if (mk_tid() == 0 && c.trace_rec != nullptr) {
+      const unsigned long long s = c.trace_rec[8];
+      c.trace_rec[8] = (s == 0ull ? c.trace_rec[1] : s) + (mk_globaltimer() - t0);
+    }
+  }
+}
+
 // Attention splits that hold positions at this step (tiling.attn_active_splits): all ATT_SPLIT, or
 // with ATT_SPAN (lower(attn_split_pos)) ceil((pos + 1) / ATT_SPAN) of them, the last ones; the splits
 // before them are empty (zeros and a log-sum-exp of -inf), so o-proj need not read them.

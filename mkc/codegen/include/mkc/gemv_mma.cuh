@@ -526,8 +526,10 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
         for (int n = 0; n < NTN; ++n) acc[tl][n][0] = acc[tl][n][1] = acc[tl][n][2] = acc[tl][n][3] = 0.f;
       for (int ch = 0; ch < NCH; ++ch) {
         const int c0 = ch * KCH, kch = min(KCH, K - c0);
+        const unsigned long long t0 = trace_now(c);
         const bool ok = stage_x_bf16<K, NORM, COMB, POLL>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, true);
         mk_barrier();
+        trace_stage_end(c, t0);
         if (!polled(ok, ch == NCH - 1)) return false;
         if (ch == 0) trace_mark(c, 0);  // input staged
 #pragma unroll
@@ -552,8 +554,10 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
       const int c0 = ch * KCH, kch = min(KCH, K - c0);
       if (NCH > 1 || blk == 0) {
         // (later blocks' stagings poll too: they find every word written at once)
+        const unsigned long long t0 = trace_now(c);
         const bool ok = stage_x_bf16<K, NORM, COMB, POLL>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
+        trace_stage_end(c, t0);
         if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;
         if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
       }
