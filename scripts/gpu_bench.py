@@ -147,6 +147,11 @@ VARIANTS["b1-atomic-onekernel-outline"] = (*VARIANTS["b1-atomic"][:4], {"one_ker
 # (CodegenOptions.token_words_shared; twenty-first session, not yet measured)
 VARIANTS.update({f"{v}-tokshared": (*VARIANTS[v][:4], {**VARIANTS[v][4], "token_words_shared": True})
                  for v in ("b1-atomic", "b1-nan", "b8-atomic", "q8-b1-atomic")})
+# the producer as a warpgroup that gives its registers to the consumers (CodegenOptions.consumer_regs;
+# twenty-second session, not yet measured): 200 (the producer keeps 104) and 232 (40)
+VARIANTS.update({f"{v}-rs{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "consumer_regs": n})
+                 for v in ("b1-atomic", "b1-nan", "b8-atomic", "b32-atomic", "q8-b1-atomic", "q8-b8-atomic",
+                           "b1-atomic-onekernel") for n in (200, 232)})
 # greedy steps on the kernel with the sampler as before CodegenOptions.sampler_lean (its index
 # arithmetic hoisted, the rejection pass double-buffered: the kernel spills)
 VARIANTS.update({f"{v}-onekernel-fat": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True, "sampler_lean": False})

@@ -353,6 +353,32 @@ def test_options_change_the_source():
     assert "SPIN_HOT = 64;" in a and "SPIN_HOT = 17;" in b and "constexpr int U = 4;" in b
 
 
+def test_consumer_regs_makes_the_producer_a_warpgroup():
+    """CodegenOptions.consumer_regs: off, the kernel has a producer warp; on, 128 producer threads
+    whose registers the consumers take; a clear refusal of counts the block cannot split."""
+    from mkc.errors import IRCheckError
+
+    tg = taskgraph("llama-3.2-1b", 1, 128)
+    sched = rr_schedule(tg, "h200", "atomic")
+    off, c0, _ = generate(tg, sched, "h200")
+    on, c1, _ = generate(tg, sched, "h200", CodegenOptions(consumer_regs=232))
+    assert c0.threads == c0.consumer_threads + 32 and c1.threads == c1.consumer_threads + 128
+    assert "REG_SPLIT = 0;" in off and "REG_SPLIT = 232;" in on and "PRODUCER_REGS = 40;" in on
+    assert "mk_setmaxnreg_dec<PRODUCER_REGS>();" in on and "mk_setmaxnreg_inc<REG_SPLIT>();" in on
+    assert "PRODUCER_REGS = 24;" in generate(tg, sched, "h200", CodegenOptions(consumer_regs=240))[0]  # the least
+    for regs, why in ((236, "multiple of 8"), (160, "below the 168")):
+        with pytest.raises(IRCheckError, match=why):
+            generate(tg, sched, "h200", CodegenOptions(consumer_regs=regs))
+    with pytest.raises(IRCheckError, match="producer warpgroup 8 "):
+        generate(tg, sched, "h200", CodegenOptions(consumer_regs=248))
+    # without the weight pipeline (no producer: the A100, or pipe=False) the option does nothing
+    tga = taskgraph("llama-3.2-1b", 8, 128, "a100")
+    src, cfg, _ = generate(tga, rr_schedule(tga, "a100", "atomic"), "a100", CodegenOptions(consumer_regs=200))
+    assert "REG_SPLIT = 0;" in src and cfg.threads == cfg.consumer_threads
+    src, cfg, _ = generate(tg, sched, "h200", CodegenOptions(consumer_regs=200, pipe=False))
+    assert "REG_SPLIT = 0;" in src and cfg.threads == cfg.consumer_threads
+
+
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 
@@ -62,6 +63,31 @@ def test_experiment_options_compile_cleanly(graphs, sampler, tmp_path):
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
     assert spills and max(spills) == 0, res.log
+
+
+def test_consumer_regs_split_the_budget_without_spills(tmp_path):
+    """CodegenOptions.consumer_regs (waiting for a GPU measurement): llama-3.2-1b batch 32's greedy
+    kernel (a 1,024-position cache) spills 16 bytes at the 168 registers 9 warps leave a thread;
+    with a producer warpgroup that keeps 104 and consumers that take 200 it spills nothing, and ptxas
+    reads the two setmaxnreg as SASS's register-pool instructions."""
+    import subprocess
+
+    from mkc.codegen.render import CodegenOptions
+    from mkc.targets.nvidia.compiler import build_cubin
+
+    tg = taskgraph("llama-3.2-1b", 32, 1024)
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=False, consumer_regs=200))
+    assert cfg.threads == cfg.consumer_threads + 128 and "REG_SPLIT = 200;" in src and "PRODUCER_REGS = 104;" in src
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert spills and max(spills) == 0, res.log
+    regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
+    assert regs and max(regs) * cfg.threads <= 65536, res.log  # the launch budget: 168 at 384 threads
+    cuobjdump = shutil.which("cuobjdump") or os.environ.get("CUOBJDUMP")
+    if cuobjdump:
+        sass = subprocess.run([cuobjdump, "-sass", str(res.cubin)], capture_output=True, text=True).stdout
+        assert len(re.findall(r"USETMAXREG", sass)) >= 2, "setmaxnreg not in the SASS"
 
 
 def test_build_cache_hits(graphs, tmp_path):

@@ -209,6 +209,15 @@ class CodegenOptions:
     # the pattern the partials' merge lost in the twentieth session). Off until measured on the GPU;
     # True: the experiment
     pdraw_early_winner: bool = False
+    # the weight pipeline on sm_90a and later (its producer warp beside 8 consumer warps puts 3 warps on
+    # a sub-partition, so ptxas caps every thread at 168 registers, the budget the filtered sampler's
+    # spills and the batch-32 MMA loop's serialised loads come from): the producer becomes a whole
+    # warpgroup (4 warps, one of which copies) that gives registers back (setmaxnreg.dec), and the
+    # consumer warpgroups take up to this many per thread (setmaxnreg.inc, a multiple of 8; the
+    # producer keeps what the block's launch budget leaves, at least 24; kernels without the weight
+    # pipeline have no producer and ignore it). 0: off, as before. Off until measured on the GPU;
+    # 200 (the producer keeps 104) and 232 (40): the experiment
+    consumer_regs: int = 0
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -264,6 +273,32 @@ def plan_for(tg: TaskGraph, target: Target, options: CodegenOptions) -> DevicePl
     return device_plan(dict(tg.dims), target, knobs)
 
 
+def reg_split(consumer_regs: int, plan: DevicePlan, target: Target) -> tuple[int, int]:
+    """CodegenOptions.consumer_regs: the threads to launch (the consumers and a producer warpgroup)
+    and the registers per thread the producer warpgroup keeps, from the block's launch budget
+    (``__launch_bounds__(threads, 1)``: 168 at 384 threads) less what the consumers take."""
+    wg = 128  # setmaxnreg adjusts whole warpgroups
+    sm = int("".join(ch for ch in target.arch if ch.isdigit()) or 0)
+    why = []
+    if not (target.arch.startswith("sm_") and target.arch.endswith("a") and sm >= 90):
+        why.append(f"setmaxnreg needs an arch-specific sm_90a or later target ({target.name} is {target.arch})")
+    if plan.threads % wg:
+        why.append(f"the {plan.threads} consumer threads are not whole warpgroups of {wg}")
+    if consumer_regs % 8 or not 24 <= consumer_regs <= 256:
+        why.append(f"consumer_regs {consumer_regs} is not a multiple of 8 in [24, 256]")
+    threads = plan.threads + wg
+    launch = for_target(target).launch_limits(target).regs_for(threads)
+    producer = ((threads * launch - plan.threads * consumer_regs) // wg) // 8 * 8
+    if not why and producer < 24:
+        why.append(f"consumer_regs {consumer_regs} leaves the producer warpgroup {producer} registers per thread "
+                   f"(at least 24; the block launches with {launch} per thread)")
+    if not why and consumer_regs < launch:
+        why.append(f"consumer_regs {consumer_regs} is below the {launch} the block launches with")
+    if why:
+        raise IRCheckError("CodegenOptions.consumer_regs: " + "; ".join(why))
+    return threads, producer
+
+
 def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: CodegenOptions | None = None) -> KernelConfig:
     """Compile-time constants and the shared-memory layout for ``tg`` scheduled as ``sched``."""
     o = options or CodegenOptions()
@@ -296,6 +331,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if problems:
         raise IRCheckError("cannot generate the kernel: " + "; ".join(problems))
 
+    launch_threads, producer_regs, consumer_regs = plan.launch_threads, 0, 0
+    if o.consumer_regs and plan.producer_warps:  # (a plan without the weight pipeline has no producer to shrink)
+        launch_threads, producer_regs = reg_split(o.consumer_regs, plan, target)
+        consumer_regs = o.consumer_regs
     if o.trace and not for_target(target).capabilities(target).trace_timer:
         raise ScheduleError(f"the per-task trace needs a device timer; mkc has none for {target.name} ({target.arch})")
     mma, ring = plan.mma, plan.ring
@@ -368,10 +407,11 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold),
+        REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )
     return KernelConfig(
-        model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=plan.launch_threads,
+        model=tg.model, target=target.name, arch=target.arch, sync=sched.sync, threads=launch_threads,
         consumer_threads=NT, smem_bytes=smem,
         smem_needed=needed, num_workers=sched.num_workers, kernel_name=dialect.kernel_name,
         qk_norm=bool(d.get("qk_norm", 0)), qkv_bias=bool(d.get("qkv_bias", 0)), consts=tuple(consts.items()), B=B,

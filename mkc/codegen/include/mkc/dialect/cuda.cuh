@@ -246,6 +246,13 @@ __device__ __forceinline__ unsigned mk_pack_bf16x2(float lo, float hi) {
   unsigned r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
 __device__ __forceinline__ uint4 mk_ld_shared16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+// setmaxnreg (sm_90a and later, arch-specific): the registers per thread of the executing warpgroup,
+// every warp of it executing the same one (CodegenOptions.consumer_regs: the kernel template's
+// producer warpgroup gives registers back, the consumers take them); used only where render allows it
+template <int N>
+__device__ __forceinline__ void mk_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N)); }
+template <int N>
+__device__ __forceinline__ void mk_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
 // cp.async (sm_80+): 16 bytes global -> shared without registers, L2 only (.cg); zeros when !full
 __device__ __forceinline__ void mk_cp_async16(void* dst, const void* src, bool full) {
   unsigned d;
