@@ -56,6 +56,8 @@ class Capabilities:
     async_copy: bool  # global -> shared copies without registers (cp.async)
     bulk_copy: bool = False  # bulk asynchronous global -> shared copies completing on an mbarrier
     warp_match: bool = False  # a warp-wide match of equal values (the LM-head tiles' aggregated counts)
+    # registers moved between warpgroups of a block at run time (setmaxnreg: CodegenOptions.consumer_regs)
+    reg_realloc: bool = False
 
 
 @dataclass(frozen=True)

@@ -371,6 +371,19 @@ def test_consumer_regs_makes_the_producer_a_warpgroup():
             generate(tg, sched, "h200", CodegenOptions(consumer_regs=regs))
     with pytest.raises(IRCheckError, match="producer warpgroup 8 "):
         generate(tg, sched, "h200", CodegenOptions(consumer_regs=248))
+    # a target whose arch lacks setmaxnreg (sm_90 without the arch-specific "a") is refused by name
+    from dataclasses import replace as dc_replace
+
+    from mkc.backend import for_target
+    from mkc.target import get_target
+
+    h200 = get_target("h200")
+    assert for_target(h200).capabilities(h200).reg_realloc
+    plain = dc_replace(h200, arch="sm_90")
+    assert not for_target(plain).capabilities(plain).reg_realloc
+    tgp = taskgraph("llama-3.2-1b", 1, 128, plain)
+    with pytest.raises(IRCheckError, match="cannot move registers between warpgroups"):
+        generate(tgp, rr_schedule(tgp, plain, "atomic"), plain, CodegenOptions(consumer_regs=200))
     # without the weight pipeline (no producer: the A100, or pipe=False) the option does nothing
     tga = taskgraph("llama-3.2-1b", 8, 128, "a100")
     src, cfg, _ = generate(tga, rr_schedule(tga, "a100", "atomic"), "a100", CodegenOptions(consumer_regs=200))

@@ -278,10 +278,9 @@ def reg_split(consumer_regs: int, plan: DevicePlan, target: Target) -> tuple[int
     and the registers per thread the producer warpgroup keeps, from the block's launch budget
     (``__launch_bounds__(threads, 1)``: 168 at 384 threads) less what the consumers take."""
     wg = 128  # setmaxnreg adjusts whole warpgroups
-    sm = int("".join(ch for ch in target.arch if ch.isdigit()) or 0)
     why = []
-    if not (target.arch.startswith("sm_") and target.arch.endswith("a") and sm >= 90):
-        why.append(f"setmaxnreg needs an arch-specific sm_90a or later target ({target.name} is {target.arch})")
+    if not for_target(target).capabilities(target).reg_realloc:
+        why.append(f"{target.name} ({target.arch}) cannot move registers between warpgroups")
     if plan.threads % wg:
         why.append(f"the {plan.threads} consumer threads are not whole warpgroups of {wg}")
     if consumer_regs % 8 or not 24 <= consumer_regs <= 256:

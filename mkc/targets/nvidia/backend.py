@@ -45,8 +45,10 @@ class NvidiaBackend(Backend):
 
     def capabilities(self, target: Target) -> Capabilities:
         sm = sm_version(target.arch)
+        # setmaxnreg is in the arch-specific feature sets only (sm_90a, sm_100a, ...)
         return Capabilities(warp_size=32, mma_bf16=sm >= 80, bulk_prefetch=sm >= 90, trace_timer=True,
-                            async_copy=sm >= 80, bulk_copy=sm >= 90, warp_match=sm >= 70)
+                            async_copy=sm >= 80, bulk_copy=sm >= 90, warp_match=sm >= 70,
+                            reg_realloc=sm >= 90 and target.arch.endswith("a"))
 
     def launch_limits(self, target: Target) -> LaunchLimits:
         return NvidiaLimits(threads=256, regs_per_thread=255)
