@@ -2,7 +2,7 @@
 against the in-loop step, and the early exit. Random-weight models from tests/gpu_fixtures.py.
 
     python scripts/bench_tokens.py [--models llama-3.2-1b,qwen3-0.6b] [--batches 1,8] [--steps 120] [--paired]
-        [--ab-options '{"sampler_copies": true}' ...]
+        [--ab-options '{"consumer_regs": 0}' ...]
 
 Prints a markdown table (and --json PATH writes the rows). Target (issue #16): sampling <= 3 % of a
 greedy step at batch 1; a step call <= 30 us over the in-loop step.

@@ -54,6 +54,11 @@ CONFIGS: dict[str, tuple[str, int, str, str, dict]] = {
     "mi300x-llama-b1-nan": ("llama-3.2-1b", 1, "mi300x", "nan", {}),
     "mi300x-llama-b1-atomic": ("llama-3.2-1b", 1, "mi300x", "atomic", {}),
     "mi300x-qwen3-b8-nan": ("qwen3-0.6b", 8, "mi300x", "nan", {}),
+    # the producer warp (the kernels before consumer_regs became a default, twenty-third session)
+    "llama-b1-rs0": ("llama-3.2-1b", 1, "h200", "atomic", {"consumer_regs": 0}),
+    "llama-b1-nan-rs0": ("llama-3.2-1b", 1, "h200", "nan", {"consumer_regs": 0}),
+    "llama-b8-rs0": ("llama-3.2-1b", 8, "h200", "atomic", {"consumer_regs": 0}),
+    "llama-b32-greedy-rs0": ("llama-3.2-1b", 32, "h200", "atomic", {"sampler": False, "consumer_regs": 0}),
 }
 
 # runs inside each tree: only APIs both the baseline and today's tree have

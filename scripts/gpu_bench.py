@@ -143,15 +143,14 @@ VARIANTS.update({f"{v}-onekernel": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_ke
 # the same with the filtered sampler's functions out of line (CodegenOptions.sampler_inline=False):
 # whether its code inlined into the kernel is what slows the layers' tasks
 VARIANTS["b1-atomic-onekernel-outline"] = (*VARIANTS["b1-atomic"][:4], {"one_kernel": True, "sampler_inline": False})
-# the token flags and the control block's address copied into shared memory at the block's start
-# (CodegenOptions.token_words_shared; twenty-first session, not yet measured)
-VARIANTS.update({f"{v}-tokshared": (*VARIANTS[v][:4], {**VARIANTS[v][4], "token_words_shared": True})
-                 for v in ("b1-atomic", "b1-nan", "b8-atomic", "q8-b1-atomic")})
-# the producer as a warpgroup that gives its registers to the consumers (CodegenOptions.consumer_regs;
-# twenty-second session, not yet measured): 200 (the producer keeps 104) and 232 (40)
+# the consumers' registers (CodegenOptions.consumer_regs; by default 200, 232 from batch 32, since the
+# twenty-third session): 0 (a producer warp, the kernels before), 200 (the producer warpgroup keeps
+# 104) and 232 (40)
 VARIANTS.update({f"{v}-rs{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "consumer_regs": n})
-                 for v in ("b1-atomic", "b1-nan", "b8-atomic", "b32-atomic", "q8-b1-atomic", "q8-b8-atomic",
-                           "b1-atomic-onekernel") for n in (200, 232)})
+                 for v in ("b1-atomic", "b1-nan", "b8-atomic", "b8-nan", "b32-atomic", "q8-b1-atomic", "q8-b8-atomic",
+                           "b1-atomic-onekernel") for n in (0, 200, 232)})
+VARIANTS.update({f"b32-atomic-rs{n}": (*VARIANTS["b32-atomic"][:4], {**VARIANTS["b32-atomic"][4], "consumer_regs": n})
+                 for n in (208, 216, 224)})
 # greedy steps on the kernel with the sampler as before CodegenOptions.sampler_lean (its index
 # arithmetic hoisted, the rejection pass double-buffered: the kernel spills)
 VARIANTS.update({f"{v}-onekernel-fat": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True, "sampler_lean": False})

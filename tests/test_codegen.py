@@ -29,10 +29,11 @@ def llama_tg():
 def test_rendered_text_has_the_protocol(llama_tg, sync):
     src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg, "h200", sync), "h200")
     assert f"NAN_MODE = {'true' if sync == 'nan' else 'false'}" in src
-    # batch 1 on sm_90a: 256 consumer threads and the weight pipeline's producer warp, whose copies
-    # complete on mbarriers; the consumers' barriers leave the producer out
-    assert "__launch_bounds__(288, 1)" in src and 'extern "C" __global__' in src
-    assert cfg.threads == 288 and cfg.consumer_threads == 256 and "#define MKC_BAR_THREADS 256" in src
+    # batch 1 on sm_90a: 256 consumer threads and the weight pipeline's producer warpgroup (its
+    # registers given to the consumers: CodegenOptions.consumer_regs), whose copies complete on
+    # mbarriers; the consumers' barriers leave the producer out
+    assert "__launch_bounds__(384, 1)" in src and 'extern "C" __global__' in src
+    assert cfg.threads == 384 and cfg.consumer_threads == 256 and "#define MKC_BAR_THREADS 256" in src
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in src
     assert "mbarrier.try_wait.parity.shared::cta.b64" in src and "bar.sync 1, %0" in src
     assert "ld.acquire.gpu.global.u32" in src and "red.release.gpu.global.add.u32" in src
@@ -354,16 +355,23 @@ def test_options_change_the_source():
 
 
 def test_consumer_regs_makes_the_producer_a_warpgroup():
-    """CodegenOptions.consumer_regs: off, the kernel has a producer warp; on, 128 producer threads
-    whose registers the consumers take; a clear refusal of counts the block cannot split."""
+    """CodegenOptions.consumer_regs: off (0), the kernel has a producer warp; a count, 128 producer
+    threads whose registers the consumers take; None (the default), 200 below batch 32 and 216 from
+    it where the target can; a clear refusal of counts the block cannot split."""
+    from mkc.codegen.render import CONSUMER_REGS_AUTO
     from mkc.errors import IRCheckError
 
     tg = taskgraph("llama-3.2-1b", 1, 128)
     sched = rr_schedule(tg, "h200", "atomic")
-    off, c0, _ = generate(tg, sched, "h200")
+    off, c0, _ = generate(tg, sched, "h200", CodegenOptions(consumer_regs=0))
     on, c1, _ = generate(tg, sched, "h200", CodegenOptions(consumer_regs=232))
     assert c0.threads == c0.consumer_threads + 32 and c1.threads == c1.consumer_threads + 128
     assert "REG_SPLIT = 0;" in off and "REG_SPLIT = 232;" in on and "PRODUCER_REGS = 40;" in on
+    assert CONSUMER_REGS_AUTO == ((32, 216), (1, 200))
+    dflt, cd, _ = generate(tg, sched, "h200")
+    assert "REG_SPLIT = 200;" in dflt and "PRODUCER_REGS = 104;" in dflt and cd.threads == cd.consumer_threads + 128
+    tg32 = taskgraph("llama-3.2-1b", 32, 128)
+    assert "REG_SPLIT = 216;" in generate(tg32, rr_schedule(tg32, "h200", "atomic"), "h200")[0]
     assert "mk_setmaxnreg_dec<PRODUCER_REGS>();" in on and "mk_setmaxnreg_inc<REG_SPLIT>();" in on
     assert "PRODUCER_REGS = 24;" in generate(tg, sched, "h200", CodegenOptions(consumer_regs=240))[0]  # the least
     for regs, why in ((236, "multiple of 8"), (160, "below the 168")):
@@ -384,6 +392,8 @@ def test_consumer_regs_makes_the_producer_a_warpgroup():
     tgp = taskgraph("llama-3.2-1b", 1, 128, plain)
     with pytest.raises(IRCheckError, match="cannot move registers between warpgroups"):
         generate(tgp, rr_schedule(tgp, plain, "atomic"), plain, CodegenOptions(consumer_regs=200))
+    src, cfg, _ = generate(tgp, rr_schedule(tgp, plain, "atomic"), plain)  # the default there: a producer warp
+    assert "REG_SPLIT = 0;" in src and cfg.threads == cfg.consumer_threads + 32
     # without the weight pipeline (no producer: the A100, or pipe=False) the option does nothing
     tga = taskgraph("llama-3.2-1b", 8, 128, "a100")
     src, cfg, _ = generate(tga, rr_schedule(tga, "a100", "atomic"), "a100", CodegenOptions(consumer_regs=200))
@@ -463,7 +473,9 @@ def test_tensor_core_weight_pipeline_plan(name, batch):
     # the default from batch 2 up to 32 (the lowering's plan), and what CodegenOptions(pipe=True) asks for
     for cfg in (kernel_config(tg, sched, h200), kernel_config(tg, sched, h200, CodegenOptions(pipe=True))):
         c = dict(cfg.consts)
-        assert cfg.mma_gemv and 2 <= c["PIPE_SLOTS"] <= 5 and cfg.threads == cfg.consumer_threads + 32
+        # the producer: a warpgroup whose registers the consumers take (CodegenOptions.consumer_regs)
+        assert cfg.mma_gemv and 2 <= c["PIPE_SLOTS"] <= 5 and cfg.threads == cfg.consumer_threads + 128
+        assert c["REG_SPLIT"] == (216 if batch >= 32 else 200)
         assert (c["PIPE_ROWS"], c["PIPE_COLS"], c["PIPE_LD"]) == (PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_COLS + PIPE_MMA_PAD)
         assert c["KCB"] % PIPE_MMA_COLS == 0 and c["KCB"] >= PIPE_MMA_COLS and c["RING"] == 0
         assert c["OFF_MBAR"] == c["PIPE_SLOTS"] * PIPE_MMA_ROWS * (PIPE_MMA_COLS + PIPE_MMA_PAD) * 2
@@ -632,45 +644,3 @@ def test_pipe_ksplit_by_kind_and_copies_in_flight():
     ring = tg8.plan.pipe_slots
     assert generate(tg8, s8, "h200", CodegenOptions(sampler=False, pipe_inflight=ring))[1].const("PIPE_INFLIGHT") == 0
     assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_inflight=4))[1].const("PIPE_INFLIGHT") == 4
-
-
-def test_sampler_copies_where_the_layout_has_room(llama_tg):
-    """The argmax task's region ends with room for the filtered sampler's copies (its settings, its
-    row's candidate prefixes; CodegenOptions.sampler_copies) where the layout leaves it: llama-3.2-1b
-    at batch 1 does; a layout without the bytes gets none, and the region is then the one without them."""
-    from mkc.taskgraph.lower import LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
-    from mkc.taskgraph.plan import cand_cache_bytes, sample_region, sample_sizes, sample_smem
-
-    src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg, "h200", "atomic"), "h200", CodegenOptions(sampler_copies=True))
-    c = dict(cfg.consts)
-    ntiles = c["NTILES"]
-    assert c["SAMPLE_CC"] == cand_cache_bytes(ntiles) == 32 + 4 * ntiles * (LM_CAND_HEAD + 2 * LM_PREF) > 0
-    region = next(r for r in llama_tg.plan.regions if r[0] == "OFF_SAMPLE")
-    assert region[2] == c["SAMPLE_SMEM"] == sample_smem(1, c["SAMPLE_HISTS"], c["SAMPLE_NB"], c["SAMPLE_CC"])
-    assert region[1] + region[2] <= c["OFF_FLAG"]
-    assert LM_CAND_WORDS % 4 == 0  # the copies are 16-byte cp.async
-    assert "SAMPLER_COPIES = 1;" in src and "SAMPLER_COPIES = 0;" in generate(llama_tg, rr_schedule(llama_tg, "h200", "atomic"), "h200")[0]
-    # room for the bins but not the copies: none, and the same region as before they existed
-    base = sample_smem(1, 8, 512)
-    assert sample_sizes(1, 8, base + 100, ntiles) == (8, 512, 0)
-    assert sample_region([("OFF_PIPE", 0, 1024), ("OFF_FLAG", 1024 + base + 100, 16)], 1, 8, ntiles)[2] == base
-    assert sample_sizes(1, 8, base + 16 + cand_cache_bytes(ntiles), ntiles)[2] == cand_cache_bytes(ntiles)
-    # a task graph saved before the region had the room (mkc 988e323 and earlier) still renders, without the copies
-    old = sample_smem(1, c["SAMPLE_HISTS"], c["SAMPLE_NB"])
-    plan = dataclasses.replace(llama_tg.plan, regions=tuple((n, o, old if n == "OFF_SAMPLE" else k) for n, o, k in llama_tg.plan.regions))
-    tg_old = dataclasses.replace(llama_tg, plan=plan)
-    _, cfg_old, _ = generate(tg_old, rr_schedule(tg_old, "h200", "atomic"), "h200", CodegenOptions(sampler_copies=True))
-    co = dict(cfg_old.consts)
-    assert (co["SAMPLE_CC"], co["SAMPLE_SMEM"], co["SAMPLER_COPIES"]) == (0, old, 0)  # the option then copies nothing
-
-
-def test_token_words_shared_option(llama_tg):
-    """CodegenOptions.token_words_shared: each block copies the token flags and the control block's
-    address into its flag region's spare words at its start; off, the workspace is read at each use."""
-    sched = rr_schedule(llama_tg, "h200", "atomic")
-    on, cfg, _ = generate(llama_tg, sched, "h200", CodegenOptions(token_words_shared=True))
-    off = generate(llama_tg, sched, "h200")[0]
-    assert "TOK_SHARED = 1;" in on and "TOK_SHARED = 0;" in off
-    # the abort word, then the three copied words (common.cuh SMF_TOK_FLAGS .. SMF_CTL_HI + 4) fill the region
-    flag = next(r for r in llama_tg.plan.regions if r[0] == "OFF_FLAG")
-    assert flag[2] == 16 and "SMF_CTL_HI = OFF_FLAG + 12" in on

@@ -34,35 +34,19 @@ def test_default_model_compiles_cleanly(graphs, target, sync, sampler, tmp_path)
     assert res.cubin.stat().st_size > 0 and not res.cached
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    # At batch 1 the weight pipeline's producer warp makes 9 warps per block, 3 of them on one SM
-    # sub-partition, so ptxas has 168 registers per thread (not 255). The greedy kernel spills
-    # nothing (2026-12-02). With the sampler inline (h200, atomic: CodegenOptions.sampler_inline)
-    # nothing either since CodegenOptions.sampler_lean (before it, 48 bytes: the layers' values,
-    # reloaded in their tasks). Elsewhere the kernel saves registers around the sampler's
-    # out-of-line calls (up to 48 bytes at the entry, the functions themselves up to 4): more than
-    # 64 is a register blow-up. The temperature-only kernel has its Gumbel-max inline: no spill.
+    # At batch 1 the weight pipeline's producer makes 9 warps per block, 3 of them on one SM
+    # sub-partition, so ptxas has 168 registers per thread (not 255); on the h200 the producer is a
+    # warpgroup that gives its registers to the consumers (CodegenOptions.consumer_regs: 200). The
+    # greedy kernel spills nothing (2026-12-02). With the sampler inline (h200, atomic:
+    # CodegenOptions.sampler_inline) one word of its prologue at 200 registers (at 168 none since
+    # CodegenOptions.sampler_lean; before it, 48 bytes: the layers' values, reloaded in their tasks).
+    # Elsewhere the kernel saves registers around the sampler's out-of-line calls (up to 48 bytes at
+    # the entry, the functions themselves up to 4): more than 64 is a register blow-up. The
+    # temperature-only kernel has its Gumbel-max inline: no spill.
     inline = target == "h200" and sync == "atomic"
-    assert spills and max(spills) <= (64 if sampler is True and not inline else 0), res.log
+    assert spills and max(spills) <= (64 if sampler is True and not inline else 8 if sampler is True else 0), res.log
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
     assert regs and max(regs) * cfg.threads <= 65536, res.log  # one block of NT threads fits an SM
-
-
-@pytest.mark.parametrize("sampler", [False, True])
-def test_experiment_options_compile_cleanly(graphs, sampler, tmp_path):
-    """The experiments waiting for a GPU measurement (CodegenOptions.sampler_copies,
-    token_words_shared, pdraw_early_winner) build the default model's h200 kernels, greedy and with
-    the filtered sampler inline, without a warning or a spill."""
-    from mkc.codegen.render import CodegenOptions
-    from mkc.targets.nvidia.compiler import build_cubin
-
-    tg = graphs["h200"]
-    opts = CodegenOptions(sampler=sampler, sampler_copies=True, token_words_shared=True, pdraw_early_winner=True)
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", opts)
-    assert "TOK_SHARED = 1;" in src and ("SAMPLER_COPIES = 1;" in src) == sampler and ("PDRAW_EARLY = 1;" in src) == sampler
-    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
-    assert res.warnings == [], res.log
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) == 0, res.log
 
 
 def test_consumer_regs_split_the_budget_without_spills(tmp_path):
@@ -145,18 +129,19 @@ def test_tensor_core_gemv_compiles_cleanly(target, batch, sampler, tmp_path):
                                                 (8, "atomic", True), (32, "atomic", True)])
 def test_tensor_core_weight_pipeline_compiles_cleanly(batch, sync, sampler, tmp_path):
     """The default from batch 2 to 32: the tensor-core GEMV reading its weights from the pipeline's
-    pages builds without a warning. The producer warp leaves 168 registers per thread: the greedy
-    kernel spills a few words (16 bytes at batch 8, 36 in nan mode, 12 at 32 on 2026-12-02); with the sampler the
-    kernel and the filtered sampler's functions spill more (136 bytes in the kernel, 224 / 296 in
-    sample_pdraw at batch 8 / 32), which only the sampling steps pay: past 320 is a blow-up."""
+    pages builds without a warning. The producer warpgroup gives its registers to the consumers
+    (CodegenOptions.consumer_regs: 200, at batch 32 216, where the producer keeps 72 and the kernel
+    spills 8 bytes, measured faster than 200 without spills); with the sampler the kernel and the
+    filtered sampler's functions spill more (136 bytes in the kernel, 224 / 296 in sample_pdraw at
+    batch 8 / 32 at 168 registers), which only the sampling steps pay: past 320 is a blow-up."""
     from mkc.codegen.render import CodegenOptions
     from mkc.targets.nvidia.compiler import build_cubin
 
     tg = taskgraph("llama-3.2-1b", batch, 4096, "h200")
     src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=sampler))
-    assert cfg.mma_gemv and cfg.threads == 288 and "cp.async.bulk.shared::cluster.global" in src
+    assert cfg.mma_gemv and cfg.threads == 384 and "cp.async.bulk.shared::cluster.global" in src
     assert dict(cfg.consts)["PIPE_SLOTS"] >= 2
     res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) <= (320 if sampler else 48), res.log
+    assert spills and max(spills) <= (320 if sampler else 160 if batch >= 32 else 48), res.log

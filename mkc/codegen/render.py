@@ -191,33 +191,19 @@ class CodegenOptions:
     # filtered sampler has no spills (llama-3.2-1b b1 48 bytes -> 0, qwen3-8b b1 60 -> 0; BENCHMARKS.md
     # seventeenth session). False: as before (the experiment's other side)
     sampler_lean: bool = True
-    # the filtered sampler's argmax task copies, at its start and while the tiles' partials are in
-    # flight, the sampler's settings and (the candidate path) its row's candidate prefixes into the
-    # end of its region (plan.cand_cache_bytes, where the layout leaves room; cp.async on NVIDIA), so
-    # the top-k select's first passes read shared memory, not L2. Off until measured on the GPU (the
-    # twenty-first session had no device); True: the experiment
-    sampler_copies: bool = False
-    # the token flags and the decode control block's address, read on every step (the step's start,
-    # embed, the LM-head tiles, argmax), copied by each block at its start into its flag region's
-    # spare words (common.cuh copy_token_words) instead of read from the workspace, an L2 round trip,
-    # at each use. Off until measured on the GPU (the mi250x llama-3.2-1b kernel then spills 12 VGPRs);
-    # True: the experiment
-    token_words_shared: bool = False
-    # top-p / min-p without a top-k (sample_pdraw): the argmax task merges the LM-head tiles' Gumbel
-    # winners (words 0-1 of their candidate blocks) in the pass that merges their partials, a thread
-    # per tile, instead of a warp over the tiles afterwards (~NTILES / 32 dependent L2 round trips,
-    # the pattern the partials' merge lost in the twentieth session). Off until measured on the GPU;
-    # True: the experiment
-    pdraw_early_winner: bool = False
-    # the weight pipeline on sm_90a and later (its producer warp beside 8 consumer warps puts 3 warps on
-    # a sub-partition, so ptxas caps every thread at 168 registers, the budget the filtered sampler's
-    # spills and the batch-32 MMA loop's serialised loads come from): the producer becomes a whole
-    # warpgroup (4 warps, one of which copies) that gives registers back (setmaxnreg.dec), and the
-    # consumer warpgroups take up to this many per thread (setmaxnreg.inc, a multiple of 8; the
-    # producer keeps what the block's launch budget leaves, at least 24; kernels without the weight
-    # pipeline have no producer and ignore it). 0: off, as before. Off until measured on the GPU;
-    # 200 (the producer keeps 104) and 232 (40): the experiment
-    consumer_regs: int = 0
+    # the weight pipeline on targets that can move registers between warpgroups (sm_90a and later:
+    # Capabilities.reg_realloc). Its producer warp beside 8 consumer warps puts 3 warps on a
+    # sub-partition, so ptxas caps every thread at 168 registers (the batch-32 MMA loop then loads
+    # its inputs one after another through the same 4 registers, and spills). Instead the producer is
+    # a whole warpgroup (4 warps, one of which copies) that gives registers back (setmaxnreg.dec) and
+    # the consumer warpgroups take this many per thread (setmaxnreg.inc, a multiple of 8; the
+    # producer keeps what the block's launch budget leaves, at least 24). None: 216 at batch 32 and
+    # more, 200 below, where the target can, else off (measured on the H200, twenty-third session,
+    # against the producer warp: b1 -0.9 to -1.2 %, b1 nan -1.0 to -2.3 %, b8 +0.1 to +0.4 %, b32
+    # -0.9 % at 200, -2.9 to -3.2 % at 232, -4.3 to -4.5 % at 216); 0: off (a producer
+    # warp, as before); a number: that split, refused by name where the target or the block cannot.
+    # Kernels without the weight pipeline have no producer and ignore it.
+    consumer_regs: int | None = None
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -271,6 +257,21 @@ def plan_for(tg: TaskGraph, target: Target, options: CodegenOptions) -> DevicePl
     if tg.plan is not None and knobs == PlanKnobs():
         return tg.plan
     return device_plan(dict(tg.dims), target, knobs)
+
+
+# CodegenOptions.consumer_regs=None: what the consumers take, by batch (H200, twenty-third session)
+CONSUMER_REGS_AUTO = ((32, 216), (1, 200))
+
+
+def auto_consumer_regs(plan: DevicePlan, target: Target, batch: int) -> int:
+    """CodegenOptions.consumer_regs=None: CONSUMER_REGS_AUTO's count for ``batch`` where the target
+    can move registers and the block can split them that way, else 0 (a producer warp)."""
+    regs = next(n for b, n in CONSUMER_REGS_AUTO if batch >= b)
+    try:
+        reg_split(regs, plan, target)
+    except IRCheckError:
+        return 0
+    return regs
 
 
 def reg_split(consumer_regs: int, plan: DevicePlan, target: Target) -> tuple[int, int]:
@@ -331,9 +332,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         raise IRCheckError("cannot generate the kernel: " + "; ".join(problems))
 
     launch_threads, producer_regs, consumer_regs = plan.launch_threads, 0, 0
-    if o.consumer_regs and plan.producer_warps:  # (a plan without the weight pipeline has no producer to shrink)
-        launch_threads, producer_regs = reg_split(o.consumer_regs, plan, target)
-        consumer_regs = o.consumer_regs
+    if plan.producer_warps:  # (a plan without the weight pipeline has no producer to shrink)
+        consumer_regs = o.consumer_regs if o.consumer_regs is not None else auto_consumer_regs(plan, target, B)
+    if consumer_regs and plan.producer_warps:
+        launch_threads, producer_regs = reg_split(consumer_regs, plan, target)
     if o.trace and not for_target(target).capabilities(target).trace_timer:
         raise ScheduleError(f"the per-task trace needs a device timer; mkc has none for {target.name} ({target.arch})")
     mma, ring = plan.mma, plan.ring
@@ -369,12 +371,9 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # before it had the region gets it here)
     off.pop("OFF_SAMPLE", None)
     _, sample_base, sample_bytes = next((r for r in plan.regions if r[0] == "OFF_SAMPLE"), None) or \
-        sample_region(plan.regions, B, NT // WARP, NTILES)
-    SAMPLE_HISTS, SAMPLE_NB, SAMPLE_CC = sample_sizes(B, NT // WARP, off.get("OFF_FLAG", 0) - sample_base, NTILES)
-    SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS, SAMPLE_NB, SAMPLE_CC)
-    if SAMPLE_CC and sample_bytes == sample_smem(B, SAMPLE_HISTS, SAMPLE_NB):
-        # a plan saved before the region had room for the sampler's copies: none (sampler_copies then copies nothing)
-        SAMPLE_CC, SAMPLE_SMEM = 0, sample_bytes
+        sample_region(plan.regions, B, NT // WARP)
+    SAMPLE_HISTS, SAMPLE_NB = sample_sizes(B, NT // WARP, off.get("OFF_FLAG", 0) - sample_base)
+    SAMPLE_SMEM = sample_smem(B, SAMPLE_HISTS, SAMPLE_NB)
     if SAMPLE_SMEM != sample_bytes:
         raise IRCheckError(f"the device plan's sampler region holds {sample_bytes} B, this mkc's sampler needs {SAMPLE_SMEM}: "
                            f"the task graph was saved by another version; compile the model again")
@@ -398,10 +397,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), SAMPLER_COPIES=int(o.sampler and o.sample_filter and o.sampler_copies and SAMPLE_CC > 0 and amax_rows == 1), TOK_SHARED=int(o.token_words_shared), PDRAW_EARLY=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_early_winner and amax_rows == 1), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
-        SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base, SAMPLE_CC=SAMPLE_CC,
+        SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),

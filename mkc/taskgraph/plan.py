@@ -71,46 +71,32 @@ class PlanKnobs:
     pipe_cols: int = 0
 
 
-def cand_cache_bytes(ntiles: int) -> int:
-    """The filtered sampler's shared copies (sampling.cuh SM_SET, SM_CCT): 8 words for its settings,
-    then one row's candidate prefixes, each LM-head tile's header words and first LM_PREF (logit,
-    index) pairs: what the top-k select reads first."""
-    from mkc.taskgraph.lower import LM_CAND_HEAD, LM_PREF
-    return 32 + ntiles * (LM_CAND_HEAD + 2 * LM_PREF) * 4
-
-
-def sample_smem(batch: int, hists: int, nb: int, cache: int = 0) -> int:
+def sample_smem(batch: int, hists: int, nb: int) -> int:
     """The argmax task's shared-memory scratch from SAMPLE_BASE (the OFF_SAMPLE region; sampling.cuh SM_*): one region for
     either ``hists`` copies of 256 u64 radix bins or the histogram select's ``nb`` bins and collected
-    tokens (32 B each), then per-warp (score, index) pairs, result words, the select's levels, a token and a maximum per row,
-    then (16-byte aligned) the ``cache`` bytes of candidate prefixes (cand_cache_bytes; 0: none)."""
-    n = max(hists * 256 * 8, 32 * nb) + 512 + 96 + 8 * batch
-    return _align(n) + cache if cache else n
+    tokens (32 B each), then per-warp (score, index) pairs, result words, the select's levels, a token and a maximum per row."""
+    return max(hists * 256 * 8, 32 * nb) + 512 + 96 + 8 * batch
 
 
-def sample_sizes(batch: int, warps: int, room: int, ntiles: int = 0) -> tuple[int, int, int]:
-    """(radix histogram copies, histogram-select bins, candidate cache bytes) for the ``room`` below the
-    flag word: one radix copy per warp (fewer serialised adds) and 512 bins where they fit, at least 1
-    and 64; the candidate cache of ``ntiles`` LM-head tiles where what is left holds it, else 0."""
+def sample_sizes(batch: int, warps: int, room: int) -> tuple[int, int]:
+    """(radix histogram copies, histogram-select bins) for the ``room`` below the flag word: one radix
+    copy per warp (fewer serialised adds) and 512 bins where they fit, at least 1 and 64."""
     free = room - sample_smem(batch, 0, 0)
     hists = max(1, min(warps, free // 2048))
     nb = 512
     while nb > 64 and 32 * nb > free:
         nb //= 2
-    cache = cand_cache_bytes(ntiles) if ntiles else 0
-    if cache and sample_smem(batch, hists, nb, cache) > room:
-        cache = 0
-    return hists, nb, cache
+    return hists, nb
 
 
-def sample_region(regions, batch: int, warps: int, ntiles: int = 0) -> tuple[str, int, int]:
+def sample_region(regions, batch: int, warps: int) -> tuple[str, int, int]:
     """The argmax task's scratch as a region of the layout: in the task layouts' bytes (a block runs
     one task at a time), after the weight pipeline's pages (which the producer fills while argmax
     runs), below the flag word."""
     base = max((o + n for name, o, n in regions if name in PIPE_REGIONS), default=0)
     base = -(-base // 16) * 16
     room = dict((n, o) for n, o, _ in regions).get("OFF_FLAG", 0) - base
-    need = sample_smem(batch, *sample_sizes(batch, warps, room, ntiles))
+    need = sample_smem(batch, *sample_sizes(batch, warps, room))
     if room < need:
         raise ScheduleError(f"the sampler's {need} B of shared-memory scratch (between byte {base} and the flag "
                             f"word) do not fit this layout (flag at {base + room})")
@@ -372,7 +358,7 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         else:
             pipe_slots = 0
     regions.append(("OFF_FLAG", flag, 16))
-    regions.append(sample_region(regions, B, NW, dims.get("n_lm_tiles", 0)))
+    regions.append(sample_region(regions, B, NW))
     return DevicePlan(
         threads=NT, warp=WARP, gemv=GEMV_MMA if mma else GEMV_FMA, ring=ring, kc=KC, kcb=kcb, rows_per_warp=G,
         loads_in_flight=U, batch_rows=min(B, 8), out_cap=out_cap, attn_split=split, attn_chunk=o.attn_chunk,

@@ -33,24 +33,11 @@ struct Task {
 
 // ---- the token settings the host writes into the workspace (tables.WORKSPACE, WS_TOK_FLAGS on) ----
 __device__ __forceinline__ unsigned tok_word(const Ctx& c, int w) { return (unsigned)mk_ld_int(reinterpret_cast<const int*>(c.ws) + w); }
-// TOK_SHARED (CodegenOptions.token_words_shared): the flags and the control block's address, read
-// on every step (the step's start, embed, the LM-head tiles, argmax), are copied by each block at
-// its start into the flag region's spare words (the kernel template; the host writes them only
-// between launches), so none of those reads is an L2 round trip.
-constexpr int SMF_TOK_FLAGS = OFF_FLAG + 4, SMF_CTL_LO = OFF_FLAG + 8, SMF_CTL_HI = OFF_FLAG + 12;
-__device__ __forceinline__ unsigned smem_word(int off) { return *reinterpret_cast<const unsigned*>(mk_smem + off); }
-__device__ __forceinline__ void copy_token_words(const unsigned* ws, int tid) {
-  if constexpr (TOK_SHARED != 0) {
-    if (tid < 3) reinterpret_cast<unsigned*>(mk_smem + SMF_TOK_FLAGS)[tid] = mk_ld_relaxed(ws + (tid == 0 ? WS_TOK_FLAGS : tid == 1 ? WS_CTL_LO : WS_CTL_HI));
-  }
-}
-__device__ __forceinline__ unsigned tok_flags(const Ctx& c) { return TOK_SHARED ? smem_word(SMF_TOK_FLAGS) : tok_word(c, WS_TOK_FLAGS); }
+__device__ __forceinline__ unsigned tok_flags(const Ctx& c) { return tok_word(c, WS_TOK_FLAGS); }
 // the decode control block (tables.ctl_layout), nullptr: every row forced while k < nforced, no stops
 __device__ __forceinline__ int* tok_ctl(const Ctx& c) {
   if (!(tok_flags(c) & TOKF_CTL)) return nullptr;
-  const unsigned hi = TOK_SHARED ? smem_word(SMF_CTL_HI) : tok_word(c, WS_CTL_HI);
-  const unsigned lo = TOK_SHARED ? smem_word(SMF_CTL_LO) : tok_word(c, WS_CTL_LO);
-  return reinterpret_cast<int*>(((unsigned long long)hi << 32) | lo);
+  return reinterpret_cast<int*>(((unsigned long long)tok_word(c, WS_CTL_HI) << 32) | tok_word(c, WS_CTL_LO));
 }
 // the host-mapped token stream [per row: steps published [B], tokens [L, B]], nullptr: none
 __device__ __forceinline__ int* tok_stream(const Ctx& c) {

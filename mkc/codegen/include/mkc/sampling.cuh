@@ -71,32 +71,6 @@ constexpr int SM_RES = SM_PAIR + 512;      // u64: chosen digit/bin, weight abov
 constexpr int SM_LVL = SM_RES + 48;        // the histogram select's levels: float lo [3], float scale [3], int bin [3]
 constexpr int SM_ROW = SM_LVL + 48;        // per row: token [B] then the largest raw logit [B]
 static_assert(SM_ROW + 8 * B <= SAMPLE_BASE + SAMPLE_SMEM, "render.sample_smem must cover the sampler's scratch");
-// SAMPLER_COPIES (CodegenOptions.sampler_copies) and SAMPLE_CC > 0 (plan.cand_cache_bytes, where the
-// layout leaves room): the argmax task copies, at its
-// start and while the tiles' partials are in flight, the sampler's settings (SM_SET: WS_TEMP ..
-// WS_SEED_HI) and, with the candidate path, its row's candidate prefixes (SM_CCT: each tile's
-// header words and first LM_PREF pairs, CC_WORDS words a tile). The top-k select's first passes then
-// read shared memory: no L2 round trip between the partials and its counts, none in its passes.
-constexpr int CC_WORDS = LM_CAND_HEAD + 2 * LM_PREF;
-constexpr int SM_SET = (SM_ROW + 8 * B + 15) / 16 * 16;
-constexpr int SM_CCT = SM_SET + 32;
-constexpr bool CC_SET = SAMPLER_COPIES != 0;  // render: the option, the room, a task per row
-constexpr bool CC_CAND = CC_SET && CAND_OK != 0 && MKC_SAMPLE_CAND != 0;
-static_assert(!CC_SET || SAMPLE_CC > 0, "the copies need the room");
-static_assert(SAMPLE_CC == 0 || (SAMPLE_CC == 32 + 4 * NTILES * CC_WORDS && SM_CCT + 4 * NTILES * CC_WORDS <= SAMPLE_BASE + SAMPLE_SMEM),
-              "plan.cand_cache_bytes is the copies' layout");
-static_assert(CC_WORDS % 4 == 0 && LM_CAND_WORDS % 4 == 0 && WS_SEED_HI == WS_TEMP + 5, "16-byte copies; the settings' words in a row");
-// PDRAW_EARLY (CodegenOptions.pdraw_early_winner), a task per row: the argmax task merges the tiles'
-// Gumbel winners with their partials (warps' pairs in region A, then SM_WIN: the winner's index,
-// out-of-range indices as 0), and sample_pdraw reads it there
-constexpr bool PD_EARLY = PDRAW_EARLY != 0;  // render: the option, the rejection sampler, a task per row
-constexpr int SM_WIN = SM_RES + 44;
-static_assert(!PD_EARLY || 8 * NW <= SM_PAIR - SM_A, "the winners' warp pairs fit region A");
-// the settings from their copy (CC_SET; the argmax task took it before its first barrier)
-__device__ __forceinline__ Sampler shared_sampler() {
-  const unsigned* w = reinterpret_cast<const unsigned*>(mk_smem + SM_SET);
-  return Sampler{mk_bits_f32(w[0]), (int)w[1], mk_bits_f32(w[2]), mk_bits_f32(w[3]), w[4], w[5]};
-}
 static_assert(256 % WARP == 0 && NW <= 64 && SNB % WARP == 0, "the sampler's scan and reduction layout");
 
 __device__ __forceinline__ unsigned long long shfl_u64(unsigned long long v, int src) {
@@ -452,40 +426,7 @@ struct CandScan {
     }
   }
 };
-// The same where the argmax task copied the first LM_PREF of each tile (CC_CAND): for that pass
-// (per == LM_PREF) cw is the copy, CC_WORDS words a tile. A type of its own, so that a build without
-// the copies keeps CandScan's code.
-struct CandScanShared {
-  const float* cw;
-  float temp;
-  int per;
-  __device__ __forceinline__ float word(int t, int w) const {
-    return per == LM_PREF ? cw[t * CC_WORDS + w] : mk_ld_act(cw + t * LM_CAND_WORDS + w);
-  }
-  // CandScan's loop (kept apart so that a build without the copies keeps CandScan's code as it was)
-  template <class F> __device__ __forceinline__ void operator()(F&& f) const {
-    constexpr int UNR = 4;
-    for (int base = s_tid(); base < NTILES * per; base += NT * UNR) {
-      float x[UNR];
-      int v[UNR];
-#pragma unroll
-      for (int u = 0; u < UNR; ++u) {
-        const int sl = base + u * NT;
-        v[u] = -1;
-        if (sl < NTILES * per) {
-          const int w = LM_CAND_HEAD + 2 * (sl % per);
-          x[u] = word(sl / per, w);
-          v[u] = (int)mk_f32_bits(word(sl / per, w + 1));
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < UNR; ++u)
-        if (v[u] >= 0) f(v[u], x[u] / temp);
-    }
-  }
-};
-template <bool SH> struct CandScanOf { using type = CandScan; };
-template <> struct CandScanOf<true> { using type = CandScanShared; };
+
 // One step of the candidates' radix select, run by one warp (all lanes): over the 256 bins from the
 // top, the digit where the count reaches need -> res[0], and the count above that digit -> res[1].
 __device__ __forceinline__ void cand_digit(const unsigned* hist, unsigned need, unsigned* res, int lane) {
@@ -854,9 +795,7 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
   int* tokp = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
   const int tid = s_tid(), lane = s_lane(), wid = s_warp();
   mk_barrier();  // the previous row's readers of tokp are done
-  if constexpr (PD_EARLY) {  // merged by the argmax task with the partials
-    if (tid == 0) *tokp = *reinterpret_cast<const int*>(mk_smem + SM_WIN);
-  } else if (wid == 0) {  // the tiles' winners: words 0-1 of each candidate block (task_lmhead)
+  if (wid == 0) {  // the tiles' winners: words 0-1 of each candidate block (task_lmhead)
     const float* cw = gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS;
     float bv = -INFINITY;
     int bi = 0x7fffffff;
@@ -1001,13 +940,10 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
     // tile's smallest kept key (word 1); else the whole row
 #pragma unroll 1
     for (int wide = 0; wide < (cand && use_k ? 2 : 0); ++wide) {
-      using Scan = typename CandScanOf<CC_CAND>::type;  // CandScan without the copies
-      const Scan cs{CC_CAND && !wide ? reinterpret_cast<const float*>(mk_smem + SM_CCT)  // the argmax task's copy
-                                     : gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp,
-                    wide ? LM_CAND : LM_PREF};
+      const CandScan cs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp,
+                        wide ? LM_CAND : LM_PREF};
       for (int t = tid; t < NTILES; t += NT) {
-        const unsigned hk = mk_f32_bits(CC_CAND && !wide ? cs.cw[t * CC_WORDS + 2]  // (the copy's words are a block's first)
-                                                         : mk_ld_act(cs.cw + t * LM_CAND_WORDS + (wide ? 1 : 2)));
+        const unsigned hk = mk_f32_bits(mk_ld_act(cs.cw + t * LM_CAND_WORDS + (wide ? 1 : 2)));
         if (hk != 0u) atomicMax(cutw, order_key(mk_bits_f32(key_bits(hk)) / temp));
       }
       mk_barrier();

@@ -74,35 +74,13 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   int* ctl = tok_ctl(c);
   int* stream = tok_stream(c);
   if (tid == 0) *s_all = 1;
-  if constexpr (CC_SET) {  // the filtered build: the sampler's copies (sampling.cuh SM_SET, SM_CCT), in flight with the partials
-    if (tid >= NT - 6) reinterpret_cast<unsigned*>(mk_smem + SM_SET)[tid - (NT - 6)] = tok_word(c, WS_TEMP + tid - (NT - 6));
-    if constexpr (CC_CAND) {  // row b0's (a task per row): a step without the candidate path copies words it does not read
-      const float* cw = gptr<const float>(c, S_LM_CAND, 0) + (size_t)b0 * NTILES * LM_CAND_WORDS;
-      for (int i = tid; i < NTILES * (CC_WORDS / 4); i += NT)
-        mk_cp_async16(mk_smem + SM_CCT + 16 * i, cw + (i / (CC_WORDS / 4)) * LM_CAND_WORDS + 4 * (i % (CC_WORDS / 4)), true);
-      mk_cp_async_commit();
-    }
-  }
   if (b1 - b0 == 1) {
     // one row (a task per row, and batch 1): a thread per tile, every partial's load in flight at
     // once (a warp over the tiles waited ~NTILES / 32 L2 round trips on the step's critical path),
     // then the warps' winners (argmax_merge is a total order: any grouping gives the same winner)
     float v = -INFINITY;
     int i = 0x7fffffff;
-    // PD_EARLY: also the tiles' Gumbel winners (words 0-1 of each candidate block), for sample_pdraw
-    [[maybe_unused]] float gv = -INFINITY;
-    [[maybe_unused]] int gi = 0x7fffffff;
-    if constexpr (PD_EARLY) {
-      const float* cw = gptr<const float>(c, S_LM_CAND, 0) + (size_t)b0 * NTILES * LM_CAND_WORDS;
-      for (int j = tid; j < NTILES; j += NT) {
-        argmax_merge(v, i, mk_ld_act(pv + b0 * NTILES + j), mk_ld_int(pi + b0 * NTILES + j));
-        argmax_merge(gv, gi, mk_ld_act(cw + j * LM_CAND_WORDS), (int)mk_f32_bits(mk_ld_act(cw + j * LM_CAND_WORDS + 1)));
-      }
-      warp_argmax(gv, gi);
-      if (lane == 0) { reinterpret_cast<float*>(mk_smem + SM_A)[s_warp()] = gv; reinterpret_cast<int*>(mk_smem + SM_A + 4 * NW)[s_warp()] = gi; }
-    } else {
-      for (int j = tid; j < NTILES; j += NT) argmax_merge(v, i, mk_ld_act(pv + b0 * NTILES + j), mk_ld_int(pi + b0 * NTILES + j));
-    }
+    for (int j = tid; j < NTILES; j += NT) argmax_merge(v, i, mk_ld_act(pv + b0 * NTILES + j), mk_ld_int(pi + b0 * NTILES + j));
     warp_argmax(v, i);
     float* wv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
     int* wi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);
@@ -111,11 +89,6 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
     if (tid == 0) {
       for (int w = 1; w < NW; ++w) argmax_merge(v, i, wv[w], wi[w]);  // thread 0's v, i: warp 0's winner
       s_tok[b0] = i; s_max[b0] = v;
-      if constexpr (PD_EARLY) {
-        for (int w = 1; w < NW; ++w)
-          argmax_merge(gv, gi, reinterpret_cast<const float*>(mk_smem + SM_A)[w], reinterpret_cast<const int*>(mk_smem + SM_A + 4 * NW)[w]);
-        *reinterpret_cast<int*>(mk_smem + SM_WIN) = (gi >= 0 && gi < V) ? gi : 0;
-      }
     }
   } else {
     for (int b = b0 + s_warp(); b < b1; b += NW) {
@@ -126,11 +99,10 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
       if (lane == 0) { s_tok[b] = i; s_max[b] = v; }
     }
   }
-  if constexpr (CC_CAND) mk_cp_async_wait<0>();  // every copy lands before the barrier (and before the task ends)
   mk_barrier();
   trace_mark(c, 0);  // the tiles' partials merged
   if (SAMPLE_FILTER && (flags & TOKF_FILTER)) {  // the filtered sampler's build only (CodegenOptions.sample_filter)
-    const Sampler smp = CC_SET ? shared_sampler() : tok_sampler(c);
+    const Sampler smp = tok_sampler(c);
     for (int r = 0; r < AMAX_ROWS; ++r) {
       const int b = b0 + r;
       if (AMAX_ROWS > 1 && b >= b1) break;

@@ -170,16 +170,6 @@ __device__ __forceinline__ uint2 mk_ld_cache_word2(const unsigned* p) {
   return make_uint2(v.x, v.y);
 }
 __device__ __forceinline__ int mk_ld_table(const int* p) { return *mk_g(p); }
-// no asynchronous copy to LDS is spelled here: cp.async's callers get a 16-byte load and store
-// (zeros when !full); the commit and the wait have nothing to do
-__device__ __forceinline__ void mk_cp_async16(void* dst, const void* src, bool full) {
-  mk_u32x4 v = {0u, 0u, 0u, 0u};
-  if (full) v = *mk_g(reinterpret_cast<const mk_u32x4*>(src));
-  *reinterpret_cast<mk_u32x4*>(dst) = v;
-}
-__device__ __forceinline__ void mk_cp_async_commit() {}
-template <int N>
-__device__ __forceinline__ void mk_cp_async_wait() {}
 // gfx9 has no L2 prefetch instruction: attention's prefetch of a split's later positions does nothing
 __device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {}
 
