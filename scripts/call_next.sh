@@ -8,8 +8,6 @@
 #   CALL=2: every #13 row beside its consumer_regs=0 kernel (-rs0) and the peer; `mkc bench`.
 #   CALL=3: batch 32 at 216 registers (the default after CALL=2 measured it fastest): its GPU test,
 #           and its row beside 0, 208, 224 and 232 twice over.
-#   CALL=4: CodegenOptions.stage_rows (a warp's loads of 2 or 4 batch rows' inputs in flight
-#           together in the tensor-core staging) at batch 32, in alternation with the default.
 #
 # Before them, on the CPU machine (~10 min on 2 cores), from the repository root:
 #   export MKC_CACHE_DIR=$PWD/.cache/mkc MKC_SCHED_CACHE=$PWD/.cache/sched
@@ -50,13 +48,6 @@ if [ "${CALL:-1}" = 3 ]; then
   MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_tensor_core_paths" MKC_TEST_S=120 \
   MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b32-atomic,b32-atomic-rs0,b32-atomic-rs208,b32-atomic-rs224,b32-atomic-rs232,b32-atomic,b32-atomic-rs0,b32-atomic-rs232" \
-  OUT=$OUT bash scripts/gpu_final.sh
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 4 ]; then
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b32-atomic,b32-atomic-sr2,b32-atomic-sr4,b32-atomic,b32-atomic-sr2,b32-atomic-sr4" \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0

@@ -151,10 +151,6 @@ VARIANTS.update({f"{v}-rs{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "consumer_r
                            "b1-atomic-onekernel") for n in (0, 200, 232)})
 VARIANTS.update({f"b32-atomic-rs{n}": (*VARIANTS["b32-atomic"][:4], {**VARIANTS["b32-atomic"][4], "consumer_regs": n})
                  for n in (208, 216, 224)})
-# a warp's loads of several batch rows' inputs in flight together in the tensor-core staging
-# (CodegenOptions.stage_rows; twenty-third session, batch 32's down spends 68 % of its task staging)
-VARIANTS.update({f"{v}-sr{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_rows": n})
-                 for v in ("b32-atomic", "b16-atomic") for n in (2, 4)})
 # greedy steps on the kernel with the sampler as before CodegenOptions.sampler_lean (its index
 # arithmetic hoisted, the rejection pass double-buffered: the kernel spills)
 VARIANTS.update({f"{v}-onekernel-fat": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True, "sampler_lean": False})

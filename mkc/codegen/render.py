@@ -128,11 +128,6 @@ class CodegenOptions:
     # H200 (llama-3.2-1b b1, same call): 0.881 ms/token with it, 0.877 without, so it is off; the
     # tensor-core kernels have no registers for it anyway (spills at batch 32)
     task_ahead: bool = False
-    # the tensor-core path's staging of a GEMV's input (gemv_mma.cuh stage_x_bf16): the loads of this
-    # many of a warp's batch rows in flight together (1: a row at a time, as before; not in nan
-    # mode's polled staging). Batch 32's trace has down spending 68 % of its task staging its fp32
-    # input from L2 (twenty-third session); an experiment, off until measured
-    stage_rows: int = 1
     # batch 1 (the weight-pipeline path): o-proj loads the split attention outputs before the
     # split weights are computed, so its input costs one round trip to L2 after the wait instead of
     # two (H200, llama-3.2-1b b1: 0.870 against 0.877 ms/token, same call). Measured and dropped:
@@ -336,8 +331,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if problems:
         raise IRCheckError("cannot generate the kernel: " + "; ".join(problems))
 
-    if not 1 <= o.stage_rows <= 8:
-        raise IRCheckError(f"CodegenOptions.stage_rows {o.stage_rows}: the batch rows a warp stages at once, 1 to 8")
     launch_threads, producer_regs, consumer_regs = plan.launch_threads, 0, 0
     if plan.producer_warps:  # (a plan without the weight pipeline has no producer to shrink)
         consumer_regs = o.consumer_regs if o.consumer_regs is not None else auto_consumer_regs(plan, target, B)
@@ -404,7 +397,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), STAGE_ROWS=o.stage_rows, **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

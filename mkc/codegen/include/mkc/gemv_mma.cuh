@@ -285,59 +285,6 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
   constexpr int SB = 8, WPR = NW > B ? NW / B : 1, NRW = NW / WPR;
   const int q = kch / 4, lane = lane_id(), w = warp_id(), part = w % WPR;
   bool ok = true;
-  // STAGE_ROWS > 1 (CodegenOptions.stage_rows; not in nan mode's polled staging): a warp's loads for
-  // that many of its batch rows go out together, so a chunk costs a warp B / NRW / STAGE_ROWS L2
-  // round trips instead of B / NRW (batch 32: 4 rows a warp, each one round trip of SB loads a lane)
-  if constexpr (STAGE_ROWS > 1 && !POLL) {
-    constexpr int SR = STAGE_ROWS;
-    for (int b0 = w / WPR; b0 < B; b0 += NRW * SR) {
-      float ss[SR];
-#pragma unroll
-      for (int r = 0; r < SR; ++r) ss[r] = 0.f;
-      for (int i0 = part * WARP + lane; i0 < q; i0 += WPR * WARP * SB) {
-        float4 v[SR][SB];
-        [[maybe_unused]] unsigned w01[SB], w23[SB];
-#pragma unroll
-        for (int e = 0; e < SB; ++e) {
-          const int i = i0 + e * WPR * WARP;
-          if (i < q) {
-#pragma unroll
-            for (int r = 0; r < SR; ++r)
-              if (b0 + r * NRW < B) v[r][e] = load_x4<K, COMB>(x, b0 + r * NRW, c0 + 4 * i);
-            if constexpr (NORM) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < SR; ++r) {
-          if (b0 + r * NRW >= B) break;
-          unsigned short* sb = xs + (b0 + r * NRW) * XST;
-#pragma unroll
-          for (int e = 0; e < SB; ++e) {
-            const int i = i0 + e * WPR * WARP;
-            if (i >= q) break;
-            float4 u = v[r][e];
-            if constexpr (NORM) {
-              ss[r] = fmaf(u.x, u.x, ss[r]); ss[r] = fmaf(u.y, u.y, ss[r]);
-              ss[r] = fmaf(u.z, u.z, ss[r]); ss[r] = fmaf(u.w, u.w, ss[r]);
-              u.x *= mk_lo_bf16(w01[e]); u.y *= mk_hi_bf16(w01[e]);
-              u.z *= mk_lo_bf16(w23[e]); u.w *= mk_hi_bf16(w23[e]);
-            }
-            mk_st_shared8(sb + 4 * i, mk_pack_bf16x2(u.x, u.y), mk_pack_bf16x2(u.z, u.w));
-          }
-        }
-      }
-      if constexpr (NORM) {
-        if (sum) {
-#pragma unroll
-          for (int r = 0; r < SR; ++r) {
-            if (b0 + r * NRW >= B) break;
-            const float t = warp_sum(ss[r]);
-            if (lane == 0) ssp[w * B + b0 + r * NRW] += t;
-          }
-        }
-      }
-    }
-  } else {
   for (int b = w / WPR; b < B; b += NRW) {
     unsigned short* sb = xs + b * XST;
     float ss = 0.f;
@@ -389,7 +336,6 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
         if (lane == 0) ssp[w * B + b] += ss;
       }
     }
-  }
   }
   return ok;
 }
