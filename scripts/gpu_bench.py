@@ -143,7 +143,7 @@ VARIANTS.update({f"{v}-onekernel": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_ke
 # the same with the filtered sampler's functions out of line (CodegenOptions.sampler_inline=False):
 # whether its code inlined into the kernel is what slows the layers' tasks
 VARIANTS["b1-atomic-onekernel-outline"] = (*VARIANTS["b1-atomic"][:4], {"one_kernel": True, "sampler_inline": False})
-# the consumers' registers (CodegenOptions.consumer_regs; by default 200, 232 from batch 32, since the
+# the consumers' registers (CodegenOptions.consumer_regs; by default 200, 216 from batch 32, since the
 # twenty-third session): 0 (a producer warp, the kernels before), 200 (the producer warpgroup keeps
 # 104) and 232 (40)
 VARIANTS.update({f"{v}-rs{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "consumer_regs": n})
@@ -424,7 +424,7 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
     return dict(kinds=kt, test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method, steps=steps, max_seq=max_seq,
                 ms_per_token=ms_tok, ms_per_call=statistics.median(calls[5:]), floor_ms=floor,
                 pct_of_bw=100 * floor / ms_tok, predicted_us=sched.makespan, sched_s=t_sched,
-                regs=mk.kernel.num_regs, smem=mk.cfg.smem_bytes, weight_bytes=wbytes, kv_bytes=kvbytes)
+                regs=mk.kernel.num_regs, consumer_regs=dict(mk.cfg.consts).get("REG_SPLIT", 0), smem=mk.cfg.smem_bytes, weight_bytes=wbytes, kv_bytes=kvbytes)
 
 
 def table(rows: list[dict]) -> str:
@@ -444,11 +444,12 @@ def table(rows: list[dict]) -> str:
         lines.append(f"failure test {r['test']} ({r['sync']}): ok {r.get('message', '')}")
     b = [r for r in rows if r["test"] == "bench"]
     if b:
+        # regs: the kernel's allocation at entry, then (/N) what its consumer warps take (consumer_regs)
         lines.append("benchmark (variant)             batch sync    sched         ms/token  %4.2TB/s  ms/call  floor  regs")
         for r in b:
             lines.append(f"  {r['variant']:<29} {r['batch']:>5} {r['sync']:<7} {r['method']:<12} "
                          f"{r['ms_per_token']:>8.3f} {r['pct_of_bw']:>8.1f} {r['ms_per_call']:>8.3f} {r['floor_ms']:>6.3f} "
-                         f"{r['regs']:>5}")
+                         f"{r['regs']:>5}{'/' + str(r['consumer_regs']) if r.get('consumer_regs') else ''}")
     return "\n".join(lines)
 
 

@@ -33,7 +33,8 @@ python3 - "$OUT/ab.jsonl" <<'PY'
 import json, sys
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    print(f"  {r['variant']:<26} steps {r.get('steps', '?'):>5} {r['ms_per_token']:8.4f} ms/token {r['pct_of_bw']:5.1f} % regs {r['regs']}")
+    split = f"/{r['consumer_regs']}" if r.get('consumer_regs') else ""  # the consumers' registers after setmaxnreg
+    print(f"  {r['variant']:<26} steps {r.get('steps', '?'):>5} {r['ms_per_token']:8.4f} ms/token {r['pct_of_bw']:5.1f} % regs {r['regs']}{split}")
 PY
 fi
 if [ -n "${MKC_BENCH:-}" ]; then
