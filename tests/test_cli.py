@@ -28,7 +28,9 @@ def test_compile_writes_every_stage(tmp_path, capsys):
         # what the kernel does: batch 1 FMAs, batch 3 tensor cores, both fed by the weight pipeline on the H200
         plan = rep["kernel"]["plan"]
         assert plan["gemv"] == ("fp32 FMA" if b == 1 else "tensor cores (mma.sync bf16)")
-        assert plan["weights"].startswith("a weight pipeline") and plan["threads"] == plan["consumer_threads"] + 32
+        # the producer: a warpgroup whose registers the consumers take (CodegenOptions.consumer_regs)
+        assert plan["weights"].startswith("a weight pipeline") and plan["threads"] == plan["consumer_threads"] + 128
+        assert plan["consumer_regs"] == 200 and "producer warpgroup" in plan["weights"]
     # the saved schedules verify again from disk, and can be drawn
     assert main(["verify", str(out)]) == 0
     assert main(["inspect", str(out)]) == 0
