@@ -12,7 +12,8 @@
 #   CALL=4: (#16) the filtered sampler's kernel alone at 176 consumer registers (no spill there; 200
 #           spills a word) and at 0, each against the default on the filters (bench_tokens
 #           MKC_FILTER_OPTIONS); (#13) traces of batch 32 on the new default (gate/up's MMA loop at
-#           216 registers, down's staging) and of a top-k 50 step at batch 1; the #13 rows; the peer.
+#           216 registers, down's staging) and of a top-k 50 step at batch 1; the #13 rows (b32 beside
+#           208 registers, 0.5 % faster than 216 in one run); the peer.
 #           Prebuilt as above plus:
 #   MKC_FILTER_OPTIONS="$FILT" python scripts/prebuild.py --tokens-bench
 #   python -m mkc compile llama-3.2-1b --batch 32 --max-seq-len 1024 --out .builds/llama-b32
@@ -70,7 +71,7 @@ if [ "${CALL:-1}" = 4 ]; then
     --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
   echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 16
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
+  MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic,b32-atomic-rs208,b32-atomic,b32-atomic-rs208;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
   MKC_TRACE="llama-b32 llama-b1" MKC_TRACE_RUNS="=;topk=--do-sample --top-k 50" MKC_TRACE_S=55 \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
