@@ -13,7 +13,8 @@
 #           spills a word) and at 0, each against the default on the filters (bench_tokens
 #           MKC_FILTER_OPTIONS); (#13) traces of batch 32 on the new default (gate/up's MMA loop at
 #           216 registers, down's staging) and of a top-k 50 step at batch 1; the #13 rows (b32 beside
-#           208 registers, 0.5 % faster than 216 in one run); the peer.
+#           208 registers, 0.5 % faster than 216 in one run); the peer; the tensor-core page loop
+#           alone (scripts/bench_mma_page.py: is gate/up's ~1.7 us a page the loop or around it?).
 #           Prebuilt as above plus:
 #   MKC_FILTER_OPTIONS="$FILT" python scripts/prebuild.py --tokens-bench
 #   python -m mkc compile llama-3.2-1b --batch 32 --max-seq-len 1024 --out .builds/llama-b32
@@ -70,6 +71,8 @@ if [ "${CALL:-1}" = 4 ]; then
   MKC_FILTER_OPTIONS="$FILT" timeout 200 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
     --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
   echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 16
+  timeout 90 python3 scripts/bench_mma_page.py --batches 8,32 > "$OUT/mma-page.log" 2>&1
+  echo "mma page rc=$?"; tail -n 3 "$OUT/mma-page.log"
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic,b32-atomic-rs208,b32-atomic,b32-atomic-rs208;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
   MKC_TRACE="llama-b32 llama-b1" MKC_TRACE_RUNS="=;topk=--do-sample --top-k 50" MKC_TRACE_S=55 \
