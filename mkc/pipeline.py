@@ -195,15 +195,9 @@ def _codegen(b: Build) -> None:
     paths = _timed(b.log, "codegen", emit, b.tg, b.sched, b.target, b.bdir)
     b.report["kernel"] = {k: str(Path(v).name) for k, v in paths.items()}
     if b.tg.plan is not None:
-        plan = b.report["kernel"]["plan"] = b.tg.plan.summary()
-        # what the emitted kernel launches (codegen options change the plan's producer warp)
+        # what the emitted kernel launches (codegen options make the plan's producer warp a warpgroup)
         cfg = json.loads(Path(paths["meta"]).read_text())
-        regs = dict(cfg.get("consts", [])).get("REG_SPLIT", 0)
-        plan["threads"] = cfg.get("threads", plan["threads"])
-        if regs:
-            plan["consumer_regs"] = regs
-            plan["weights"] = plan["weights"].replace(
-                "a producer warp", f"a producer warpgroup whose registers the consumer warps take ({regs} per thread)")
+        plan = b.report["kernel"]["plan"] = b.tg.plan.summary(cfg["threads"], dict(cfg["consts"]).get("REG_SPLIT", 0))
         b.log(f"kernel    GEMVs on {plan['gemv']}, weights through {plan['weights']}; {plan['threads']} threads, "
               f"{plan['smem_bytes'] / 1024:.0f} KiB shared memory per block")
     if b.opts.compile_binary:

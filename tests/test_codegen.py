@@ -644,3 +644,28 @@ def test_pipe_ksplit_by_kind_and_copies_in_flight():
     ring = tg8.plan.pipe_slots
     assert generate(tg8, s8, "h200", CodegenOptions(sampler=False, pipe_inflight=ring))[1].const("PIPE_INFLIGHT") == 0
     assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_inflight=4))[1].const("PIPE_INFLIGHT") == 4
+
+
+def test_sampler_region_of_a_saved_plan(llama_tg):
+    """The argmax task's scratch is the plan's OFF_SAMPLE region: a task graph saved with a larger
+    region (the twenty-first and twenty-second sessions' layout, with room after the scratch for
+    the filtered sampler's copies, since removed) renders the same kernel; one too small for this
+    mkc's sampler is refused by name, asking for a new compile."""
+    import dataclasses
+
+    from mkc.errors import IRCheckError
+
+    sched = rr_schedule(llama_tg, "h200", "atomic")
+    src, cfg, _ = generate(llama_tg, sched, "h200")
+    _, base, size = next(r for r in llama_tg.plan.regions if r[0] == "OFF_SAMPLE")
+    assert dict(cfg.consts)["SAMPLE_SMEM"] == size and base + size <= dict(cfg.consts)["OFF_FLAG"]
+
+    def with_region(n):
+        regions = tuple((name, o, n if name == "OFF_SAMPLE" else k) for name, o, k in llama_tg.plan.regions)
+        return dataclasses.replace(llama_tg, plan=dataclasses.replace(llama_tg.plan, regions=regions))
+
+    wider = with_region(size + 19 * 1024)
+    assert generate(wider, rr_schedule(wider, "h200", "atomic"), "h200")[0] == src
+    narrower = with_region(size - 16)
+    with pytest.raises(IRCheckError, match="saved by another version; compile the model again"):
+        generate(narrower, rr_schedule(narrower, "h200", "atomic"), "h200")

@@ -153,19 +153,26 @@ class DevicePlan:
         """Shared memory the task before a GEMV task holds to stream that task's weights early."""
         return self.stages * self.stage_bytes
 
-    def summary(self) -> dict:
+    def summary(self, threads: int | None = None, consumer_regs: int = 0) -> dict:
         """What the kernel does with this plan, for build reports: the GEMV path, how weights reach
-        it, the staged input's K-chunk, the block and its shared memory."""
+        it, the staged input's K-chunk, the block and its shared memory. ``threads`` and
+        ``consumer_regs``: what the kernel launches where codegen made the producer a warpgroup whose
+        registers the consumers take (CodegenOptions.consumer_regs); by default the plan's own."""
         if self.pipe_slots:
+            producer = (f"a producer warpgroup whose registers the consumer warps take ({consumer_regs} per thread)"
+                        if consumer_regs else "a producer warp")
             weights = (f"a weight pipeline of {self.pipe_slots} pages of {self.pipe_rows} rows x {self.pipe_cols} "
-                       f"columns ({self.pipe_page // 1024} KiB) filled by a producer warp")
+                       f"columns ({self.pipe_page // 1024} KiB) filled by {producer}")
         elif self.mma and self.ring:
             weights = f"a cp.async ring of {self.ring} stages"
         else:
             weights = "registers"
-        return {"gemv": "tensor cores (mma.sync bf16)" if self.mma else "fp32 FMA", "weights": weights,
-                "k_chunk": self.kcb if self.mma else self.kc, "threads": self.launch_threads,
-                "consumer_threads": self.threads, "smem_bytes": self.smem_bytes, "attn_split": self.attn_split}
+        out = {"gemv": "tensor cores (mma.sync bf16)" if self.mma else "fp32 FMA", "weights": weights,
+               "k_chunk": self.kcb if self.mma else self.kc, "threads": threads or self.launch_threads,
+               "consumer_threads": self.threads, "smem_bytes": self.smem_bytes, "attn_split": self.attn_split}
+        if consumer_regs:
+            out["consumer_regs"] = consumer_regs
+        return out
 
     def offsets(self) -> dict[str, int]:
         return {name: off for name, off, _ in self.regions}
