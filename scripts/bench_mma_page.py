@@ -64,6 +64,64 @@ mk_bench_mma_page(const unsigned short* w, const unsigned short* x, int reps, lo
   for (int n = 0; n < NTN; ++n) s += acc[n][0] + acc[n][1] + acc[n][2] + acc[n][3];
   if (s == 12345.f) acc_out[0] = s;  // keeps the timed loop's results alive
 }
+
+// The same timed loop with one more warp that streams HBM into the last page slot the way the
+// producer does (a 16-row page of bulk copies completing on an mbarrier, evict-first), from a
+// buffer far larger than L2, while the consumers run: does a page take longer with the weights
+// streaming beside it (shared-memory writes, power and clock)? Also returns clock64 and
+// globaltimer spans, so the SM clock under that load is measured rather than assumed.
+extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
+mk_bench_mma_page_stream(const unsigned short* w, const unsigned short* x, int reps, long long* cycles, float* acc_out,
+                         const unsigned char* hbm, long long hbm_pages, long long* ns, int stream) {
+  static_assert(PIPE_SLOTS >= 3, "two pages to alternate and one for the stream");
+  int& s_done = *reinterpret_cast<int*>(pipe_empty(PIPE_SLOTS - 1));  // (no static shared memory: the plan's is all there is)
+  void* bar = pipe_full(PIPE_SLOTS - 1);
+  if (mk_tid() == 0) { s_done = 0; mk_mbar_init(bar, 1u); mk_mbar_init_fence(); }
+  if (mk_tid() < NT) {
+    for (int s = 0; s < PIPE_SLOTS - 1; ++s) {
+      unsigned short* pg = reinterpret_cast<unsigned short*>(pipe_page(s));
+      for (int i = mk_tid(); i < PIPE_ROWS * PIPE_LD; i += NT) pg[i] = w[i];
+    }
+    unsigned short* xs = reinterpret_cast<unsigned short*>(mk_smem + OFF_XS);
+    for (int i = mk_tid(); i < B * XST; i += NT) xs[i] = x[i];
+  }
+  __syncthreads();
+  if (mk_tid() >= NT) {  // the streaming warp
+    if (!stream) return;
+    const unsigned long long policy = mk_policy_stream();
+    const long long row_bytes = PIPE_COLS * 2;
+    long long pg = blockIdx.x;
+    for (unsigned use = 0;; ++use, pg += gridDim.x) {
+      if (use > 0) {
+        while (!mk_mbar_test(bar, (use - 1) & 1u)) {}
+        if (*(volatile int*)&s_done) return;
+      }
+      if (pg >= hbm_pages) pg -= hbm_pages;
+      if (lane_id() == 0) mk_mbar_arrive_tx(bar, (unsigned)(PIPE_ROWS * row_bytes));
+      mk_syncwarp();
+      if (lane_id() < PIPE_ROWS)
+        mk_bulk_copy(pipe_page(PIPE_SLOTS - 1) + lane_id() * PIPE_LD * 2, hbm + (pg * PIPE_ROWS + lane_id()) * row_bytes,
+                     (unsigned)row_bytes, bar, policy);
+    }
+  }
+  unsigned short* xs = reinterpret_cast<unsigned short*>(mk_smem + OFF_XS);
+  float acc[NTN][4];
+#pragma unroll
+  for (int n = 0; n < NTN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  mk_barrier();
+  const long long t0 = clock64();
+  const unsigned long long g0 = mk_globaltimer();
+  for (int r = 0; r < reps; ++r)
+    pipe_mma_page(reinterpret_cast<const unsigned short*>(pipe_page(r % (PIPE_SLOTS - 1))), xs + 8 * (r & 1), PIPE_COLS / 8, acc);
+  mk_barrier();
+  const long long t1 = clock64();
+  const unsigned long long g1 = mk_globaltimer();
+  if (mk_tid() == 0) { cycles[blockIdx.x] = t1 - t0; ns[blockIdx.x] = (long long)(g1 - g0); s_done = 1; }
+  float s = 0.f;
+#pragma unroll
+  for (int n = 0; n < NTN; ++n) s += acc[n][0] + acc[n][1] + acc[n][2] + acc[n][3];
+  if (s == 12345.f) acc_out[0] = s;
+}
 """
 
 
@@ -142,9 +200,27 @@ def run(batch: int, reps: int) -> dict:
     out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True).stdout.split()
     mhz = float(out[0]) if out else 1980.0
-    return dict(batch=batch, reps=reps, regs=kern.num_regs if hasattr(kern, "num_regs") else None,
-                cycles_per_page_median=float(np.median(cyc)), cycles_per_page_max=float(cyc.max()),
-                us_per_page=float(np.median(cyc)) / mhz, sm_mhz=mhz, rel_err=err)
+    out = dict(batch=batch, reps=reps, regs=kern.num_regs if hasattr(kern, "num_regs") else None,
+               cycles_per_page_median=float(np.median(cyc)), cycles_per_page_max=float(cyc.max()),
+               us_per_page=float(np.median(cyc)) / mhz, sm_mhz=mhz, rel_err=err)
+    if c["PIPE_SLOTS"] >= 3:
+        # beside a warp that streams 2 GiB of HBM through the last slot, and alone (the same kernel)
+        ks = drv.load(res.cubin.read_bytes(), "mk_bench_mma_page_stream", cfg.smem_bytes)
+        pages = (2 << 30) // (rows * cols * 2)
+        hbm = torch.empty(pages * rows * cols * 2, dtype=torch.uint8, device="cuda")
+        ns = torch.zeros(sms, dtype=torch.int64, device="cuda")
+        for stream in (0, 1):
+            sargs = args + [("ptr", hbm.data_ptr()), ("ptr", pages), ("ptr", ns.data_ptr()), ("i32", stream)]
+            for _ in range(2):
+                drv.launch(ks, sms, cfg.consumer_threads + 32, sargs)
+                drv.synchronize()
+            cy = cycles.cpu().numpy().astype(float)
+            nsv = ns.cpu().numpy().astype(float)
+            key = "streaming" if stream else "alone"
+            out[f"{key}_cycles_per_page"] = float(np.median(cy / reps))
+            out[f"{key}_us_per_page"] = float(np.median(nsv / reps)) / 1e3
+            out[f"{key}_mhz"] = float(np.median(cy / nsv)) * 1e3
+    return out
 
 
 def main() -> None:
@@ -161,6 +237,11 @@ def main() -> None:
         r = run(b, a.reps)
         print(f"batch {b}: {r['cycles_per_page_median']:.0f} cycles a page (max over SMs {r['cycles_per_page_max']:.0f}), "
               f"{r['us_per_page']:.3f} us at {r['sm_mhz']:.0f} MHz; dot products rel. error {r['rel_err']:.1e}", flush=True)
+        for key in ("alone", "streaming"):
+            if f"{key}_cycles_per_page" in r:
+                print(f"batch {b}, {key} (+1 warp{'' if key == 'alone' else ' streaming HBM'}): "
+                      f"{r[key + '_cycles_per_page']:.0f} cycles, {r[key + '_us_per_page']:.3f} us a page, "
+                      f"SM clock {r[key + '_mhz']:.0f} MHz", flush=True)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,17 @@ if [ "${CALL:-1}" = 3 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 5 ]; then
+  # (#13) the L2 prefetcher (CodegenOptions.l2_ahead) against the default, alternated; the page loop
+  # alone, alone with a spare warp, and beside a warp streaming HBM (SM clock under that load)
+  timeout 90 python3 scripts/bench_mma_page.py --batches 32,8 > "$OUT/mma-page.log" 2>&1
+  echo "mma page rc=$?"; tail -n 6 "$OUT/mma-page.log"
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic-l2a16,b1-atomic-l2a32,b1-atomic,b1-atomic-l2a8,b1-atomic-l2a16;128@b8-atomic,b8-atomic-l2a8,b32-atomic,b32-atomic-l2a8,b1-nan,b1-nan-l2a8;128@q8-b1-atomic,q8-b1-atomic-l2a8,q8-b1-atomic-l2a16,q8-b8-atomic,q8-b8-atomic-l2a8" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 4 ]; then
   MKC_FILTER_OPTIONS="$FILT" timeout 200 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
     --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1

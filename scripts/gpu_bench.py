@@ -151,6 +151,10 @@ VARIANTS.update({f"{v}-rs{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "consumer_r
                            "b1-atomic-onekernel") for n in (0, 200, 232)})
 VARIANTS.update({f"b32-atomic-rs{n}": (*VARIANTS["b32-atomic"][:4], {**VARIANTS["b32-atomic"][4], "consumer_regs": n})
                  for n in (208, 216, 224)})
+# the L2 prefetcher (CodegenOptions.l2_ahead): N pages past the copier
+VARIANTS.update({f"{v}-l2a{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "l2_ahead": n})
+                 for v in ("b1-atomic", "b1-nan", "b8-atomic", "b32-atomic", "q8-b1-atomic", "q8-b8-atomic")
+                 for n in (2, 4, 8, 16, 32)})
 # greedy steps on the kernel with the sampler as before CodegenOptions.sampler_lean (its index
 # arithmetic hoisted, the rejection pass double-buffered: the kernel spills)
 VARIANTS.update({f"{v}-onekernel-fat": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True, "sampler_lean": False})

@@ -402,6 +402,27 @@ def test_consumer_regs_makes_the_producer_a_warpgroup():
     assert "REG_SPLIT = 0;" in src and cfg.threads == cfg.consumer_threads
 
 
+
+def test_l2_ahead_needs_the_producer_warpgroup():
+    """CodegenOptions.l2_ahead: the producer warpgroup's second warp prefetches pages into L2 up to
+    that many past the copier (PIPE_L2_AHEAD), off by default; refused by name without the
+    warpgroup (a producer warp has no second warp), ignored without the weight pipeline."""
+    from mkc.errors import IRCheckError
+
+    tg = taskgraph("llama-3.2-1b", 1, 128)
+    sched = rr_schedule(tg, "h200", "atomic")
+    dflt = generate(tg, sched, "h200")[0]
+    assert "PIPE_L2_AHEAD = 0;" in dflt
+    src, cfg, _ = generate(tg, sched, "h200", CodegenOptions(l2_ahead=8))
+    assert "PIPE_L2_AHEAD = 8;" in src and cfg.threads == cfg.consumer_threads + 128
+    assert "pipe_produce<true>" in src and "cp.async.bulk.prefetch.L2.global" in src
+    for bad in (CodegenOptions(l2_ahead=8, consumer_regs=0), CodegenOptions(l2_ahead=-1)):
+        with pytest.raises(IRCheckError, match="l2_ahead"):
+            generate(tg, sched, "h200", bad)
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(l2_ahead=8, pipe=False))
+    assert "PIPE_L2_AHEAD = 0;" in src
+
+
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 
 

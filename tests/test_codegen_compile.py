@@ -49,6 +49,26 @@ def test_default_model_compiles_cleanly(graphs, target, sync, sampler, tmp_path)
     assert regs and max(regs) * cfg.threads <= 65536, res.log  # one block of NT threads fits an SM
 
 
+def test_l2_prefetcher_compiles_into_bulk_prefetches(tmp_path):
+    """CodegenOptions.l2_ahead: llama-3.2-1b batch 1's greedy kernel with the L2 prefetcher builds
+    without warnings or spills (as without it), and its SASS has the bulk L2 prefetch (UBLKPF)."""
+    import subprocess
+
+    from mkc.codegen.render import CodegenOptions
+    from mkc.targets.nvidia.compiler import build_cubin
+
+    tg = taskgraph("llama-3.2-1b", 1, 1024)
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=False, l2_ahead=8))
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert spills and max(spills) == 0, res.log
+    cuobjdump = shutil.which("cuobjdump") or os.environ.get("CUOBJDUMP")
+    if cuobjdump:
+        sass = subprocess.run([cuobjdump, "-sass", str(res.cubin)], capture_output=True, text=True).stdout
+        assert "UBLKPF.L2" in sass, "no bulk L2 prefetch in the SASS"
+
+
 def test_consumer_regs_split_the_budget_without_spills(tmp_path):
     """CodegenOptions.consumer_regs (waiting for a GPU measurement): llama-3.2-1b batch 32's greedy
     kernel (a 1,024-position cache) spills 16 bytes at the 168 registers 9 warps leave a thread;

@@ -204,6 +204,11 @@ class CodegenOptions:
     # warp, as before); a number: that split, refused by name where the target or the block cannot.
     # Kernels without the weight pipeline have no producer and ignore it.
     consumer_regs: int | None = None
+    # the weight pipeline's L2 prefetcher: the producer warpgroup's second warp walks the same pages
+    # as the copier and prefetches each into L2 (cp.async.bulk.prefetch.L2), at most this many pages
+    # past what the copier has issued, so HBM keeps streaming while the ring is full and the
+    # consumers wait on an event. 0: none. Needs the producer warpgroup (consumer_regs).
+    l2_ahead: int = 0
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -336,6 +341,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         consumer_regs = o.consumer_regs if o.consumer_regs is not None else auto_consumer_regs(plan, target, B)
         if consumer_regs:
             launch_threads, producer_regs = reg_split(consumer_regs, plan, target)
+    l2_ahead = o.l2_ahead if plan.pipe_slots > 0 else 0
+    if l2_ahead < 0 or (l2_ahead and not consumer_regs):
+        raise IRCheckError(f"CodegenOptions.l2_ahead={o.l2_ahead}: a count of pages >= 0, and its prefetch warp is "
+                           f"the producer warpgroup's (consumer_regs > 0 on a target that can move registers)")
     if o.trace and not for_target(target).capabilities(target).trace_timer:
         raise ScheduleError(f"the per-task trace needs a device timer; mkc has none for {target.name} ({target.arch})")
     mma, ring = plan.mma, plan.ring
@@ -362,7 +371,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                                      and comb_loads <= COMB_EARLY_MAX),
                        XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
                        PIPE_KSPLIT=ks_mask if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
-                       PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0)
+                       PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0,
+                       PIPE_L2_AHEAD=l2_ahead)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

@@ -159,7 +159,9 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
 
 #if MKC_HAS_BULK_COPY
 // The weight pipeline's producer warp (pipe.cuh): every GEMV task of the worker's queue, step after
-// step, in the order the consumers run them. It returns when the block aborts.
+// step, in the order the consumers run them. It returns when the block aborts. PF: the L2
+// prefetcher's walk over the same pages (pipe_issue).
+template <bool PF = false>
 __device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len, int step0, int nsteps, int* s_abort) {
   Ctx c = c0;
   volatile int* abort_flag = s_abort;
@@ -172,21 +174,21 @@ __device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len,
       const Task t = load_task(recs + (first + i) * T_SIZE);
       bool ok = true;
       switch (t.kind) {
-        case K_QKV: { QkvKind kd = qkv_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
-        case K_OPROJ: { ResidKind<NH * HD> kd = oproj_kind(c, t); ok = pipe_issue<NH * HD>(c, kd, policy, abort_flag); break; }
-        case K_GATEUP: { GateUpKind kd = gateup_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
-        case K_DOWN: { ResidKind<I> kd = down_kind(c, t); ok = pipe_issue<I>(c, kd, policy, abort_flag); break; }
+        case K_QKV: { QkvKind kd = qkv_kind(c, t); ok = pipe_issue<H, decltype(kd), PF>(c, kd, policy, abort_flag); break; }
+        case K_OPROJ: { ResidKind<NH * HD> kd = oproj_kind(c, t); ok = pipe_issue<NH * HD, decltype(kd), PF>(c, kd, policy, abort_flag); break; }
+        case K_GATEUP: { GateUpKind kd = gateup_kind(c, t); ok = pipe_issue<H, decltype(kd), PF>(c, kd, policy, abort_flag); break; }
+        case K_DOWN: { ResidKind<I> kd = down_kind(c, t); ok = pipe_issue<I, decltype(kd), PF>(c, kd, policy, abort_flag); break; }
         case K_DOWNK: {
-          if constexpr (DOWN_KC < I) { ResidKind<DOWN_KC, I> kd = downk_kind(c, t); ok = pipe_issue<DOWN_KC>(c, kd, policy, abort_flag); }
+          if constexpr (DOWN_KC < I) { ResidKind<DOWN_KC, I> kd = downk_kind(c, t); ok = pipe_issue<DOWN_KC, decltype(kd), PF>(c, kd, policy, abort_flag); }
           break;
         }
-        case K_LMHEAD: { LmHeadKind kd = lmhead_kind(c, t); ok = pipe_issue<H>(c, kd, policy, abort_flag); break; }
+        case K_LMHEAD: { LmHeadKind kd = lmhead_kind(c, t); ok = pipe_issue<H, decltype(kd), PF>(c, kd, policy, abort_flag); break; }
         default: break;
       }
       if (!ok) return;
     }
   }
-  pipe_drain(c, c.pipe_n);  // the last copies land before the warp exits (the consumers may have stopped early)
+  if constexpr (!PF) pipe_drain(c, c.pipe_n);  // the last copies land before the warp exits (the consumers may have stopped early)
 }
 #endif
 

@@ -70,9 +70,19 @@ __device__ constexpr int pipe_kch() {
   }
 }
 
+// The copying producer's count of pages issued, for the L2 prefetcher (PIPE_L2_AHEAD): word 1 of
+// the block's flag region (word 0 is the abort flag), zeroed at launch with it.
+__device__ __forceinline__ volatile unsigned* pipe_issued(volatile int* s_abort) {
+  return reinterpret_cast<volatile unsigned*>(s_abort) + 1;
+}
+
 // The producer's side of one GEMV task: kd's rows (Kind: blocks/begin/row as kinds.cuh), K columns
 // each. False when the consumers stopped (an abort, or decode's early exit: they free no more pages).
-template <int K, class Kind>
+// PF (the L2 prefetcher, PIPE_L2_AHEAD > 0): the same walk over the same pages, but each page's rows
+// are only prefetched into L2, at most PIPE_L2_AHEAD pages past what the copier has issued; it
+// waits only for the copier, which never waits for it (so while the ring is full and the consumers
+// wait on an event, HBM keeps streaming the next pages into L2, and their copies find them there).
+template <int K, class Kind, bool PF = false>
 __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, volatile int* s_abort) {
   constexpr int KCH = pipe_kch<K>();
   const int lane = lane_id();
@@ -85,6 +95,17 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
         const int rows = min(PIPE_ROWS, nr - r0);
         for (int sl = 0; sl < nsl; ++sl) {
           const unsigned n = c.pipe_n++;
+          if constexpr (PF) {
+            // d: how far page n is past the copier (negative: copied already, nothing to prefetch)
+            int d;
+            while ((d = (int)(n - *pipe_issued(s_abort))) >= PIPE_L2_AHEAD) {
+              if (*s_abort) return false;
+              mk_sleep(64);
+            }
+            const int k0 = c0 + sl * PIPE_COLS;
+            if (d >= 0 && lane < rows) mk_bulk_prefetch_l2(kd.row(r0 + lane) + k0, (unsigned)(min(PIPE_COLS, K - k0) * 2));
+            continue;
+          }
           const int slot = (int)(n % PIPE_NS);
           const unsigned use = n / PIPE_NS;
           if (use > 0) {
@@ -114,6 +135,7 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
           if (lane < rows)
             mk_bulk_copy(pipe_page(slot) + lane * PIPE_LD * 2, kd.row(r0 + lane) + k0, (unsigned)(kw * 2),
                          pipe_full(slot), policy);
+          if (PIPE_L2_AHEAD > 0 && lane == 0) *pipe_issued(s_abort) = n + 1;
         }
       }
     }

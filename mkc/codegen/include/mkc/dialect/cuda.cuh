@@ -211,6 +211,11 @@ __device__ __forceinline__ void mk_bulk_copy(void* dst, const void* src, unsigne
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
                :: "r"(mk_smem_addr(dst)), "l"(src), "r"(bytes), "r"(mk_smem_addr(bar)), "l"(policy) : "memory");
 }
+// [src, src + bytes) into L2 only (16-byte aligned, a multiple of 16): no shared memory, no
+// completion to wait for; a later read of the bytes finds them in L2 if they are still there
+__device__ __forceinline__ void mk_bulk_prefetch_l2(const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(bytes) : "memory");
+}
 #else
 #define MKC_HAS_BULK_COPY 0
 #endif
