@@ -67,6 +67,16 @@ if [ "${CALL:-1}" = 3 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 6 ]; then
+  # (#13) the tile sums in fragment order (CodegenOptions.tile_sum_frag, the default) against the
+  # row-major ones (-tsrow), alternated; the tensor-core tests and the same-bits test; the peer
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_tile_sums_in_fragment_order_give_the_same_bits tests/test_gpu_megakernel.py::test_teacher_forced_logits_tensor_core_paths" \
+  MKC_TEST_S=200 MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b32-atomic,b32-atomic-tsrow,b32-atomic,b32-atomic-tsrow,b16-atomic,b16-atomic-tsrow;128@b8-atomic,b8-atomic-tsrow,b8-nan,b8-nan-tsrow,b1-atomic;128@q8-b8-atomic,q8-b8-atomic-tsrow" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 5 ]; then
   # (#13) the L2 prefetcher (CodegenOptions.l2_ahead) against the default, alternated; the page loop
   # alone, alone with a spare warp, and beside a warp streaming HBM (SM clock under that load)

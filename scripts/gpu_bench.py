@@ -155,6 +155,9 @@ VARIANTS.update({f"b32-atomic-rs{n}": (*VARIANTS["b32-atomic"][:4], {**VARIANTS[
 VARIANTS.update({f"{v}-l2a{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "l2_ahead": n})
                  for v in ("b1-atomic", "b1-nan", "b8-atomic", "b32-atomic", "q8-b1-atomic", "q8-b8-atomic")
                  for n in (2, 4, 8, 16, 32)})
+# the tile sums by (row, batch column), as before CodegenOptions.tile_sum_frag
+VARIANTS.update({f"{v}-tsrow": (*VARIANTS[v][:4], {**VARIANTS[v][4], "tile_sum_frag": False})
+                 for v in ("b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 # greedy steps on the kernel with the sampler as before CodegenOptions.sampler_lean (its index
 # arithmetic hoisted, the rejection pass double-buffered: the kernel spills)
 VARIANTS.update({f"{v}-onekernel-fat": (*VARIANTS[v][:4], {**VARIANTS[v][4], "one_kernel": True, "sampler_lean": False})

@@ -82,6 +82,14 @@ def test_sources(trace: bool = False):
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
         yield from kernels(f"test {m} b{b} {s} {opts}", tg, rr_schedule(tg, "h200", s), "h200",
                            CodegenOptions(**opts), sampling=False)
+    # test_tile_sums_in_fragment_order_give_the_same_bits
+    from test_gpu_megakernel import TILE_SUM_CASES
+
+    for m, b, s in TILE_SUM_CASES:
+        tg = lower(shape_graph(m, b, 128), get_target("h200"))
+        for frag in (True, False):
+            yield from kernels(f"test {m} b{b} {s} tile_sum_frag={frag}", tg, rr_schedule(tg, "h200", s), "h200",
+                               CodegenOptions(tile_sum_frag=frag), sampling=False)
     # test_candidate_path_at_batch_8_with_a_warp_per_row
     tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
     yield from kernels("test llama-3.2-1b b8 atomic lm_rows_at_once", tg, rr_schedule(tg, "h200", "atomic"), "h200",

@@ -209,6 +209,10 @@ class CodegenOptions:
     # past what the copier has issued, so HBM keeps streaming while the ring is full and the
     # consumers wait on an event. 0: none. Needs the producer warpgroup (consumer_regs).
     l2_ahead: int = 0
+    # the tensor-core pipeline's tile sums (gemv_mma.cuh pipe_tile_sum): each warp's partials stored
+    # in fragment order (16-byte stores without bank conflicts), summed in pairs in the same order;
+    # False: stored by (row, batch column), 8-way bank conflicts at batch 32 (the kernels before)
+    tile_sum_frag: bool = True
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -416,7 +420,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
-        MMA_HOLD=int(hold),
+        MMA_HOLD=int(hold), TILE_SUM_FRAG=int(o.tile_sum_frag),
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

@@ -440,9 +440,41 @@ __device__ __forceinline__ void pipe_mma_tile(const Ctx& c, int kch, const unsig
 // The end of a tile: the warps' partials of the tile at row r0 to part (half tp: two tiles' worth,
 // alternating, so one barrier per tile) and summed in warp order into out (added with accumulate):
 // the same bits run to run. Rows past nr hold what the page's stale rows gave and are never read.
+// TILE_SUM_FRAG (CodegenOptions.tile_sum_frag), with whole 8-column batch tiles (B % 8 == 0): a warp's partials go out in fragment order, each
+// lane's acc[n] one 16-byte store at [(n * WARP + lane) * 4]: by (row, column) the 32 lanes of a
+// store hit 4 banks at batch 32 (8 ways; 2 at batch 8), which cost batch 32 about as much as the
+// page's dot products. A thread then sums fragment pairs (acc[n][2h], acc[n][2h + 1]: row g + 8h,
+// columns 8n + 2q and + 1), reading each warp's pair at consecutive addresses; the same sums in
+// the same order as the row-major layout, so the same bits.
 __device__ __forceinline__ void pipe_tile_sum(const float (&acc)[NTN][4], float* part, int tp, int r0, int nr, float* out,
                                               bool accumulate) {
   const int tid = mk_tid();
+  if constexpr (TILE_SUM_FRAG && B % 8 == 0) {
+    float4* pw4 = reinterpret_cast<float4*>(part + (tp * NW + warp_id()) * 16 * B);
+#pragma unroll
+    for (int n = 0; n < NTN; ++n) pw4[n * WARP + lane_id()] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+    mk_barrier();
+    const float2* pt2 = reinterpret_cast<const float2*>(part + tp * NW * 16 * B);
+    const int rows = min(PIPE_ROWS, nr - r0);
+    for (int f = tid; f < 8 * B; f += NT) {  // 16 x B floats a warp, in pairs
+      const int ln = (f >> 1) % WARP, r = mk_mma_group(ln) + 8 * (f & 1);
+      if (r >= rows) continue;
+      float2 sum = make_float2(0.f, 0.f);
+      for (int ww = 0; ww < NW; ++ww) {
+        const float2 v = pt2[ww * 8 * B + f];
+        sum.x += v.x;
+        sum.y += v.y;
+      }
+      float2* o = reinterpret_cast<float2*>(out + (r0 + r) * B + 8 * (f / (2 * WARP)) + 2 * mk_mma_quad(ln));
+      if (accumulate) {
+        const float2 was = *o;
+        sum.x = was.x + sum.x;
+        sum.y = was.y + sum.y;
+      }
+      *o = sum;
+    }
+    return;
+  }
   float* pw = part + (tp * NW + warp_id()) * 16 * B;
   mma_tile_each(acc, [&](int r, int b, float v) { pw[r * B + b] = v; });
   mk_barrier();
