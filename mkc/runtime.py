@@ -113,7 +113,7 @@ def plan_buffers(tg: TaskGraph, tables: T.Tables) -> list[DeviceBuffer]:
     for b in tg.buffers:
         if b.role not in ("weight", "const", "cache", "act", "output") or b.name == "ids":
             continue
-        dtype = "bf16" if b.role in ("weight", "cache") else ("f32" if b.dtype == "f32" else "i32")
+        dtype = "bf16" if b.role in ("weight", "cache") or b.dtype == "bf16" else ("f32" if b.dtype == "f32" else "i32")
         out.append(DeviceBuffer(b.name, tuple(b.shape), dtype, b.role, 2 if b.name in dbuf else 1, T.slot_of(b.name)))
     out.append(DeviceBuffer("ids", (L, B), "i32", "io", 1, T.GLOBAL_SLOTS.index("ids")))  # forced token per step
     out.append(DeviceBuffer("tokens", (L, B), "i32", "io", 1, T.GLOBAL_SLOTS.index("tokens")))  # argmax per step

@@ -67,6 +67,16 @@ if [ "${CALL:-1}" = 3 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 7 ]; then
+  # (#13) h in bf16 (lower(h_bf16=True): gate/up stores bf16, down stages it as it is) against f32
+  # h, alternated; the same-bits test
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_bf16_h_gives_the_same_logits_bit_for_bit" \
+  MKC_TEST_S=150 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b32-atomic-hf32,b32-atomic-hbf16,b32-atomic-hf32,b32-atomic-hbf16;128@b8-atomic-hf32,b8-atomic-hbf16,b16-atomic-hf32,b16-atomic-hbf16;128@q8-b8-atomic-hf32,q8-b8-atomic-hbf16" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 6 ]; then
   # (#13) the tile sums in fragment order (CodegenOptions.tile_sum_frag, the default) against the
   # row-major ones (-tsrow), alternated; the tensor-core tests and the same-bits test; the peer

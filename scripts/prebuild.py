@@ -90,6 +90,14 @@ def test_sources(trace: bool = False):
         for frag in (True, False):
             yield from kernels(f"test {m} b{b} {s} tile_sum_frag={frag}", tg, rr_schedule(tg, "h200", s), "h200",
                                CodegenOptions(tile_sum_frag=frag), sampling=False)
+    # test_bf16_h_gives_the_same_logits_bit_for_bit
+    from test_gpu_megakernel import H_BF16_CASES
+
+    for m, b, opts in H_BF16_CASES:
+        for hb in (False, True):
+            tg = lower(shape_graph(m, b, 128), get_target("h200"), h_bf16=hb)
+            yield from kernels(f"test {m} b{b} atomic h_bf16={hb} {opts}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                               CodegenOptions(**opts), sampling=False)
     # test_candidate_path_at_batch_8_with_a_warp_per_row
     tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
     yield from kernels("test llama-3.2-1b b8 atomic lm_rows_at_once", tg, rr_schedule(tg, "h200", "atomic"), "h200",

@@ -423,6 +423,26 @@ def test_l2_ahead_needs_the_producer_warpgroup():
     assert "PIPE_L2_AHEAD = 0;" in src
 
 
+
+def test_bf16_h_needs_counters_and_the_tensor_cores():
+    """lower(h_bf16=True): H_BF16 in the kernel (gate/up stores bf16, down stages it as it is);
+    refused by name with NaN sentinels (a 16-bit value is no flag) and on the FMA path."""
+    from codegen_fixtures import shape_graph
+
+    from mkc.errors import ScheduleError
+    from mkc.taskgraph import lower
+
+    tg = lower(shape_graph("tiny-llama", 8, 64), get_target("h200"), h_bf16=True)
+    src, cfg, tables = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")
+    assert cfg.const("H_BF16") == 1 and "if constexpr (XB)" in src
+    with pytest.raises(ScheduleError, match=r"keeps h .* in bf16, which needs atomic counters"):
+        generate(tg, rr_schedule(tg, "h200", "nan"), "h200")
+    with pytest.raises(ScheduleError, match="FMA path"):
+        generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(mma=False))
+    plain = lower(shape_graph("tiny-llama", 8, 64), get_target("h200"))
+    assert generate(plain, rr_schedule(plain, "h200", "atomic"), "h200")[1].const("H_BF16") == 0
+
+
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 
 
@@ -431,7 +451,7 @@ def test_tensor_core_gemv_from_batch_2(target, batch):
     tg = taskgraph("llama-3.2-1b", batch, 512, target)
     src, cfg, _ = generate(tg, rr_schedule(tg, target), target)
     c = dict(cfg.consts)
-    assert cfg.mma_gemv and MMA_PTX in src and "stage_x_bf16<K, NORM, COMB>" in src
+    assert cfg.mma_gemv and MMA_PTX in src and "stage_x_bf16<K, NORM, COMB, false, XB>" in src
     # bf16 staging rows 64 bytes off 128 (conflict-free 16-byte reads), inside the block's shared memory
     assert c["XST"] == c["KCB"] + 32 and (2 * c["XST"]) % 128 == 64 and c["KCB"] % 64 == 0
     assert c["OFF_OUT"] >= c["OFF_XS"] + 2 * batch * c["XST"]
@@ -466,7 +486,7 @@ def test_batch_1_keeps_the_fma_gemv(llama_tg):
     src, cfg, _ = generate(tg, rr_schedule(tg), "h200", CodegenOptions(mma=False))
     assert not cfg.mma_gemv and "constexpr bool MMA_GEMV = false;" in src
     src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg), "h200", CodegenOptions(mma=True))
-    assert cfg.mma_gemv and "constexpr bool MMA_GEMV = true;" in src and "stage_x_bf16<K, NORM, COMB>" in src
+    assert cfg.mma_gemv and "constexpr bool MMA_GEMV = true;" in src and "stage_x_bf16<K, NORM, COMB, false, XB>" in src
 
 
 def test_amd_keeps_the_fma_gemv():
@@ -579,7 +599,7 @@ def test_stage_poll_makes_the_staging_loads_the_polls():
     assert "if (skip != nullptr && skip->covers(pr))" in on[0] and "stage_x_polled<K, NORM, PL>" in on[0]
     tg8 = taskgraph("llama-3.2-1b", 8, 64)
     mma = generate(tg8, rr_schedule(tg8, "h200", "nan"), "h200", CodegenOptions(sampler=False))
-    assert mma[1].const("STAGE_POLL") == 1 and "constexpr bool POLL = STAGE_POLL && NAN_MODE && !COMB;" in mma[0]
+    assert mma[1].const("STAGE_POLL") == 1 and "constexpr bool POLL = STAGE_POLL && NAN_MODE && !COMB && !XB;" in mma[0]
     ring = generate(tg8, rr_schedule(tg8, "h200", "nan"), "h200", CodegenOptions(sampler=False, pipe=False))
     assert ring[1].const("STAGE_POLL") == 0
 

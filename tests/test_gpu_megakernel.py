@@ -79,6 +79,29 @@ def test_tile_sums_in_fragment_order_give_the_same_bits(name, batch, sync):
         assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
 
 
+# lower(h_bf16=True): gate/up stores h as bf16 and down stages it as it is; the tensor-core path
+# rounds h to bf16 when it stages it anyway, so the logits must be the same bits
+H_BF16_CASES = [("llama-3.2-1b", 8, {}), ("llama-3.2-1b", 32, {}), ("tiny-qwen2", 4, {"pipe": False})]
+
+
+@pytest.mark.parametrize("name,batch,opts", H_BF16_CASES)
+def test_bf16_h_gives_the_same_logits_bit_for_bit(name, batch, opts):
+    import torch
+
+    from mkc.codegen.render import CodegenOptions
+
+    hf = hf_models(name)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    ids = torch.randint(0, hf.vocab, (batch, 6), device="cuda", generator=g)
+    logits = []
+    for h_bf16 in (False, True):
+        mk = megakernel(hf, batch, "atomic", lower_kw={"h_bf16": h_bf16}, options=CodegenOptions(**opts))
+        assert mk.cfg.const("H_BF16") == int(h_bf16)
+        logits.append(torch.stack([mk(ids[:, t], t).clone() for t in range(ids.shape[1])]))
+        del mk
+    assert torch.equal(logits[0], logits[1]), f"{(logits[0] != logits[1]).sum().item()} logits differ"
+
+
 def _teacher_forced(name, batch, sync, lower_kw=None, options=None):
     import torch
 

@@ -582,3 +582,31 @@ def test_argmax_tasks_split_the_rows(batch, n):
 def test_argmax_tasks_out_of_range_are_refused(n):
     with pytest.raises(ValueError, match=f"argmax_tasks {n} must be in 1..batch=8"):
         lower(shape_graph("tiny-llama", 8, 64), get_target("h200"), argmax_tasks=n)
+
+
+def test_h_bf16_keeps_only_h_in_bf16():
+    """lower(h_bf16=True): gate/up's output h (down's input) is the one bf16 activation; down's task
+    reads half the bytes of it; batch 1 (the FMA path) is refused."""
+    from mkc.taskgraph.lower import h_bf16_pays
+
+    tg = lower(shape_graph("tiny-llama", 8, 64), get_target("h200"), h_bf16=True)
+    dt = {b.name: b.dtype for b in tg.buffers if b.role == "act"}
+    assert {n for n, d in dt.items() if d == "bf16"} == {names.h_act(l) for l in range(tg.dim("n_layers"))}
+    down = next(t for t in tg.tasks if t.kind == "down")
+    base = next(t for t in lower(shape_graph("tiny-llama", 8, 64), get_target("h200")).tasks if t.id == down.id)
+    assert down.bytes < base.bytes
+    with pytest.raises(ValueError, match="h_bf16 needs the tensor-core GEMV"):
+        lower(shape_graph("tiny-llama", 1, 64), get_target("h200"), h_bf16=True)
+    # where mkc compile asks for it: counters, batch >= 2, a target with the bf16 tensor-core GEMV
+    # (and only once it was measured to pay: H_BF16_PAYS)
+    import importlib
+
+    L = importlib.import_module("mkc.taskgraph.lower")  # (the package's `lower` is the function)
+    for pays in (False, True):
+        old, L.H_BF16_PAYS = L.H_BF16_PAYS, pays
+        try:
+            assert h_bf16_pays(8, "atomic", get_target("h200")) == pays
+            assert not h_bf16_pays(8, "nan", get_target("h200")) and not h_bf16_pays(1, "atomic", get_target("h200"))
+            assert not h_bf16_pays(8, "atomic", get_target("mi300x"))
+        finally:
+            L.H_BF16_PAYS = old

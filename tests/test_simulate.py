@@ -266,3 +266,18 @@ def test_split_k_down_matches_reference(family, split, sms):
             out = simulate.run_step(tg, weights, caches, ids_s, 5 + s, seed=10 * seed + s)
             close(out["logits"], logits, f"{family} split {split} seed {seed} step {s} logits")
             assert torch.equal(out["next_ids"], next_ids)
+
+
+def test_bf16_h_rounds_only_h():
+    """lower(h_bf16=True): the simulator stores h with the bits the device stores (bf16), so its
+    down-proj sees rounded inputs; what comes before h is as in the f32 graph."""
+    graph, tg, weights, caches0 = setup("llama", 8)
+    tgb = lower(graph, VARIANTS["llama"][3], h_bf16=True)
+    ids = torch.arange(8) * 7 % graph.model.vocab
+    a = simulate.run_step(tg, weights, {k: v.clone() for k, v in caches0.items()}, ids, 9)
+    b = simulate.run_step(tgb, weights, {k: v.clone() for k, v in caches0.items()}, ids, 9)
+    h = names.h_act(0)
+    assert torch.equal(b[h], b[h].to(torch.bfloat16).float())
+    assert torch.equal(b[h], a[h].to(torch.bfloat16).float())
+    assert torch.equal(a["x0"], b["x0"]) and torch.equal(a["q.0"], b["q.0"])
+    torch.testing.assert_close(b["logits"], a["logits"], rtol=2e-2, atol=2e-2 * a["logits"].abs().max().item())

@@ -61,7 +61,7 @@ def _no_gc():
 
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
           qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None,
-          argmax_tasks: int | None = None, attn_split_pos: int | None = None) -> TaskGraph:
+          argmax_tasks: int | None = None, attn_split_pos: int | None = None, h_bf16: bool = False) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
@@ -75,7 +75,11 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     ``down_split``: chunks of the intermediate dimension down-proj is split over (``downk`` tasks,
     batch 1 only; default 1, none: ``down_split_pays``);
     ``argmax_tasks``: tasks the rows' argmax (and sampling) is spread over, default one per row
-    (``argmax_tasks_pay``).
+    (``argmax_tasks_pay``);
+    ``h_bf16``: gate/up's output h (down's input) in bf16, which down stages as it is: half the L2
+    bytes of its staging, the same bits (the tensor-core staging rounds h to bf16 anyway); atomic
+    counters and the tensor-core path only (codegen refuses it elsewhere). Default False: the sync
+    mode is not known here; ``mkc compile`` asks ``h_bf16_pays(batch, sync, target)``.
     """
     if isinstance(target, str):
         target = get_target(target)
@@ -89,8 +93,24 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
         attn_split_pos = attn_split_pos_pays(graph.batch)
     if attn_split_pos < 0:
         raise ValueError(f"attn_split_pos {attn_split_pos} must be >= 0 (0: every split at every position)")
+    if h_bf16 and (graph.batch < 2 or down_split != 1):
+        raise ValueError(f"h_bf16 needs the tensor-core GEMV (batch >= 2, not {graph.batch}) and an unsplit down-proj "
+                         f"(down_split 1, not {down_split})")
     with _no_gc():
-        return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks, attn_split_pos)
+        return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks, attn_split_pos,
+                      bool(h_bf16))
+
+
+def h_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
+    """Whether a build keeps h in bf16 (``lower(h_bf16=...)``): where it can, atomic counters at
+    batch >= 2 on a target with the bf16 tensor-core GEMV, and where it was measured to pay
+    (``H_BF16_PAYS``; BENCHMARKS.md, twenty-fourth session)."""
+    from mkc.backend import for_target
+
+    return H_BF16_PAYS and batch >= 2 and sync == "atomic" and for_target(target).capabilities(target).mma_bf16
+
+
+H_BF16_PAYS = False  # set by measurement (h_bf16_pays)
 
 
 def attn_split_pos_pays(batch: int) -> int:
@@ -134,7 +154,7 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
            attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1,
-           attn_split_pos: int = 0) -> TaskGraph:
+           attn_split_pos: int = 0, h_bf16: bool = False) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -146,7 +166,7 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     argmax_rows(graph.batch, argmax_tasks)  # a ValueError for a count outside 1..batch
     drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
-    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split)
+    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
     events, waits, signals = build_events(drafts, {b.name: b for b in buffers})
     tasks = tuple(
@@ -179,7 +199,8 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     ).check()
 
 
-def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1, down_split: int = 1) -> list[Buffer]:
+def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1, down_split: int = 1,
+                 h_bf16: bool = False) -> list[Buffer]:
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
     nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
@@ -197,7 +218,7 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1,
                 bufs.append(Buffer(names.attn_out(i), (B, split, nh * hd), "f32", "act", polled=True))
                 bufs.append(Buffer(names.attn_lse(i), (B, split, nh), "f32", "act", polled=True))
                 continue
-            bufs.append(Buffer(f"{nm}.{i}", (B, n), "f32", "act", polled=True))
+            bufs.append(Buffer(f"{nm}.{i}", (B, n), "bf16" if nm == "h" and h_bf16 else "f32", "act", polled=True))
         if down_split > 1:  # split-K down's running sums, chunk by chunk
             bufs.append(Buffer(names.down_partial(i), (down_split - 1, B, H), "f32", "act", polled=True))
         if info.qk_norm:  # raw keys: attention norms and rotates them into the cache

@@ -39,6 +39,11 @@ def lm_head_weight(tied: bool) -> str:
     return EMBED if tied else LM_HEAD
 
 
+def h_act(layer: int) -> str:
+    """Gate/up's output, down's input (f32, or bf16 with ``lower(h_bf16=True)``)."""
+    return f"h.{layer}"
+
+
 def x_in(layer: int) -> str:
     """The residual stream entering ``layer`` (``x_in(n_layers)`` is the last layer's output)."""
     return "x0" if layer == 0 else f"xm.{layer - 1}"

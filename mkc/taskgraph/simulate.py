@@ -151,7 +151,10 @@ class _Sim:
         vsl = sl[:2] + sl[3:] if self.meta[name].role == "cache" else sl
         if self.valid[name][vsl].any():
             raise SimulationError(f"{_desc(t)} writes {name}{list(box)} a second time in one step")
-        self.data[name][sl] = value.reshape(self.data[name][sl].shape).to(self.data[name].dtype)
+        value = value.reshape(self.data[name][sl].shape)
+        if self.meta[name].dtype == "bf16" and self.meta[name].role in ("act", "output"):
+            value = value.to(torch.bfloat16).float()  # kept as f32 here, with the bits the device stores (lower(h_bf16))
+        self.data[name][sl] = value.to(self.data[name].dtype)
         self.valid[name][vsl] = True
 
     # ---- execution -------------------------------------------------------------------------

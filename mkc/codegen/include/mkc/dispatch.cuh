@@ -134,7 +134,7 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
     }
     case K_DOWN: {
       ResidKind<I> kd = down_kind(c, t);
-      return gemv_task<I, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_H, c.par), nullptr);
+      return gemv_task<I, false, ResidKind<I>, false, H_BF16 != 0>(c, t, s_abort, kd, lptr<const float>(c, l, R_H, c.par), nullptr);
     }
     case K_DOWNK: {
       if constexpr (DOWN_KC < I) {

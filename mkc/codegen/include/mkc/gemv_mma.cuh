@@ -278,12 +278,37 @@ __device__ __forceinline__ void mma_chunk_ring(const Rows& rows, int nr, int c0,
 // a down-proj task stages 4x its weight bytes). With NORM, each warp adds its share of a row's
 // sum of squares into ssp [NW][B]. POLL (STAGE_POLL, nan mode, not COMB): the loads are the wait's
 // polls of x (wait_task's PollSkip; poll_units, reporting event ev of task t); false when they stop.
-template <int K, bool NORM, bool COMB, bool POLL = false>
+// XB (H_BF16's down-proj): x holds bf16 already, copied 16 bytes (8 values) at a time as it is.
+template <int K, bool NORM, bool COMB, bool POLL = false, bool XB = false>
 __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x, int c0, int kch, const unsigned short* nw,
                              unsigned short* xs, float* ssp, bool sum) {
   static_assert(!(POLL && COMB), "o-proj's split inputs are polled in its wait");
   constexpr int SB = 8, WPR = NW > B ? NW / B : 1, NRW = NW / WPR;
   const int q = kch / 4, lane = lane_id(), w = warp_id(), part = w % WPR;
+  if constexpr (XB) {
+    static_assert(!NORM && !COMB && !POLL, "a bf16 input is down's: no norm, no combine, counters");
+    constexpr int SBX = 4;  // 16-byte loads in flight per lane (8 values each)
+    const int q8 = kch / 8;
+    for (int b = w / WPR; b < B; b += NRW) {
+      const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * K + c0);
+      unsigned short* sb = xs + b * XST;
+      for (int i0 = part * WARP + lane; i0 < q8; i0 += WPR * WARP * SBX) {
+        uint4 v[SBX];
+#pragma unroll
+        for (int e = 0; e < SBX; ++e) {
+          const int i = i0 + e * WPR * WARP;
+          if (i < q8) v[e] = mk_ld_cache16(xr + i);  // (L2: written by other SMs this step)
+        }
+#pragma unroll
+        for (int e = 0; e < SBX; ++e) {
+          const int i = i0 + e * WPR * WARP;
+          if (i >= q8) break;
+          *reinterpret_cast<uint4*>(sb + 8 * i) = v[e];
+        }
+      }
+    }
+    return true;
+  }
   bool ok = true;
   for (int b = w / WPR; b < B; b += NRW) {
     unsigned short* sb = xs + b * XST;
@@ -343,7 +368,7 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
 // A GEMV task on tensor cores: rows in blocks that fit the output staging, K in balanced chunks of
 // at most KCB. Every chunk's first weight loads go out before its input is staged (the first
 // chunk's before the task waits on its inputs). Returns false to stop.
-template <int K, bool NORM, class Kind, bool COMB>
+template <int K, bool NORM, class Kind, bool COMB, bool XB = false>
 __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
                                               const unsigned short* nw, const float* lse) {
   constexpr int NCH0 = (K + KCB - 1) / KCB;
@@ -379,7 +404,7 @@ __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* 
         else mma_preload(kd, nr, c0, kch, pre);
       }
       if (NCH > 1 || blk == 0) {
-        stage_x_bf16<K, NORM, COMB>(c, t, -1, x, c0, kch, nw, xs, ssp, blk == 0);
+        stage_x_bf16<K, NORM, COMB, false, XB>(c, t, -1, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
       }
       if constexpr (RING > 0) mma_chunk_ring(kd, nr, c0, kch, xs, out, part, ch > 0);
@@ -516,7 +541,7 @@ __device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, con
 
 // A GEMV task on tensor cores whose weights come through the weight pipeline: after the wait, each
 // K-chunk (pipe_kch, the producer's) staged as bf16 and its pages taken as the producer fills them.
-template <int K, bool NORM, class Kind, bool COMB>
+template <int K, bool NORM, class Kind, bool COMB, bool XB = false>
 __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
                                                    const unsigned short* nw, const float* lse) {
   constexpr int KCH = pipe_kch<K>();
@@ -528,7 +553,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   float* rs = smem_f(OFF_RS);
   float* ssp = smem_f(OFF_SSP);
   // STAGE_POLL: the first staging of every chunk polls x (PollSkip), the re-arm after the last
-  constexpr bool POLL = STAGE_POLL && NAN_MODE && !COMB;
+  constexpr bool POLL = STAGE_POLL && NAN_MODE && !COMB && !XB;
   PollSkip skip;
   skip.lo[0] = x;
   skip.hi[0] = x + B * K;
@@ -559,7 +584,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
       for (int ch = 0; ch < NCH; ++ch) {
         const int c0 = ch * KCH, kch = min(KCH, K - c0);
         const unsigned long long t0 = trace_now(c);
-        const bool ok = stage_x_bf16<K, NORM, COMB, POLL>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, true);
+        const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, true);
         mk_barrier();
         trace_stage_end(c, t0);
         if (!polled(ok, ch == NCH - 1)) return false;
@@ -587,7 +612,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
       if (NCH > 1 || blk == 0) {
         // (later blocks' stagings poll too: they find every word written at once)
         const unsigned long long t0 = trace_now(c);
-        const bool ok = stage_x_bf16<K, NORM, COMB, POLL>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
+        const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
         trace_stage_end(c, t0);
         if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;
