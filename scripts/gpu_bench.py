@@ -160,6 +160,13 @@ VARIANTS.update({f"{v}-hbf16": (*VARIANTS[v][:4], {**VARIANTS[v][4], "h_bf16": T
                  for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-hf32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "h_bf16": False})
                  for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+# unsplit attention's output in bf16 (lower(attn_bf16=True)), alone and with h in bf16, and neither
+VARIANTS.update({f"{v}-abf16": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_bf16": True, "h_bf16": False})
+                 for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+VARIANTS.update({f"{v}-bf16both": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_bf16": True, "h_bf16": True})
+                 for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+VARIANTS.update({f"{v}-f32acts": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_bf16": False, "h_bf16": False})
+                 for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 # the tile sums by (row, batch column), as before CodegenOptions.tile_sum_frag
 VARIANTS.update({f"{v}-tsrow": (*VARIANTS[v][:4], {**VARIANTS[v][4], "tile_sum_frag": False})
                  for v in ("b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
@@ -315,7 +322,7 @@ def variant_plan(variant: str, max_seq: int):
     from mkc.target import get_target
     from mkc.taskgraph import lower
 
-    from mkc.taskgraph.lower import h_bf16_pays, qkv_cross_pays
+    from mkc.taskgraph.lower import attn_bf16_pays, h_bf16_pays, qkv_cross_pays
 
     opts = dict(opts)
     crowd = opts.pop("crowd", 0)  # the schedule's, below
@@ -325,7 +332,8 @@ def variant_plan(variant: str, max_seq: int):
     tg = lower(shape_graph(name, batch, max_seq), get_target("h200"), qkv_cross=opts.pop("qkv_cross", qkv_cross_pays(batch, sync)),
                attn_split=opts.pop("attn_split", None), down_split=opts.pop("down_split", None),
                argmax_tasks=opts.pop("argmax_tasks", None), attn_split_pos=opts.pop("attn_split_pos", None),
-               h_bf16=opts.pop("h_bf16", h_bf16_pays(batch, sync, get_target("h200"))))
+               h_bf16=opts.pop("h_bf16", h_bf16_pays(batch, sync, get_target("h200"))),
+               attn_bf16=opts.pop("attn_bf16", attn_bf16_pays(batch, sync, get_target("h200"))))
     # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
     # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
     cache = os.environ.get("MKC_SCHED_CACHE")

@@ -94,9 +94,9 @@ def test_sources(trace: bool = False):
     from test_gpu_megakernel import H_BF16_CASES
 
     for m, b, opts in H_BF16_CASES:
-        for hb in (False, True):
-            tg = lower(shape_graph(m, b, 128), get_target("h200"), h_bf16=hb)
-            yield from kernels(f"test {m} b{b} atomic h_bf16={hb} {opts}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+        for kw in ({}, {"h_bf16": True}, {"h_bf16": True, "attn_bf16": True}):
+            tg = lower(shape_graph(m, b, 128), get_target("h200"), **kw)
+            yield from kernels(f"test {m} b{b} atomic h_bf16 {kw} {opts}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                                CodegenOptions(**opts), sampling=False)
     # test_candidate_path_at_batch_8_with_a_warp_per_row
     tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))

@@ -441,6 +441,12 @@ def test_bf16_h_needs_counters_and_the_tensor_cores():
         generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(mma=False))
     plain = lower(shape_graph("tiny-llama", 8, 64), get_target("h200"))
     assert generate(plain, rr_schedule(plain, "h200", "atomic"), "h200")[1].const("H_BF16") == 0
+    # lower(attn_bf16=True): ATTN_BF16, attention writes bf16 and o-proj stages it as it is
+    tga = lower(shape_graph("llama-3.2-1b", 32, 64), get_target("h200"), attn_bf16=True)
+    src, cfg, _ = generate(tga, rr_schedule(tga, "h200", "atomic"), "h200")
+    assert cfg.const("ATTN_BF16") == 1 and cfg.const("H_BF16") == 0 and cfg.const("ATT_SPLIT") == 1
+    with pytest.raises(ScheduleError, match=r"keeps attention's output in bf16"):
+        generate(tga, rr_schedule(tga, "h200", "nan"), "h200")
 
 
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"

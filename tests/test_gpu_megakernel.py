@@ -79,8 +79,10 @@ def test_tile_sums_in_fragment_order_give_the_same_bits(name, batch, sync):
         assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
 
 
-# lower(h_bf16=True): gate/up stores h as bf16 and down stages it as it is; the tensor-core path
-# rounds h to bf16 when it stages it anyway, so the logits must be the same bits
+# lower(h_bf16=True, attn_bf16=True): gate/up stores h and unsplit attention its output as bf16, and
+# down and o-proj stage them as they are; the tensor-core path rounds its inputs to bf16 when it
+# stages them anyway, so the logits must be the same bits (tiny-qwen2 b4: split attention, where
+# attn_bf16 does nothing, and the register path)
 H_BF16_CASES = [("llama-3.2-1b", 8, {}), ("llama-3.2-1b", 32, {}), ("tiny-qwen2", 4, {"pipe": False})]
 
 
@@ -94,12 +96,14 @@ def test_bf16_h_gives_the_same_logits_bit_for_bit(name, batch, opts):
     g = torch.Generator(device="cuda").manual_seed(3)
     ids = torch.randint(0, hf.vocab, (batch, 6), device="cuda", generator=g)
     logits = []
-    for h_bf16 in (False, True):
-        mk = megakernel(hf, batch, "atomic", lower_kw={"h_bf16": h_bf16}, options=CodegenOptions(**opts))
-        assert mk.cfg.const("H_BF16") == int(h_bf16)
+    for kw in ({}, {"h_bf16": True}, {"h_bf16": True, "attn_bf16": True}):
+        mk = megakernel(hf, batch, "atomic", lower_kw=kw, options=CodegenOptions(**opts))
+        assert mk.cfg.const("H_BF16") == int(kw.get("h_bf16", False))
+        assert mk.cfg.const("ATTN_BF16") == int(kw.get("attn_bf16", False) and mk.tg.dim("attn_split") == 1)
         logits.append(torch.stack([mk(ids[:, t], t).clone() for t in range(ids.shape[1])]))
         del mk
-    assert torch.equal(logits[0], logits[1]), f"{(logits[0] != logits[1]).sum().item()} logits differ"
+    for k in (1, 2):
+        assert torch.equal(logits[0], logits[k]), f"{(logits[0] != logits[k]).sum().item()} logits differ ({k})"
 
 
 def _teacher_forced(name, batch, sync, lower_kw=None, options=None):

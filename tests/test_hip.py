@@ -171,11 +171,12 @@ def _spin_problems(src: str) -> tuple[int, list[str]]:
             if not (v and re.search(rf"if \(\s*{v}\s*>=\s*c\.spin_limit\s*\)\s*\{{\s*report\(", body)
                     and "WS_ABORT" in body):
                 problems.append(f"unbounded spin: for ({header})")
-        elif kw == "while" and header.startswith("!mk_mbar_test(") and (
+        elif kw == "while" and (header.startswith("!mk_mbar_test(") or "*pipe_issued(s_abort)" in header) and (
                 ("mk_globaltimer()" in body and "mk_trap()" in body) or re.search(r"if \(\*s_abort\) \{[^}]*return", body)):
             # pipe.cuh: the consumers' wait on their own producer is bounded in time (then the launch
             # fails); the producer's wait for a free page ends when the consumers' bounded waits do,
-            # through the block's abort flag
+            # through the block's abort flag; the L2 prefetcher's wait for the copier (PIPE_L2_AHEAD)
+            # ends the same way
             continue
         elif kw == "do" or re.search(r"\w\s*\(|\[|->", header) or any(p in body for p in POLLS):
             problems.append(f"{kw} loop that may wait on memory: {header}")  # while: local arithmetic only

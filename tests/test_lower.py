@@ -597,6 +597,15 @@ def test_h_bf16_keeps_only_h_in_bf16():
     assert down.bytes < base.bytes
     with pytest.raises(ValueError, match="h_bf16 needs the tensor-core GEMV"):
         lower(shape_graph("tiny-llama", 1, 64), get_target("h200"), h_bf16=True)
+    # attn_bf16: unsplit attention's output too (o-proj's input); with split attention, nothing
+    tga = lower(shape_graph("llama-3.2-1b", 32, 64), get_target("h200"), h_bf16=True, attn_bf16=True)
+    assert tga.dim("attn_split") == 1
+    assert {b.name for b in tga.buffers if b.role == "act" and b.dtype == "bf16"} == \
+        {f(l) for l in range(tga.dim("n_layers")) for f in (names.h_act, names.attn_act)}
+    tgs = lower(shape_graph("tiny-llama", 2, 64), get_target("h200"), attn_bf16=True, attn_split=2)
+    assert tgs.dim("attn_split") > 1 and all(b.dtype != "bf16" for b in tgs.buffers if b.role == "act")
+    with pytest.raises(ValueError, match="attn_bf16 needs the tensor-core GEMV"):
+        lower(shape_graph("tiny-llama", 1, 64), get_target("h200"), attn_bf16=True)
     # where mkc compile asks for it: counters, batch >= 2, a target with the bf16 tensor-core GEMV
     # (and only once it was measured to pay: H_BF16_PAYS)
     import importlib

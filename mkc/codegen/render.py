@@ -354,11 +354,14 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     mma, ring = plan.mma, plan.ring
     # lower(h_bf16=True): gate/up's output h in bf16, staged by down as it is (tensor-core path); with
     # NaN sentinels a 16-bit value cannot be its own flag (tables.region_desc polls 32-bit words)
+    # (lower(attn_bf16=True): the same for attention's output, o-proj's input)
     h_bf16 = any(b.name == names.h_act(0) and b.dtype == "bf16" for b in tg.buffers)
-    if h_bf16 and (not mma or sched.sync == "nan"):
-        raise ScheduleError(f"the task graph keeps h (gate/up's output) in bf16, which needs atomic counters and the "
-                            f"tensor-core GEMV; this build has {sched.sync} sync and the {'tensor-core' if mma else 'FMA'} "
-                            f"path: lower it again with h_bf16=False")
+    attn_bf16 = any(b.name == names.attn_act(0) and b.dtype == "bf16" for b in tg.buffers)
+    for on, what, flag in ((h_bf16, "h (gate/up's output)", "h_bf16"), (attn_bf16, "attention's output", "attn_bf16")):
+        if on and (not mma or sched.sync == "nan"):
+            raise ScheduleError(f"the task graph keeps {what} in bf16, which needs atomic counters and the tensor-core "
+                                f"GEMV; this build has {sched.sync} sync and the {'tensor-core' if mma else 'FMA'} path: "
+                                f"lower it again with {flag}=False")
     G, U, BB, KC, out_cap = plan.rows_per_warp, plan.loads_in_flight, plan.batch_rows, plan.kc, plan.out_cap
     ATT_CH = plan.attn_chunk
     off = plan.offsets()
@@ -427,7 +430,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
-        MMA_HOLD=int(hold), TILE_SUM_FRAG=int(o.tile_sum_frag), H_BF16=int(h_bf16),
+        MMA_HOLD=int(hold), TILE_SUM_FRAG=int(o.tile_sum_frag), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

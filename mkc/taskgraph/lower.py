@@ -61,7 +61,8 @@ def _no_gc():
 
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
           qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None,
-          argmax_tasks: int | None = None, attn_split_pos: int | None = None, h_bf16: bool = False) -> TaskGraph:
+          argmax_tasks: int | None = None, attn_split_pos: int | None = None, h_bf16: bool = False,
+          attn_bf16: bool = False) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
@@ -79,7 +80,10 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     ``h_bf16``: gate/up's output h (down's input) in bf16, which down stages as it is: half the L2
     bytes of its staging, the same bits (the tensor-core staging rounds h to bf16 anyway); atomic
     counters and the tensor-core path only (codegen refuses it elsewhere). Default False: the sync
-    mode is not known here; ``mkc compile`` asks ``h_bf16_pays(batch, sync, target)``.
+    mode is not known here; ``mkc compile`` asks ``h_bf16_pays(batch, sync, target)``;
+    ``attn_bf16``: the same for attention's output (o-proj's input) where attention is not split
+    (o-proj then stages it as it is; with splits it does nothing); ``mkc compile`` asks
+    ``attn_bf16_pays``.
     """
     if isinstance(target, str):
         target = get_target(target)
@@ -96,9 +100,11 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     if h_bf16 and (graph.batch < 2 or down_split != 1):
         raise ValueError(f"h_bf16 needs the tensor-core GEMV (batch >= 2, not {graph.batch}) and an unsplit down-proj "
                          f"(down_split 1, not {down_split})")
+    if attn_bf16 and graph.batch < 2:
+        raise ValueError(f"attn_bf16 needs the tensor-core GEMV (batch >= 2, not {graph.batch})")
     with _no_gc():
         return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks, attn_split_pos,
-                      bool(h_bf16))
+                      bool(h_bf16), bool(attn_bf16))
 
 
 def h_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
@@ -111,6 +117,17 @@ def h_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
 
 
 H_BF16_PAYS = False  # set by measurement (h_bf16_pays)
+
+
+def attn_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
+    """Whether a build keeps unsplit attention's output in bf16 (``lower(attn_bf16=...)``): where it
+    can, as ``h_bf16_pays``, and where it was measured to pay (``ATTN_BF16_PAYS``)."""
+    from mkc.backend import for_target
+
+    return ATTN_BF16_PAYS and batch >= 2 and sync == "atomic" and for_target(target).capabilities(target).mma_bf16
+
+
+ATTN_BF16_PAYS = False  # set by measurement (attn_bf16_pays)
 
 
 def attn_split_pos_pays(batch: int) -> int:
@@ -154,7 +171,7 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
            attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1,
-           attn_split_pos: int = 0, h_bf16: bool = False) -> TaskGraph:
+           attn_split_pos: int = 0, h_bf16: bool = False, attn_bf16: bool = False) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -163,10 +180,11 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     if not 1 <= split <= graph.max_seq_len:
         raise ValueError(f"attn_split {split} must be in 1..max_seq_len={graph.max_seq_len}")
     check_down_split(down_split, graph.batch, graph.model.intermediate)
+    attn_bf16 = attn_bf16 and split == 1  # (split attention's partial outputs stay f32: o-proj combines them)
     argmax_rows(graph.batch, argmax_tasks)  # a ValueError for a count outside 1..batch
     drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
-    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16)
+    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16, attn_bf16)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
     events, waits, signals = build_events(drafts, {b.name: b for b in buffers})
     tasks = tuple(
@@ -200,7 +218,7 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
 
 
 def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1, down_split: int = 1,
-                 h_bf16: bool = False) -> list[Buffer]:
+                 h_bf16: bool = False, attn_bf16: bool = False) -> list[Buffer]:
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
     nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
@@ -218,7 +236,8 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1,
                 bufs.append(Buffer(names.attn_out(i), (B, split, nh * hd), "f32", "act", polled=True))
                 bufs.append(Buffer(names.attn_lse(i), (B, split, nh), "f32", "act", polled=True))
                 continue
-            bufs.append(Buffer(f"{nm}.{i}", (B, n), "bf16" if nm == "h" and h_bf16 else "f32", "act", polled=True))
+            bf16 = (nm == "h" and h_bf16) or (nm == "attn" and attn_bf16)
+            bufs.append(Buffer(f"{nm}.{i}", (B, n), "bf16" if bf16 else "f32", "act", polled=True))
         if down_split > 1:  # split-K down's running sums, chunk by chunk
             bufs.append(Buffer(names.down_partial(i), (down_split - 1, B, H), "f32", "act", polled=True))
         if info.qk_norm:  # raw keys: attention norms and rotates them into the cache

@@ -44,6 +44,11 @@ def h_act(layer: int) -> str:
     return f"h.{layer}"
 
 
+def attn_act(layer: int) -> str:
+    """Unsplit attention's output, o-proj's input (f32, or bf16 with ``lower(attn_bf16=True)``)."""
+    return f"attn.{layer}"
+
+
 def x_in(layer: int) -> str:
     """The residual stream entering ``layer`` (``x_in(n_layers)`` is the last layer's output)."""
     return "x0" if layer == 0 else f"xm.{layer - 1}"

@@ -310,12 +310,20 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   mk_barrier();
   trace_mark(c, 1);  // scores, softmax and the weighted sum over the split's positions
   if constexpr (ATT_SPLIT == 1) {
-    float* o = lptr<float>(c, l, R_ATTN, c.par) + (size_t)b * NH * HD + g * NREP * HD;
+    // (with ATTN_BF16 the buffer holds bf16: the row offset in its elements)
+    float* o = ATTN_BF16 ? reinterpret_cast<float*>(reinterpret_cast<unsigned short*>(lptr<float>(c, l, R_ATTN, c.par)) +
+                                                    (size_t)b * NH * HD + g * NREP * HD)
+                         : lptr<float>(c, l, R_ATTN, c.par) + (size_t)b * NH * HD + g * NREP * HD;
     for (int i = tid; i < NREP * HD; i += NT) {
       const int h = i / HD;
       float s = 0.f;
       for (int k = 0; k < ATT_NPART; ++k) s += red[k * NREP * HD + i];
-      put_f32(o + i, s / l_s[h]);
+      // ATTN_BF16 (lower(attn_bf16=True); counters, tensor-core path): rounded as o-proj's staging
+      // rounds it (to nearest even), which then copies it as it is
+      if constexpr (ATTN_BF16)
+        reinterpret_cast<unsigned short*>(o)[i] = mk_f32_to_bf16(s / l_s[h]);
+      else
+        put_f32(o + i, s / l_s[h]);
     }
   } else {
     // the split's softmax-normalised output and log-sum-exp (an empty split: zeros and -inf)

@@ -126,7 +126,8 @@ __device__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
         return gemv_task<NH * HD, false, ResidKind<NH * HD>, true>(c, t, s_abort, kd, lptr<const float>(c, l, R_AO, c.par),
                                                                   nullptr, lptr<const float>(c, l, R_ALSE, c.par));
       else
-        return gemv_task<NH * HD, false>(c, t, s_abort, kd, lptr<const float>(c, l, R_ATTN, c.par), nullptr);
+        return gemv_task<NH * HD, false, ResidKind<NH * HD>, false, ATTN_BF16 != 0>(c, t, s_abort, kd,
+                                                                                  lptr<const float>(c, l, R_ATTN, c.par), nullptr);
     }
     case K_GATEUP: {
       GateUpKind kd = gateup_kind(c, t);

@@ -9,6 +9,7 @@ namespace mk {
 static_assert(!MMA_GEMV || MKC_HAS_MMA_BF16, "MMA_GEMV needs a dialect with a bf16 MMA");
 static_assert(PIPE_SLOTS == 0 || MKC_HAS_BULK_COPY, "the weight pipeline needs bulk copies");
 static_assert(!H_BF16 || MMA_GEMV, "a bf16 h is staged by the tensor-core path only");
+static_assert(!ATTN_BF16 || (MMA_GEMV && ATT_SPLIT == 1), "a bf16 attention output is unsplit, staged on tensor cores");
 
 // Returns false (in every thread) when the kernel must stop. COMB: o-proj over split attention,
 // whose log-sum-exp per (batch row, split, head) is lse. XB: x holds bf16 (tensor-core path only).

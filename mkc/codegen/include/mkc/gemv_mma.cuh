@@ -278,7 +278,7 @@ __device__ __forceinline__ void mma_chunk_ring(const Rows& rows, int nr, int c0,
 // a down-proj task stages 4x its weight bytes). With NORM, each warp adds its share of a row's
 // sum of squares into ssp [NW][B]. POLL (STAGE_POLL, nan mode, not COMB): the loads are the wait's
 // polls of x (wait_task's PollSkip; poll_units, reporting event ev of task t); false when they stop.
-// XB (H_BF16's down-proj): x holds bf16 already, copied 16 bytes (8 values) at a time as it is.
+// XB (H_BF16's down-proj, ATTN_BF16's o-proj): x holds bf16 already, copied 16 bytes (8 values) at a time as it is.
 template <int K, bool NORM, bool COMB, bool POLL = false, bool XB = false>
 __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x, int c0, int kch, const unsigned short* nw,
                              unsigned short* xs, float* ssp, bool sum) {
@@ -286,7 +286,7 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
   constexpr int SB = 8, WPR = NW > B ? NW / B : 1, NRW = NW / WPR;
   const int q = kch / 4, lane = lane_id(), w = warp_id(), part = w % WPR;
   if constexpr (XB) {
-    static_assert(!NORM && !COMB && !POLL, "a bf16 input is down's: no norm, no combine, counters");
+    static_assert(!NORM && !COMB && !POLL, "a bf16 input is down's or o-proj's: no norm, no combine, counters");
     constexpr int SBX = 4;  // 16-byte loads in flight per lane (8 values each)
     const int q8 = kch / 8;
     for (int b = w / WPR; b < B; b += NRW) {

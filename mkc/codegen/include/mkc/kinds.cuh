@@ -162,9 +162,9 @@ struct GateUpKind {
       const int b = idx / nb, j = idx % nb;
       const float gt = out[j * B + b], up = out[(nb + j) * B + b];
       // H_BF16 (lower(h_bf16=True); atomic counters, tensor-core path: render checks): h in bf16,
-      // rounded as the tensor-core staging rounds it (cvt.rn), so down stages the same bits as it is
+      // rounded to nearest even as the tensor-core staging rounds it, so down stages the same bits as it is
       if constexpr (H_BF16)
-        reinterpret_cast<unsigned short*>(y)[(size_t)b * I + rb + j] = (unsigned short)(mk_pack_bf16x2(gt / (1.0f + expf(-gt)) * up, 0.f) & 0xffffu);
+        reinterpret_cast<unsigned short*>(y)[(size_t)b * I + rb + j] = mk_f32_to_bf16(gt / (1.0f + expf(-gt)) * up);
       else
         put_f32(y + (size_t)b * I + rb + j, gt / (1.0f + expf(-gt)) * up);
     }

@@ -98,8 +98,10 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
           if constexpr (PF) {
             // d: how far page n is past the copier (negative: copied already, nothing to prefetch)
             int d;
+            // (bounded as the copier's wait for a free page is: the copier's count moves whenever the
+            // consumers free pages, and when they stop, the block's abort flag ends this loop)
             while ((d = (int)(n - *pipe_issued(s_abort))) >= PIPE_L2_AHEAD) {
-              if (*s_abort) return false;
+              if (*s_abort) { return false; }
               mk_sleep(64);
             }
             const int k0 = c0 + sl * PIPE_COLS;
