@@ -1,35 +1,32 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
-# Twenty-third session (CodegenOptions.consumer_regs on by default: 200, 216 from batch 32; the
-# three sampler experiments removed after CALL=1..3 of b43489f's script measured them). CALL=1..3
-# ran (BENCHMARKS.md); CALL=4 is for the next session:
-#   CALL=1: every GPU test on the new defaults; the sampling cost over greedy (bench_tokens
-#           --paired) and the new default against consumer_regs=0 (the kernels before), paired.
-#   CALL=2: every #13 row beside its consumer_regs=0 kernel (-rs0) and the peer; `mkc bench`.
-#   CALL=3: batch 32 at 216 registers (the default after CALL=2 measured it fastest): its GPU test,
-#           and its row beside 0, 208, 224 and 232 twice over.
-#   CALL=4: (#16) the filtered sampler's kernel alone at 176 consumer registers (no spill there; 200
-#           spills a word) and at 0, each against the default on the filters (bench_tokens
-#           MKC_FILTER_OPTIONS); (#13) traces of batch 32 on the new default (gate/up's MMA loop at
-#           216 registers, down's staging) and of a top-k 50 step at batch 1; the #13 rows (b32 beside
-#           208 registers, 0.5 % faster than 216 in one run); the peer; the tensor-core page loop
-#           alone (scripts/bench_mma_page.py: is gate/up's ~1.7 us a page the loop or around it?).
-#           Prebuilt as above plus:
-#   MKC_FILTER_OPTIONS="$FILT" python scripts/prebuild.py --tokens-bench
-#   python -m mkc compile llama-3.2-1b --batch 32 --max-seq-len 1024 --out .builds/llama-b32
-#   python -m mkc compile llama-3.2-1b --batch 1 --max-seq-len 1024 --out .builds/llama-b1
-#   python scripts/prebuild.py --build-dirs .builds/llama-b32 .builds/llama-b1 --trace
-#   tar czf out/carry/builds.tgz .builds
+# Twenty-fourth session: CALL=4 (the twenty-third session's), 5 and 6 ran (BENCHMARKS.md,
+# "Twenty-fourth session"); the machine was then no longer lent, so CALL=7 and CALL=8 are for the
+# next session:
+#   CALL=7: (#13) lower(h_bf16) and lower(attn_bf16) (gate/up's h and unsplit attention's output
+#           in bf16, staged as they are by down and o-proj) against f32 activations at batch 8, 16,
+#           32 and qwen3-8b batch 8, alternated, with their same-bits GPU test. If they pay, set
+#           lower.H_BF16_PAYS / ATTN_BF16_PAYS (the defaults of mkc compile and gpu_bench) and
+#           measure again beside the peer.
+#   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
+#           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
+#   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
+#   CALL=3 (b32 registers), CALL=4 (traces of .builds/llama-b32 and llama-b1; the MKC_FILTER_OPTIONS
+#   part of it failed: bench_tokens launched the swapped kernel with the greedy kernel's
+#   configuration, CUDA_ERROR_INVALID_VALUE), CALL=5 (the L2 prefetcher), CALL=6 (tile sums).
 #
-# Before them, on the CPU machine (~10 min on 2 cores), from the repository root:
+# Before them, on the CPU machine (a few minutes on 2 cores), from the repository root:
 #   export MKC_CACHE_DIR=$PWD/.cache/mkc MKC_SCHED_CACHE=$PWD/.cache/sched
-#   python scripts/prebuild.py --variants $(echo $ROWS | tr ';' ',' | sed 's/[0-9]*@//g') --variant-max-seq 1024
-#   MKC_TOKENS_AB="$AB" python scripts/prebuild.py --tokens-bench
+#   python scripts/prebuild.py --variants VARIANTS_OF_THE_CALL --variant-max-seq 1024   (the MKC_AB lists)
 #   python scripts/prebuild.py --tests --folders
 #   python scripts/prebuild.py --bench llama-3.2-1b:1 --max-seq-len 1024
-#   tar czf out/carry/cache.tgz .cache
-# then `CALL=N bash scripts/call_next.sh` with carry `out/carry`, `.whl`, `.peer`.
+#   mkdir -p out/carry && tar czf out/carry/cache.tgz .cache
+#   (traces: python -m mkc compile llama-3.2-1b --batch 32 --max-seq-len 1024 --out .builds/llama-b32;
+#    python scripts/prebuild.py --build-dirs .builds/llama-b32 --trace; tar czf out/carry/builds.tgz .builds)
+# .whl: ortools 9.15.6755 (cp312), immutabledict, protobuf 6.33.6, absl-py (RECIPES.md); .peer: a
+# copy of ../shared/peers/hazy. Then `CALL=N bash scripts/call_next.sh` with carry `out/carry`,
+# `.whl`, `.peer`.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 [ -f out/carry/builds.tgz ] && tar xzf out/carry/builds.tgz  # .builds (mkc run --trace), packed too
 source scripts/gpu_env.sh
@@ -68,12 +65,22 @@ if [ "${CALL:-1}" = 3 ]; then
   exit 0
 fi
 if [ "${CALL:-1}" = 7 ]; then
-  # (#13) h in bf16 (lower(h_bf16=True): gate/up stores bf16, down stages it as it is) against f32
-  # h, alternated; the same-bits test
+  # (#13) h and unsplit attention's output in bf16 (lower(h_bf16=True), lower(attn_bf16=True):
+  # gate/up and attention store bf16, down and o-proj stage it as it is) against f32, alternated;
+  # the same-bits test (its three lowerings of each case)
   MKC_TESTS="tests/test_gpu_megakernel.py::test_bf16_h_gives_the_same_logits_bit_for_bit" \
-  MKC_TEST_S=150 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b32-atomic-hf32,b32-atomic-hbf16,b32-atomic-hf32,b32-atomic-hbf16;128@b8-atomic-hf32,b8-atomic-hbf16,b16-atomic-hf32,b16-atomic-hbf16;128@q8-b8-atomic-hf32,q8-b8-atomic-hbf16" \
+  MKC_TEST_S=150 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=250 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both" \
   OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 8 ]; then
+  # every GPU test on the tree's defaults (the tile sums in fragment order since the twenty-fourth
+  # session), then the #13 rows, the peer and `mkc bench`
+  MKC_TEST_S=330 MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b8-nan,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
+  MKC_BENCH="llama-3.2-1b:1" MKC_ITERS=30 MKC_BENCH_S=200 OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi
