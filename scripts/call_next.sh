@@ -8,7 +8,9 @@
 #           in bf16, staged as they are by down and o-proj) against f32 activations at batch 8, 16,
 #           32 and qwen3-8b batch 8, alternated, with their same-bits GPU test. If they pay, set
 #           lower.H_BF16_PAYS / ATTN_BF16_PAYS (the defaults of mkc compile and gpu_bench) and
-#           measure again beside the peer.
+#           measure again beside the peer. Also CodegenOptions.epi_tiles (the GEMV epilogues' items
+#           in 4 x 8 tiles a warp: batch 32's gate/up epilogue, ~3.3 us a task, reads out[] with 32-way
+#           bank conflicts) against the default, with its same-bits test.
 #   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
 #           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
 #   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
@@ -68,9 +70,10 @@ if [ "${CALL:-1}" = 7 ]; then
   # (#13) h and unsplit attention's output in bf16 (lower(h_bf16=True), lower(attn_bf16=True):
   # gate/up and attention store bf16, down and o-proj stage it as it is) against f32, alternated;
   # the same-bits test (its three lowerings of each case)
-  MKC_TESTS="tests/test_gpu_megakernel.py::test_bf16_h_gives_the_same_logits_bit_for_bit" \
-  MKC_TEST_S=150 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=250 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both" \
+  # and the epilogues' items in 4 x 8 tiles (CodegenOptions.epi_tiles) against the default
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_bf16_h_gives_the_same_logits_bit_for_bit tests/test_gpu_megakernel.py::test_tile_sums_in_fragment_order_give_the_same_bits" \
+  MKC_TEST_S=180 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=250 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic,b32-atomic-epit,b8-atomic,b8-atomic-epit,b8-nan,b8-nan-epit" \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0

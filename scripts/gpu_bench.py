@@ -167,6 +167,9 @@ VARIANTS.update({f"{v}-bf16both": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_bf
                  for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-f32acts": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_bf16": False, "h_bf16": False})
                  for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+# the epilogues' items in 4 x 8 tiles a warp (CodegenOptions.epi_tiles)
+VARIANTS.update({f"{v}-epit": (*VARIANTS[v][:4], {**VARIANTS[v][4], "epi_tiles": True})
+                 for v in ("b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 # the tile sums by (row, batch column), as before CodegenOptions.tile_sum_frag
 VARIANTS.update({f"{v}-tsrow": (*VARIANTS[v][:4], {**VARIANTS[v][4], "tile_sum_frag": False})
                  for v in ("b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})

@@ -83,13 +83,13 @@ def test_sources(trace: bool = False):
         yield from kernels(f"test {m} b{b} {s} {opts}", tg, rr_schedule(tg, "h200", s), "h200",
                            CodegenOptions(**opts), sampling=False)
     # test_tile_sums_in_fragment_order_give_the_same_bits
-    from test_gpu_megakernel import TILE_SUM_CASES
+    from test_gpu_megakernel import SAME_BITS_OPTIONS, TILE_SUM_CASES
 
     for m, b, s in TILE_SUM_CASES:
         tg = lower(shape_graph(m, b, 128), get_target("h200"))
-        for frag in (True, False):
-            yield from kernels(f"test {m} b{b} {s} tile_sum_frag={frag}", tg, rr_schedule(tg, "h200", s), "h200",
-                               CodegenOptions(tile_sum_frag=frag), sampling=False)
+        for o in [{}] + SAME_BITS_OPTIONS:
+            yield from kernels(f"test {m} b{b} {s} same bits {o}", tg, rr_schedule(tg, "h200", s), "h200",
+                               CodegenOptions(**o), sampling=False)
     # test_bf16_h_gives_the_same_logits_bit_for_bit
     from test_gpu_megakernel import H_BF16_CASES
 

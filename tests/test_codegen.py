@@ -424,6 +424,15 @@ def test_l2_ahead_needs_the_producer_warpgroup():
 
 
 
+def test_epi_tiles_only_on_the_tensor_core_path():
+    """CodegenOptions.epi_tiles: EPI_TILES in the kernel; its tiled mapping (EPI_TILED) applies only
+    on the tensor-core path with whole 8-column batch tiles, so batch 1 keeps its loops."""
+    tg = taskgraph("llama-3.2-1b", 8, 128)
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(epi_tiles=True))
+    assert cfg.const("EPI_TILES") == 1 and "constexpr bool EPI_TILED = EPI_TILES && MMA_GEMV && B % 8 == 0;" in src
+    assert generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")[1].const("EPI_TILES") == 0
+
+
 def test_bf16_h_needs_counters_and_the_tensor_cores():
     """lower(h_bf16=True): H_BF16 in the kernel (gate/up stores bf16, down stages it as it is);
     refused by name with NaN sentinels (a 16-bit value is no flag) and on the FMA path."""

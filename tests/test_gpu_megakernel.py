@@ -58,25 +58,30 @@ def test_teacher_forced_logits_tensor_core_paths(name, batch, sync, opts):
 
 
 TILE_SUM_CASES = [("llama-3.2-1b", 32, "atomic"), ("llama-3.2-1b", 8, "nan"), ("tiny-qwen2", 16, "atomic")]
+# layout options of the tensor-core path that must not change a bit: against the default, each
+SAME_BITS_OPTIONS = [{"tile_sum_frag": False}, {"epi_tiles": True}]
 
 
 @pytest.mark.parametrize("name,batch,sync", TILE_SUM_CASES)
 def test_tile_sums_in_fragment_order_give_the_same_bits(name, batch, sync):
     """CodegenOptions.tile_sum_frag (the default) sums the warps' partials of a tensor-core tile from
     fragment-ordered stores: the same additions in the same order as the row-major layout, so every
-    step's logits are the same bits as with tile_sum_frag=False."""
+    step's logits are the same bits as with tile_sum_frag=False. The same for epi_tiles (the
+    epilogues' items in another order)."""
     import torch
 
     from mkc.codegen.render import CodegenOptions
 
     hf = hf_models(name)
-    mks = [megakernel(hf, batch, sync, options=CodegenOptions(tile_sum_frag=f)) for f in (True, False)]
+    mks = [megakernel(hf, batch, sync, options=CodegenOptions(**o)) for o in [{}] + SAME_BITS_OPTIONS]
     assert mks[0].cfg.const("TILE_SUM_FRAG") == 1 and mks[1].cfg.const("TILE_SUM_FRAG") == 0
+    assert mks[0].cfg.const("EPI_TILES") == 0 and mks[2].cfg.const("EPI_TILES") == 1
     g = torch.Generator(device="cuda").manual_seed(3)
     ids = torch.randint(0, hf.vocab, (batch, 12), device="cuda", generator=g)
     for t in range(ids.shape[1]):
-        a, b = (mk(ids[:, t], t).clone() for mk in mks)
-        assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
+        a, *others = (mk(ids[:, t], t).clone() for mk in mks)
+        for o, b in zip(SAME_BITS_OPTIONS, others):
+            assert torch.equal(a, b), f"step {t}, {o}: {(a != b).sum().item()} logits differ"
 
 
 # lower(h_bf16=True, attn_bf16=True): gate/up stores h and unsplit attention its output as bf16, and

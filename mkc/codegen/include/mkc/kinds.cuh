@@ -6,6 +6,28 @@
 
 namespace mk {
 
+// An epilogue's items: nr rows x B batch columns of the block's dot products (out[j * B + b]). By
+// default a warp's lanes take consecutive rows j of one column b: the global stores of a row's
+// outputs are contiguous, and out's reads are B words apart, which at batch 32 puts all 32 lanes
+// on one bank (8 at batch 8). EPI_TILES (CodegenOptions.epi_tiles; tensor-core path, B % 8 == 0):
+// lanes take 4 consecutive rows of 8 columns instead (4-way conflicts at batch 32, none at 8; a
+// store then covers 8 rows' 16 contiguous bytes). epi_items is the loop bound; epi_item maps idx to
+// (j, b) and is false for an idx past the rows.
+[[maybe_unused]] constexpr bool EPI_TILED = EPI_TILES && MMA_GEMV && B % 8 == 0;
+__device__ __forceinline__ int epi_items(int nr) { return EPI_TILED ? (nr + 3) / 4 * 4 * B : nr * B; }
+__device__ __forceinline__ bool epi_item(int idx, int nr, int& j, int& b) {
+  if constexpr (EPI_TILED) {
+    const int ln = idx & 31, chunk = idx >> 5;
+    b = 8 * (chunk % (B / 8)) + (ln >> 2);
+    j = 4 * (chunk / (B / 8)) + (ln & 3);
+    return j < nr;
+  } else {
+    b = idx / nr;
+    j = idx % nr;
+    return true;
+  }
+}
+
 // qkv: the pairs [h0 * HD/2 + p0, (h1 - 1) * HD/2 + p1) of the q|k|v head space (ir.py): rmsnorm ->
 // linear (+bias) -> q/k norm (whole heads) -> RoPE -> q buffer / KV cache at pos. Head h takes its
 // pairs [pa(h), pb(h)): p0 in the first head, p1 in the last, whole heads between. A head brings
@@ -99,8 +121,9 @@ struct QkvKind {
     float* q = lptr<float>(c, layer, R_Q, c.par);
     unsigned* kc = lptr<unsigned>(c, layer, R_KC, 0);
     unsigned* vc = lptr<unsigned>(c, layer, R_VC, 0);
-    for (int idx = tid; idx < nr * B; idx += NT) {
-      const int j = idx % nr, b = idx / nr;
+    for (int idx = tid; idx < epi_items(nr); idx += NT) {
+      int j, b;
+      if (!epi_item(idx, nr, j, b)) continue;
       int head, r;
       locate(j, head, r);
       if (head < NH) put_f32(q + (size_t)b * NH * HD + head * HD + head_row(head, r), out[j * B + b]);
@@ -138,8 +161,9 @@ struct ResidKind {
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
   __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * LD; }
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
-    for (int idx = mk_tid(); idx < nr * B; idx += NT) {
-      const int b = idx / nr, j = idx % nr;
+    for (int idx = mk_tid(); idx < epi_items(nr); idx += NT) {
+      int j, b;
+      if (!epi_item(idx, nr, j, b)) continue;
       const size_t o = (size_t)b * H + rb + j;  // both outputs are [B, H]
       put_f32(y + o, mk_ld_act(resid + o) + out[j * B + b]);
     }
@@ -158,8 +182,9 @@ struct GateUpKind {
     return j < nb ? wg + (size_t)(rb + j) * H : wu + (size_t)(rb + j - nb) * H;
   }
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
-    for (int idx = mk_tid(); idx < nb * B; idx += NT) {
-      const int b = idx / nb, j = idx % nb;
+    for (int idx = mk_tid(); idx < epi_items(nb); idx += NT) {
+      int j, b;
+      if (!epi_item(idx, nb, j, b)) continue;
       const float gt = out[j * B + b], up = out[(nb + j) * B + b];
       // H_BF16 (lower(h_bf16=True); atomic counters, tensor-core path: render checks): h in bf16,
       // rounded to nearest even as the tensor-core staging rounds it, so down stages the same bits as it is
@@ -198,8 +223,9 @@ struct LmHeadKind {
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
   __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * H; }
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
-    for (int idx = mk_tid(); idx < nr * B; idx += NT) {
-      const int b = idx / nr, j = idx % nr;
+    for (int idx = mk_tid(); idx < epi_items(nr); idx += NT) {
+      int j, b;
+      if (!epi_item(idx, nr, j, b)) continue;
       logits[(size_t)b * V + rb + j] = out[j * B + b];  // not polled: plain store
     }
     float* best_v = smem_f(OFF_BEST);
