@@ -426,11 +426,16 @@ def test_l2_ahead_needs_the_producer_warpgroup():
 
 def test_epi_tiles_only_on_the_tensor_core_path():
     """CodegenOptions.epi_tiles: EPI_TILES in the kernel; its tiled mapping (EPI_TILED) applies only
-    on the tensor-core path with whole 8-column batch tiles, so batch 1 keeps its loops."""
+    on the tensor-core path with whole 8-column batch tiles, so batch 1 keeps its loops. And
+    mma_hold_floats' constant."""
     tg = taskgraph("llama-3.2-1b", 8, 128)
     src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(epi_tiles=True))
     assert cfg.const("EPI_TILES") == 1 and "constexpr bool EPI_TILED = EPI_TILES && MMA_GEMV && B % 8 == 0;" in src
     assert generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")[1].const("EPI_TILES") == 0
+    # CodegenOptions.mma_hold_floats: HOLD_FLOATS (16 by default), other counts refused by name
+    assert generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(mma_hold_floats=32))[1].const("HOLD_FLOATS") == 32
+    with pytest.raises(IRCheckError, match="mma_hold_floats=24"):
+        generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(mma_hold_floats=24))
 
 
 def test_bf16_h_needs_counters_and_the_tensor_cores():
@@ -594,7 +599,7 @@ def test_mma_hold_keeps_the_accumulators_across_chunks():
     on = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=False))
     off = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=False, mma_hold=False))
     assert (on[1].const("MMA_HOLD"), off[1].const("MMA_HOLD")) == (1, 0)
-    assert "[[maybe_unused]] constexpr int HOLD_TILES = !MMA_HOLD ? 0 : 4 * NTN >= 16 ? 1 : 16 / (4 * NTN);" in on[0]
+    assert "[[maybe_unused]] constexpr int HOLD_TILES = !MMA_HOLD ? 0 : 4 * NTN >= HOLD_FLOATS ? 1 : HOLD_FLOATS / (4 * NTN);" in on[0]
     assert CodegenOptions().mma_hold is None
     tg8 = taskgraph("llama-3.2-1b", 8, 64)
     assert generate(tg8, rr_schedule(tg8, "h200", "atomic"), "h200", CodegenOptions(sampler=False))[1].const("MMA_HOLD") == 0

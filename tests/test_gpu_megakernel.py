@@ -46,7 +46,9 @@ def test_teacher_forced_logits_split_k_down(split, sync):
 # by default): batch 32 through the pipeline (K-chunks of 1024 beside 3 pages), and the cp.async
 # ring the kernel uses without it (CodegenOptions(pipe=False))
 MMA_CASES = [("llama-3.2-1b", 32, "atomic", {}), ("llama-3.2-1b", 8, "atomic", {"pipe": False}),
-             ("tiny-qwen3", 8, "nan", {"pipe": False})]
+             ("tiny-qwen3", 8, "nan", {"pipe": False}),
+             # two tiles' accumulators held across the K-chunks (batch 32's qkv): another order of sums
+             ("llama-3.2-1b", 32, "atomic", {"mma_hold_floats": 32})]
 
 
 @pytest.mark.parametrize("name,batch,sync,opts", MMA_CASES)

@@ -91,6 +91,9 @@ class CodegenOptions:
     # HOLD_TILES). None: from batch 16 (H200, same call: llama-3.2-1b b32 -3.0 %, b16 -1.0 %, b8
     # +0.2 %, qwen3-8b b8 +3.1 %; BENCHMARKS.md, twelfth session)
     mma_hold: bool | None = None
+    # with mma_hold: the accumulator floats a warp may hold per lane (16: one tile at batch 32; 32:
+    # two, batch 32's qkv tasks). Not measured yet (twenty-fourth session)
+    mma_hold_floats: int = 16
     attn_chunk: int = 256  # positions per attention tile
     av_batch: int = 4  # attention: 16-byte V loads in flight per thread in the weighted sum over positions
     # attention loads its first K/V rows, pointers and q/k-norm immutables before waiting on q
@@ -422,6 +425,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     cand_ok = int(4 * lm_rows + 1552 <= region_a)  # keys, 256 bins, 4 words, 64 (key, index) slots
     smem = launched_smem(needed, sched.plan, target)
     hold = o.mma_hold if o.mma_hold is not None else B >= 16
+    if o.mma_hold_floats not in (16, 32, 64):
+        raise IRCheckError(f"CodegenOptions.mma_hold_floats={o.mma_hold_floats}: 16, 32 or 64 accumulator floats a lane")
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
@@ -435,7 +440,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
-        MMA_HOLD=int(hold), TILE_SUM_FRAG=int(o.tile_sum_frag), EPI_TILES=int(o.epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
+        MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag), EPI_TILES=int(o.epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

@@ -537,7 +537,8 @@ __device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, con
 // CodegenOptions.mma_hold): 16 floats of them. A block of at most that many tiles then sums its
 // warps' partials once, at the end, instead of once per chunk (at batch 32 a llama-3.2-1b down-proj
 // task is one tile over 8 chunks).
-[[maybe_unused]] constexpr int HOLD_TILES = !MMA_HOLD ? 0 : 4 * NTN >= 16 ? 1 : 16 / (4 * NTN);
+// (HOLD_FLOATS: CodegenOptions.mma_hold_floats, 16 by default)
+[[maybe_unused]] constexpr int HOLD_TILES = !MMA_HOLD ? 0 : 4 * NTN >= HOLD_FLOATS ? 1 : HOLD_FLOATS / (4 * NTN);
 
 // A GEMV task on tensor cores whose weights come through the weight pipeline: after the wait, each
 // K-chunk (pipe_kch, the producer's) staged as bf16 and its pages taken as the producer fills them.
