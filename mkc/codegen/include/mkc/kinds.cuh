@@ -17,9 +17,10 @@ namespace mk {
 __device__ __forceinline__ int epi_items(int nr) { return EPI_TILED ? (nr + 3) / 4 * 4 * B : nr * B; }
 __device__ __forceinline__ bool epi_item(int idx, int nr, int& j, int& b) {
   if constexpr (EPI_TILED) {
+    constexpr int BT = B / 8 > 0 ? B / 8 : 1;  // batch tiles (a build without EPI_TILED still compiles this)
     const int ln = idx & 31, chunk = idx >> 5;
-    b = 8 * (chunk % (B / 8)) + (ln >> 2);
-    j = 4 * (chunk / (B / 8)) + (ln & 3);
+    b = 8 * (chunk % BT) + (ln >> 2);
+    j = 4 * (chunk / BT) + (ln & 3);
     return j < nr;
   } else {
     b = idx / nr;
