@@ -15,9 +15,10 @@
 #   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
 #           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
 #   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
-#   CALL=3 (b32 registers), CALL=4 (traces of .builds/llama-b32 and llama-b1; the MKC_FILTER_OPTIONS
-#   part of it failed: bench_tokens launched the swapped kernel with the greedy kernel's
-#   configuration, CUDA_ERROR_INVALID_VALUE), CALL=5 (the L2 prefetcher), CALL=6 (tile sums).
+#   CALL=3 (b32 registers), CALL=4 (traces of .builds/llama-b32 and llama-b1; its MKC_FILTER_OPTIONS
+#   part died on the consumer_regs=0 kernel, 288 threads launched as 384 (CUDA_ERROR_INVALID_VALUE),
+#   and lost the 176-register rows with it: bench_tokens now skips a spec of another launch shape,
+#   so CALL=4 gives the 176 figures again), CALL=5 (the L2 prefetcher), CALL=6 (tile sums).
 #
 # Before them, on the CPU machine (a few minutes on 2 cores), from the repository root:
 #   export MKC_CACHE_DIR=$PWD/.cache/mkc MKC_SCHED_CACHE=$PWD/.cache/sched
