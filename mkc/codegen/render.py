@@ -213,8 +213,9 @@ class CodegenOptions:
     # consumers wait on an event. 0: none. Needs the producer warpgroup (consumer_regs).
     l2_ahead: int = 0
     # the tensor-core pipeline's tile sums (gemv_mma.cuh pipe_tile_sum): each warp's partials stored
-    # in fragment order (16-byte stores without bank conflicts), summed in pairs in the same order;
-    # False: stored by (row, batch column), 8-way bank conflicts at batch 32 (the kernels before)
+    # in fragment order (16-byte stores without bank conflicts), summed in pairs in the same order,
+    # where the batch is whole 8-column tiles; False: stored by (row, batch column), 8-way bank
+    # conflicts at batch 32 (the kernels before)
     tile_sum_frag: bool = True
     # the GEMV epilogues' items in tiles of 4 rows x 8 batch columns a warp (kinds.cuh epi_item;
     # tensor-core path, batch a multiple of 8) rather than 32 rows of one column: the dot products'
@@ -440,7 +441,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
-        MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag), EPI_TILES=int(o.epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
+        MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
+        EPI_TILES=int(o.epi_tiles and mma and B % 8 == 0), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

@@ -238,10 +238,6 @@ def build_tables(tg: TaskGraph, sched: Schedule) -> Tables:
             b = bufs[r.buffer]
             if sync == "nan" and b.role != "cache" and r.buffer not in dbuf:
                 raise IRCheckError(f"nan mode polls {r.buffer}, which is neither a cache nor double-buffered")
-            if sync != "nan" and b.role != "cache" and b.dtype == "bf16":
-                # counters never poll a region: a bf16 activation (lower(h_bf16=True)) gets an empty one
-                regions.append([slot_of(r.buffer), 0, 0, 0, 1, 0, 1, 0])
-                continue
             regions.append(region_desc(r, b.shape, b.dtype, b.role, r.buffer in dbuf))
         event_regions.append((first, len(regions) - first))
     waits: list[list[int]] = []

@@ -107,24 +107,27 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
                       bool(h_bf16), bool(attn_bf16))
 
 
-def h_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
-    """Whether a build keeps h in bf16 (``lower(h_bf16=...)``): where it can, atomic counters at
-    batch >= 2 on a target with the bf16 tensor-core GEMV, and where it was measured to pay
-    (``H_BF16_PAYS``; BENCHMARKS.md, twenty-fourth session)."""
+def _bf16_acts_can(batch: int, sync: str | None, target: Target) -> bool:
+    """Where an activation can be kept in bf16 for the tensor-core staging: atomic counters at batch
+    >= 2 on a target with the bf16 tensor-core GEMV."""
     from mkc.backend import for_target
 
-    return H_BF16_PAYS and batch >= 2 and sync == "atomic" and for_target(target).capabilities(target).mma_bf16
+    return batch >= 2 and sync == "atomic" and for_target(target).capabilities(target).mma_bf16
+
+
+def h_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
+    """Whether a build keeps h in bf16 (``lower(h_bf16=...)``): where it can and where it was
+    measured to pay (``H_BF16_PAYS``; BENCHMARKS.md, twenty-fourth session)."""
+    return H_BF16_PAYS and _bf16_acts_can(batch, sync, target)
 
 
 H_BF16_PAYS = False  # set by measurement (h_bf16_pays)
 
 
 def attn_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
-    """Whether a build keeps unsplit attention's output in bf16 (``lower(attn_bf16=...)``): where it
-    can, as ``h_bf16_pays``, and where it was measured to pay (``ATTN_BF16_PAYS``)."""
-    from mkc.backend import for_target
-
-    return ATTN_BF16_PAYS and batch >= 2 and sync == "atomic" and for_target(target).capabilities(target).mma_bf16
+    """Whether a build keeps unsplit attention's output in bf16 (``lower(attn_bf16=...)``), as
+    ``h_bf16_pays`` with ``ATTN_BF16_PAYS``."""
+    return ATTN_BF16_PAYS and _bf16_acts_can(batch, sync, target)
 
 
 ATTN_BF16_PAYS = False  # set by measurement (attn_bf16_pays)
@@ -236,8 +239,9 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1,
                 bufs.append(Buffer(names.attn_out(i), (B, split, nh * hd), "f32", "act", polled=True))
                 bufs.append(Buffer(names.attn_lse(i), (B, split, nh), "f32", "act", polled=True))
                 continue
+            # (a bf16 activation is never polled: NaN-sentinel mode, which polls, keeps them f32)
             bf16 = (nm == "h" and h_bf16) or (nm == "attn" and attn_bf16)
-            bufs.append(Buffer(f"{nm}.{i}", (B, n), "bf16" if bf16 else "f32", "act", polled=True))
+            bufs.append(Buffer(f"{nm}.{i}", (B, n), "bf16" if bf16 else "f32", "act", polled=not bf16))
         if down_split > 1:  # split-K down's running sums, chunk by chunk
             bufs.append(Buffer(names.down_partial(i), (down_split - 1, B, H), "f32", "act", polled=True))
         if info.qk_norm:  # raw keys: attention norms and rotates them into the cache

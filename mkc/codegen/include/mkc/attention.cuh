@@ -310,10 +310,8 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   mk_barrier();
   trace_mark(c, 1);  // scores, softmax and the weighted sum over the split's positions
   if constexpr (ATT_SPLIT == 1) {
-    // (with ATTN_BF16 the buffer holds bf16: the row offset in its elements)
-    float* o = ATTN_BF16 ? reinterpret_cast<float*>(reinterpret_cast<unsigned short*>(lptr<float>(c, l, R_ATTN, c.par)) +
-                                                    (size_t)b * NH * HD + g * NREP * HD)
-                         : lptr<float>(c, l, R_ATTN, c.par) + (size_t)b * NH * HD + g * NREP * HD;
+    float* o = lptr<float>(c, l, R_ATTN, c.par);  // (bf16 with ATTN_BF16)
+    const size_t at = (size_t)b * NH * HD + g * NREP * HD;  // in elements
     for (int i = tid; i < NREP * HD; i += NT) {
       const int h = i / HD;
       float s = 0.f;
@@ -321,9 +319,9 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
       // ATTN_BF16 (lower(attn_bf16=True); counters, tensor-core path): rounded as o-proj's staging
       // rounds it (to nearest even), which then copies it as it is
       if constexpr (ATTN_BF16)
-        reinterpret_cast<unsigned short*>(o)[i] = mk_f32_to_bf16(s / l_s[h]);
+        reinterpret_cast<unsigned short*>(o)[at + i] = mk_f32_to_bf16(s / l_s[h]);
       else
-        put_f32(o + i, s / l_s[h]);
+        put_f32(o + at + i, s / l_s[h]);
     }
   } else {
     // the split's softmax-normalised output and log-sum-exp (an empty split: zeros and -inf)

@@ -465,7 +465,7 @@ __device__ __forceinline__ void pipe_mma_tile(const Ctx& c, int kch, const unsig
 // The end of a tile: the warps' partials of the tile at row r0 to part (half tp: two tiles' worth,
 // alternating, so one barrier per tile) and summed in warp order into out (added with accumulate):
 // the same bits run to run. Rows past nr hold what the page's stale rows gave and are never read.
-// TILE_SUM_FRAG (CodegenOptions.tile_sum_frag), with whole 8-column batch tiles (B % 8 == 0): a warp's partials go out in fragment order, each
+// TILE_SUM_FRAG (CodegenOptions.tile_sum_frag; render sets it where B % 8 == 0): a warp's partials go out in fragment order, each
 // lane's acc[n] one 16-byte store at [(n * WARP + lane) * 4]: by (row, column) the 32 lanes of a
 // store hit 4 banks at batch 32 (8 ways; 2 at batch 8), which cost batch 32 about as much as the
 // page's dot products. A thread then sums fragment pairs (acc[n][2h], acc[n][2h + 1]: row g + 8h,
@@ -474,7 +474,7 @@ __device__ __forceinline__ void pipe_mma_tile(const Ctx& c, int kch, const unsig
 __device__ __forceinline__ void pipe_tile_sum(const float (&acc)[NTN][4], float* part, int tp, int r0, int nr, float* out,
                                               bool accumulate) {
   const int tid = mk_tid();
-  if constexpr (TILE_SUM_FRAG && B % 8 == 0) {
+  if constexpr (TILE_SUM_FRAG) {
     float4* pw4 = reinterpret_cast<float4*>(part + (tp * NW + warp_id()) * 16 * B);
 #pragma unroll
     for (int n = 0; n < NTN; ++n) pw4[n * WARP + lane_id()] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);

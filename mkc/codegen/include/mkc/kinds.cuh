@@ -9,15 +9,14 @@ namespace mk {
 // An epilogue's items: nr rows x B batch columns of the block's dot products (out[j * B + b]). By
 // default a warp's lanes take consecutive rows j of one column b: the global stores of a row's
 // outputs are contiguous, and out's reads are B words apart, which at batch 32 puts all 32 lanes
-// on one bank (8 at batch 8). EPI_TILES (CodegenOptions.epi_tiles; tensor-core path, B % 8 == 0):
-// lanes take 4 consecutive rows of 8 columns instead (4-way conflicts at batch 32, none at 8; a
-// store then covers 8 rows' 16 contiguous bytes). epi_items is the loop bound; epi_item maps idx to
-// (j, b) and is false for an idx past the rows.
-[[maybe_unused]] constexpr bool EPI_TILED = EPI_TILES && MMA_GEMV && B % 8 == 0;
-__device__ __forceinline__ int epi_items(int nr) { return EPI_TILED ? (nr + 3) / 4 * 4 * B : nr * B; }
+// on one bank (8 at batch 8). EPI_TILES (CodegenOptions.epi_tiles; render sets it on the
+// tensor-core path where B % 8 == 0): lanes take 4 consecutive rows of 8 columns instead (4-way
+// conflicts at batch 32, none at 8; a store then covers 8 rows' 16 contiguous bytes). epi_items is
+// the loop bound; epi_item maps idx to (j, b) and is false for an idx past the rows.
+__device__ __forceinline__ int epi_items(int nr) { return EPI_TILES ? (nr + 3) / 4 * 4 * B : nr * B; }
 __device__ __forceinline__ bool epi_item(int idx, int nr, int& j, int& b) {
-  if constexpr (EPI_TILED) {
-    constexpr int BT = B / 8 > 0 ? B / 8 : 1;  // batch tiles (a build without EPI_TILED still compiles this)
+  if constexpr (EPI_TILES) {
+    constexpr int BT = B / 8 > 0 ? B / 8 : 1;  // batch tiles (a build without EPI_TILES still compiles this)
     const int ln = idx & 31, chunk = idx >> 5;
     b = 8 * (chunk % BT) + (ln >> 2);
     j = 4 * (chunk / BT) + (ln & 3);
