@@ -12,6 +12,10 @@
 #           in 4 x 8 tiles a warp: batch 32's gate/up epilogue, ~3.3 us a task, reads out[] with 32-way
 #           bank conflicts) against the default, with its same-bits test, and mma_hold_floats=32
 #           (batch 32's qkv holds its two tiles across the K-chunks; its teacher-forced test).
+#           Twenty-fifth session (no device lent): CodegenOptions.lm_chunk_outer (the LM head's two
+#           K-chunks at batch 16 and 32 each staged once for all of a task's blocks, not once per
+#           block: batch 32 re-stages 16 x 128 KB of fp32 input a task, ~57 us of its ~262) against
+#           the default, with the same-bits test (now also llama-3.2-1b b16 nan).
 #   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
 #           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
 #   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
@@ -72,10 +76,11 @@ if [ "${CALL:-1}" = 7 ]; then
   # (#13) h and unsplit attention's output in bf16 (lower(h_bf16=True), lower(attn_bf16=True):
   # gate/up and attention store bf16, down and o-proj stage it as it is) against f32, alternated;
   # the same-bits test (its three lowerings of each case)
-  # and the epilogues' items in 4 x 8 tiles (CodegenOptions.epi_tiles) against the default
+  # and the epilogues' items in 4 x 8 tiles (CodegenOptions.epi_tiles), two held tiles at batch 32
+  # (mma_hold_floats=32) and the LM head's K-chunks staged once (lm_chunk_outer) against the default
   MKC_TESTS="tests/test_gpu_megakernel.py::test_bf16_h_gives_the_same_logits_bit_for_bit tests/test_gpu_megakernel.py::test_tile_sums_in_fragment_order_give_the_same_bits tests/test_gpu_megakernel.py::test_teacher_forced_logits_tensor_core_paths" \
   MKC_TEST_S=180 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=250 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic,b32-atomic-epit,b32-atomic-hold32,b8-atomic,b8-atomic-epit,b8-nan,b8-nan-epit" \
+  MKC_AB="128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-lmco,b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-lmco,b16-atomic,b16-atomic-lmco,b8-atomic,b8-atomic-epit,b8-nan,b8-nan-epit" \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0

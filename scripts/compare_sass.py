@@ -40,6 +40,7 @@ CONFIGS: dict[str, tuple[str, int, str, str, dict]] = {
     "llama-b1-greedy": ("llama-3.2-1b", 1, "h200", "atomic", {"sampler": False}),
     "llama-b8-greedy": ("llama-3.2-1b", 8, "h200", "atomic", {"sampler": False}),
     "llama-b1-nan-greedy": ("llama-3.2-1b", 1, "h200", "nan", {"sampler": False}),
+    "llama-b8-nan-greedy": ("llama-3.2-1b", 8, "h200", "nan", {"sampler": False}),
     "llama-b32-greedy": ("llama-3.2-1b", 32, "h200", "atomic", {"sampler": False}),
     "qwen3-b1-greedy": ("qwen3-0.6b", 1, "h200", "atomic", {"sampler": False}),
     "llama-b8-ring": ("llama-3.2-1b", 8, "h200", "atomic", {"pipe": False}),

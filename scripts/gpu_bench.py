@@ -173,6 +173,9 @@ VARIANTS.update({f"{v}-hold32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold_
 # the epilogues' items in 4 x 8 tiles a warp (CodegenOptions.epi_tiles)
 VARIANTS.update({f"{v}-epit": (*VARIANTS[v][:4], {**VARIANTS[v][4], "epi_tiles": True})
                  for v in ("b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+# the LM head's K-chunks outside its row blocks, each staged once (CodegenOptions.lm_chunk_outer)
+VARIANTS.update({f"{v}-lmco": (*VARIANTS[v][:4], {**VARIANTS[v][4], "lm_chunk_outer": True})
+                 for v in ("b16-atomic", "b32-atomic")})
 # the tile sums by (row, batch column), as before CodegenOptions.tile_sum_frag
 VARIANTS.update({f"{v}-tsrow": (*VARIANTS[v][:4], {**VARIANTS[v][4], "tile_sum_frag": False})
                  for v in ("b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})

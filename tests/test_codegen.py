@@ -442,6 +442,22 @@ def test_epi_tiles_only_on_the_tensor_core_path():
         generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(mma_hold_floats=24))
 
 
+def test_lm_chunk_outer_only_on_the_tensor_core_pipeline():
+    """CodegenOptions.lm_chunk_outer: LM_CHUNK_OUTER only where the LM head's pages come through the
+    tensor-core pipeline (batch 16 here), not at batch 1 (FMA path), on the cp.async ring
+    (pipe=False) or without bulk copies (MI300X); off by default."""
+    on = CodegenOptions(lm_chunk_outer=True)
+    tg = taskgraph("llama-3.2-1b", 16, 128)
+    sched = rr_schedule(tg, "h200", "atomic")
+    assert generate(tg, sched, "h200", on)[1].const("LM_CHUNK_OUTER") == 1
+    assert generate(tg, sched, "h200")[1].const("LM_CHUNK_OUTER") == 0
+    assert generate(tg, sched, "h200", dataclasses.replace(on, pipe=False))[1].const("LM_CHUNK_OUTER") == 0
+    tg1 = taskgraph("llama-3.2-1b", 1, 128)
+    assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", on)[1].const("LM_CHUNK_OUTER") == 0
+    tga = taskgraph("llama-3.2-1b", 16, 128, "mi300x")
+    assert generate(tga, rr_schedule(tga, "mi300x", "atomic"), "mi300x", on)[1].const("LM_CHUNK_OUTER") == 0
+
+
 def test_bf16_h_needs_counters_and_the_tensor_cores():
     """lower(h_bf16=True): H_BF16 in the kernel (gate/up stores bf16, down stages it as it is);
     refused by name with NaN sentinels (a 16-bit value is no flag) and on the FMA path."""

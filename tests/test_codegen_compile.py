@@ -169,6 +169,24 @@ def test_tensor_core_weight_pipeline_compiles_cleanly(batch, sync, sampler, tmp_
     assert spills and max(spills) <= (320 if sampler else 160 if batch >= 32 else 48), res.log
 
 
+@pytest.mark.parametrize("batch,sync,sampler", [(32, "atomic", False), (32, "nan", False), (16, "atomic", True)])
+def test_lm_head_chunks_outside_its_blocks_compile_cleanly(batch, sync, sampler, tmp_path):
+    """CodegenOptions.lm_chunk_outer (off by default): the LM head's K-chunks outside its row blocks,
+    producer and consumers, builds without a warning and spills no more than the default pipeline
+    kernel may (test above)."""
+    from mkc.codegen.render import CodegenOptions
+    from mkc.targets.nvidia.compiler import build_cubin
+
+    tg = taskgraph("llama-3.2-1b", batch, 1024, "h200")
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=sampler, lm_chunk_outer=True))
+    c = dict(cfg.consts)
+    assert c["LM_CHUNK_OUTER"] == 1 and c["PIPE_SLOTS"] >= 2 and c["KCB"] < c["H"], "the LM head has several K-chunks"
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert spills and max(spills) <= (320 if sampler else 160), res.log
+
+
 @pytest.mark.parametrize("batch", [8, 32])
 def test_page_loop_benchmark_compiles(batch, tmp_path):
     """scripts/bench_mma_page.py (the tensor-core pipeline's page loop alone, for the device) builds

@@ -222,6 +222,13 @@ class CodegenOptions:
     # shared-memory reads without 32-way bank conflicts at batch 32, against 16-byte global stores.
     # False: the rows of one column (the kernels before). Not measured yet (twenty-fourth session)
     epi_tiles: bool = False
+    # the LM head's K-chunks outside its row blocks on the tensor-core pipeline (pipe.cuh
+    # pipe_chunk_outer): where the staged input holds less than all of K (batch 16 and 32 on the
+    # H200: 2 chunks of 1,024 columns), each chunk is staged once for the task's blocks instead of
+    # once per block (a batch-32 LM-head task stages 16 x 128 KB of fp32 input from L2, ~57 us of
+    # its ~262 in the twenty-fourth session's trace), and each block's sums wait in its own logits
+    # between chunks (the same bits). False: block after block (the kernels before). Not measured yet
+    lm_chunk_outer: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -443,6 +450,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(o.epi_tiles and mma and B % 8 == 0), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
+        LM_CHUNK_OUTER=int(o.lm_chunk_outer and mma and plan.pipe_slots > 0),
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

@@ -572,6 +572,16 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
     }
     return true;
   };
+  // stage chunk ch of x as bf16 into xs (sum: add its sums of squares; last: the task's last
+  // polled staging); false to stop
+  const auto stage = [&](int ch, bool sum, bool last) {
+    const unsigned long long t0 = trace_now(c);
+    const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, ch * KCH, min(KCH, K - ch * KCH), nw, xs,
+                                                          ssp, sum);
+    mk_barrier();
+    trace_stage_end(c, t0);
+    return polled(ok, last);
+  };
   attn_weights<COMB>(lse);
   const int nblk = kd.blocks();
   if constexpr (NCH > 1 && HOLD_TILES > 0) {
@@ -583,12 +593,8 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
 #pragma unroll
         for (int n = 0; n < NTN; ++n) acc[tl][n][0] = acc[tl][n][1] = acc[tl][n][2] = acc[tl][n][3] = 0.f;
       for (int ch = 0; ch < NCH; ++ch) {
-        const int c0 = ch * KCH, kch = min(KCH, K - c0);
-        const unsigned long long t0 = trace_now(c);
-        const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, true);
-        mk_barrier();
-        trace_stage_end(c, t0);
-        if (!polled(ok, ch == NCH - 1)) return false;
+        const int kch = min(KCH, K - ch * KCH);
+        if (!stage(ch, true, ch == NCH - 1)) return false;
         if (ch == 0) trace_mark(c, 0);  // input staged
 #pragma unroll
         for (int tl = 0; tl < HOLD_TILES; ++tl)
@@ -606,23 +612,54 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
       return true;
     }
   }
-  for (int blk = 0; blk < nblk; ++blk) {
-    const int nr = kd.begin(blk);
+  if constexpr (pipe_chunk_outer<K, Kind>()) {
+    // each chunk staged once, then every block's pages of it (the producer's order); with several
+    // blocks, a block's sums wait in its outputs between chunks (Kind::stash) and are added to as
+    // the block-after-block order adds them in out: the same sums in the same order (one block
+    // stays in out)
+    const bool park = nblk > 1;
     for (int ch = 0; ch < NCH; ++ch) {
-      const int c0 = ch * KCH, kch = min(KCH, K - c0);
-      if (NCH > 1 || blk == 0) {
-        // (later blocks' stagings poll too: they find every word written at once)
-        const unsigned long long t0 = trace_now(c);
-        const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
-        mk_barrier();
-        trace_stage_end(c, t0);
-        if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;
-        if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
+      const int kch = min(KCH, K - ch * KCH);
+      if (!stage(ch, true, ch == NCH - 1)) return false;
+      if (ch == 0) trace_mark(c, 0);  // input staged
+      for (int blk = 0; blk < nblk; ++blk) {
+        const int nr = kd.begin(blk);
+        if (park && ch > 0) {
+          kd.unstash(nr, out);
+          mk_barrier();
+        }
+        pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
+        if (ch < NCH - 1) {
+          if (park) {
+            kd.stash(nr, out);
+            mk_barrier();  // out is the next block's
+          }
+        } else {
+          if (blk == 0) trace_mark(c, 1);  // the first block's dot products
+          gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
+        }
       }
-      pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
     }
-    if (blk == 0) trace_mark(c, 1);  // the first block's dot products
-    gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
+  } else {
+    for (int blk = 0; blk < nblk; ++blk) {
+      const int nr = kd.begin(blk);
+      for (int ch = 0; ch < NCH; ++ch) {
+        const int c0 = ch * KCH, kch = min(KCH, K - c0);
+        if (NCH > 1 || blk == 0) {
+          // (later blocks' stagings poll too: they find every word written at once; the staging is
+          // spelled out here, not `stage`, which made ptxas reorder batch 8's nan kernel)
+          const unsigned long long t0 = trace_now(c);
+          const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
+          mk_barrier();
+          trace_stage_end(c, t0);
+          if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;
+          if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
+        }
+        pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
+      }
+      if (blk == 0) trace_mark(c, 1);  // the first block's dot products
+      gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
+    }
   }
   trace_mark(c, 2);  // epilogues done
   trace_pipe_wait(c);
