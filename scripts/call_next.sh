@@ -15,7 +15,10 @@
 #           Twenty-fifth session (no device lent): CodegenOptions.lm_chunk_outer (the LM head's two
 #           K-chunks at batch 16 and 32 each staged once for all of a task's blocks, not once per
 #           block: batch 32 re-stages 16 x 128 KB of fp32 input a task, ~57 us of its ~262) against
-#           the default, with the same-bits test (now also llama-3.2-1b b16 nan).
+#           the default, with the same-bits test (now also llama-3.2-1b b16 nan); and first
+#           scripts/bench_staging.py: the tensor-core staging alone on every SM (down's fp32 h,
+#           qkv's normed x, bf16 h, raw bulk copies, and h read from 16 copies), to tell an L2
+#           bandwidth bound from a loads-in-flight bound before more staging work.
 #   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
 #           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
 #   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
@@ -29,6 +32,7 @@
 #   python scripts/prebuild.py --variants VARIANTS_OF_THE_CALL --variant-max-seq 1024   (the MKC_AB lists)
 #   python scripts/prebuild.py --tests --folders
 #   python scripts/prebuild.py --bench llama-3.2-1b:1 --max-seq-len 1024
+#   python scripts/bench_staging.py --prebuild   (CALL=7; else its wrappers build on the device, ~10 s)
 #   mkdir -p out/carry && tar czf out/carry/cache.tgz .cache
 #   (traces: python -m mkc compile llama-3.2-1b --batch 32 --max-seq-len 1024 --out .builds/llama-b32;
 #    python scripts/prebuild.py --build-dirs .builds/llama-b32 --trace; tar czf out/carry/builds.tgz .builds)
@@ -73,6 +77,9 @@ if [ "${CALL:-1}" = 3 ]; then
   exit 0
 fi
 if [ "${CALL:-1}" = 7 ]; then
+  # (#13) the staging alone (scripts/bench_staging.py): L2 bandwidth or loads in flight?
+  timeout 90 python3 scripts/bench_staging.py --batches 32,8 > "$OUT/staging.log" 2>&1
+  echo "staging rc=$?"; grep "^|" "$OUT/staging.log"
   # (#13) h and unsplit attention's output in bf16 (lower(h_bf16=True), lower(attn_bf16=True):
   # gate/up and attention store bf16, down and o-proj stage it as it is) against f32, alternated;
   # the same-bits test (its three lowerings of each case)

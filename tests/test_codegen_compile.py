@@ -187,6 +187,22 @@ def test_lm_head_chunks_outside_its_blocks_compile_cleanly(batch, sync, sampler,
     assert spills and max(spills) <= (320 if sampler else 160), res.log
 
 
+def test_staging_benchmark_compiles(tmp_path):
+    """scripts/bench_staging.py (the tensor-core path's input staging alone, for the device) builds
+    from batch 32's default plan without a warning or a spill."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_staging.py"
+    spec = importlib.util.spec_from_file_location("bench_staging", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = mod.build(32, tmp_path)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert len(spills) == 4 and max(spills) == 0, res.log
+
+
 @pytest.mark.parametrize("batch", [8, 32])
 def test_page_loop_benchmark_compiles(batch, tmp_path):
     """scripts/bench_mma_page.py (the tensor-core pipeline's page loop alone, for the device) builds
