@@ -456,6 +456,10 @@ def test_lm_chunk_outer_only_on_the_tensor_core_pipeline():
     assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", on)[1].const("LM_CHUNK_OUTER") == 0
     tga = taskgraph("llama-3.2-1b", 16, 128, "mi300x")
     assert generate(tga, rr_schedule(tga, "mi300x", "atomic"), "mi300x", on)[1].const("LM_CHUNK_OUTER") == 0
+    # CodegenOptions.norm_once: NORM_ONCE on the tensor-core path (the staging's constant), off by default
+    assert generate(tg, sched, "h200", CodegenOptions(norm_once=True))[1].const("NORM_ONCE") == 1
+    assert generate(tg, sched, "h200")[1].const("NORM_ONCE") == 0
+    assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(norm_once=True))[1].const("NORM_ONCE") == 0
 
 
 def test_bf16_h_needs_counters_and_the_tensor_cores():

@@ -171,16 +171,17 @@ def test_tensor_core_weight_pipeline_compiles_cleanly(batch, sync, sampler, tmp_
 
 @pytest.mark.parametrize("batch,sync,sampler", [(32, "atomic", False), (32, "nan", False), (16, "atomic", True)])
 def test_lm_head_chunks_outside_its_blocks_compile_cleanly(batch, sync, sampler, tmp_path):
-    """CodegenOptions.lm_chunk_outer (off by default): the LM head's K-chunks outside its row blocks,
-    producer and consumers, builds without a warning and spills no more than the default pipeline
-    kernel may (test above)."""
+    """CodegenOptions.lm_chunk_outer and norm_once (off by default): the LM head's K-chunks outside
+    its row blocks, producer and consumers, and the staging's norm weights loaded once for a warp's
+    rows build without a warning and spill no more than the default pipeline kernel may (test above)."""
     from mkc.codegen.render import CodegenOptions
     from mkc.targets.nvidia.compiler import build_cubin
 
     tg = taskgraph("llama-3.2-1b", batch, 1024, "h200")
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=sampler, lm_chunk_outer=True))
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200",
+                           CodegenOptions(sampler=sampler, lm_chunk_outer=True, norm_once=True))
     c = dict(cfg.consts)
-    assert c["LM_CHUNK_OUTER"] == 1 and c["PIPE_SLOTS"] >= 2 and c["KCB"] < c["H"], "the LM head has several K-chunks"
+    assert c["LM_CHUNK_OUTER"] == 1 and c["NORM_ONCE"] == 1 and c["PIPE_SLOTS"] >= 2 and c["KCB"] < c["H"], "the LM head has several K-chunks"
     res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
     assert res.warnings == [], res.log
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]

@@ -310,12 +310,25 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
     return true;
   }
   bool ok = true;
+  // NORM: the norm's weights of a lane's columns. Where a chunk is one pass of SB loads a lane
+  // (KCB / 4 <= WPR * WARP * SB: batch 16 and 32), a lane takes the same columns in every batch row
+  // of its warp, so NORM_ONCE (CodegenOptions.norm_once) loads them once for its rows (HW) instead
+  // of once a row: qkv's and gate/up's stagings (with the norm) took ~8 us at batch 32 where
+  // o-proj's of as many bytes took ~5
+  constexpr bool HW = NORM_ONCE && NORM && !POLL && KCB / 4 <= WPR * WARP * SB;
+  unsigned w01[SB], w23[SB];
+  if constexpr (HW) {
+#pragma unroll
+    for (int e = 0; e < SB; ++e) {
+      const int i = part * WARP + lane + e * WPR * WARP;
+      if (i < q) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
+    }
+  }
   for (int b = w / WPR; b < B; b += NRW) {
     unsigned short* sb = xs + b * XST;
     float ss = 0.f;
     for (int i0 = part * WARP + lane; i0 < q; i0 += WPR * WARP * SB) {
       float4 v[SB];
-      unsigned w01[SB], w23[SB];
       if constexpr (POLL) {
         const unsigned* xw = reinterpret_cast<const unsigned*>(x) + (size_t)b * K + c0;
         const auto at = [&](int e) -> const unsigned* {
@@ -338,7 +351,7 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
           const int i = i0 + e * WPR * WARP;
           if (i < q) {
             v[e] = load_x4<K, COMB>(x, b, c0 + 4 * i);
-            if constexpr (NORM) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
+            if constexpr (NORM && !HW) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
           }
         }
       }
