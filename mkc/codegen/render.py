@@ -219,7 +219,9 @@ class CodegenOptions:
     tile_sum_frag: bool = True
     # the GEMV epilogues' items in tiles of 4 rows x 8 batch columns a warp (kinds.cuh epi_item;
     # tensor-core path, batch a multiple of 8) rather than 32 rows of one column: the dot products'
-    # shared-memory reads without 32-way bank conflicts at batch 32, against 16-byte global stores.
+    # shared-memory reads without 32-way bank conflicts at batch 32, against 16-byte global stores;
+    # and the LM head's per-block maxima with a warp's lanes on consecutive words (twenty-fifth
+    # session: the same 32-way conflicts, ~2 us a block of 128 rows at batch 32, 8 blocks a task).
     # False: the rows of one column (the kernels before). Not measured yet (twenty-fourth session)
     epi_tiles: bool = False
     # the LM head's K-chunks outside its row blocks on the tensor-core pipeline (pipe.cuh

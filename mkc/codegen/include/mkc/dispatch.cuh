@@ -112,10 +112,8 @@ __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
 }
 
 // Runs task t, waiting on its events first (GEMV kinds and attention issue their first loads before).
-// Returns false when the kernel must stop. Inlined into the step loop by force: the compiler's own
-// choice inlined it in every kernel until a small change elsewhere tipped the batch-32 nan kernel with
-// the sampler over its threshold, and out of line it spilled ~2.9 KB (twenty-fifth session)
-__device__ __forceinline__ bool run_task(const Ctx& c, const Task& t, int* s_abort) {
+// Returns false when the kernel must stop. (MK_TASK_INLINE: the dialect's inlining of it.)
+__device__ MK_TASK_INLINE bool run_task(const Ctx& c, const Task& t, int* s_abort) {
   const int l = t.layer;
   switch (t.kind) {
     case K_QKV: {

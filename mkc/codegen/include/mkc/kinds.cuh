@@ -260,12 +260,37 @@ struct LmHeadKind {
       else lm_gumbel_body(c, nr, rb, out);
     }
     if (!SAMPLER || !(flags & TOKF_GUMBEL)) {
-      for (int b = warp_id(); b < B; b += NW) {
-        float v = -INFINITY;
-        int i = 0x7fffffff;
-        for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b], rb + j);
-        warp_argmax(v, i);
-        if (lane == 0) argmax_merge(best_v[b], best_i[b], v, i);
+      if constexpr (EPI_TILES && (WARP % B == 0 || B % WARP == 0)) {
+        // (EPI_TILES) a warp's lanes on consecutive words of out: lane l keeps batch row bg + l % LB
+        // over rows j = l / LB + RG * (a step), so a load of the warp has no bank conflict (a warp
+        // on one batch row's rows, below, puts all 32 lanes on one bank at batch 32); the lanes,
+        // then the warps (their partials in OFF_PART, free once the dot products are summed) are
+        // merged per batch row. argmax_merge is a total order, so any order gives the same winner.
+        constexpr int LB = B < WARP ? B : WARP, RG = WARP / LB;
+        float* pv = smem_f(OFF_PART);
+        int* pi = smem_i(OFF_PART + 4 * NW * B);
+        for (int bg = 0; bg < B; bg += LB) {
+          const int b = bg + lane % LB;
+          float v = -INFINITY;
+          int i = 0x7fffffff;
+          for (int j = warp_id() * RG + lane / LB; j < nr; j += NW * RG) argmax_merge(v, i, out[j * B + b], rb + j);
+          for (int m = WARP / 2; m >= LB; m >>= 1) argmax_merge(v, i, mk_shfl_xor(v, m), mk_shfl_xor_i(i, m));
+          if (lane < LB) {
+            pv[warp_id() * B + b] = v;
+            pi[warp_id() * B + b] = i;
+          }
+        }
+        mk_barrier();
+        for (int b = mk_tid(); b < B; b += NT)
+          for (int w = 0; w < NW; ++w) argmax_merge(best_v[b], best_i[b], pv[w * B + b], pi[w * B + b]);
+      } else {
+        for (int b = warp_id(); b < B; b += NW) {
+          float v = -INFINITY;
+          int i = 0x7fffffff;
+          for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b], rb + j);
+          warp_argmax(v, i);
+          if (lane == 0) argmax_merge(best_v[b], best_i[b], v, i);
+        }
       }
     }
     if constexpr (NAN_MODE) {

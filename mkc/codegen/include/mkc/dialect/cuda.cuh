@@ -118,6 +118,10 @@ __device__ __forceinline__ unsigned long long mk_umul64hi(unsigned long long a, 
 #ifndef MK_OUTLINE  // CodegenOptions.sampler_inline defines it inline
 #define MK_OUTLINE __noinline__
 #endif
+// the task dispatch (dispatch.cuh run_task) inlined into the step loop by force: nvcc's own choice
+// inlined it in every kernel until a small change elsewhere tipped the batch-32 nan kernel with the
+// sampler over its threshold, and out of line it spilled ~2.9 KB (twenty-fifth session)
+#define MK_TASK_INLINE __forceinline__
 // the filtered sampler's last filter draws while it collects (no final pass over the row)
 #define MKC_SAMPLE_FUSED_DRAW 1
 // the filtered sampler reads the LM-head tiles' candidates for a top-k (lm_candidates)

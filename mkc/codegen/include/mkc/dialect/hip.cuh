@@ -133,6 +133,9 @@ __device__ __forceinline__ unsigned long long mk_umul64hi(unsigned long long a, 
 #ifndef MK_OUTLINE
 #define MK_OUTLINE __forceinline__
 #endif
+// the task dispatch left to the compiler, which inlines it; forced inline, the MI250X kernel of
+// qwen3-0.6b spilled 15 VGPRs (twenty-fifth session)
+#define MK_TASK_INLINE
 // the filtered sampler's last filter draws in a pass of its own: drawing while it collects adds the
 // random numbers' registers to a kernel already at 256 VGPRs, which then needs scratch
 #define MKC_SAMPLE_FUSED_DRAW 0
