@@ -21,6 +21,12 @@
 #           scripts/bench_staging.py: the tensor-core staging alone on every SM (down's fp32 h,
 #           qkv's normed x, bf16 h, raw bulk copies, and h read from 16 copies), to tell an L2
 #           bandwidth bound from a loads-in-flight bound before more staging work.
+#           stage_rot (-srot: the staging's batch rows from a worker-dependent one on, so the SMs
+#           of a phase do not ask for the same L2 lines at once) against the default at b8/b16/b32.
+#           If more than one of them pays, check the combination's spills before timing it: on the
+#           CPU (nvcc, sampler off) lm_chunk_outer + norm_once + epi_tiles spill 148 bytes at b32
+#           and 140 at b16, epi_tiles + norm_once 132 at b32, lm_chunk_outer + norm_once 88 at b32
+#           (each alone 8-16 at b32, 0 at b16; any pair at b16 0).
 #   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
 #           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
 #   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
@@ -89,7 +95,7 @@ if [ "${CALL:-1}" = 7 ]; then
   # (mma_hold_floats=32) and the LM head's K-chunks staged once (lm_chunk_outer) against the default
   MKC_TESTS="tests/test_gpu_megakernel.py::test_bf16_h_gives_the_same_logits_bit_for_bit tests/test_gpu_megakernel.py::test_tile_sums_in_fragment_order_give_the_same_bits tests/test_gpu_megakernel.py::test_teacher_forced_logits_tensor_core_paths" \
   MKC_TEST_S=180 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=250 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-lmco,b32-atomic-nw1,b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-lmco,b32-atomic-nw1,b16-atomic,b16-atomic-lmco,b16-atomic-nw1,b8-atomic,b8-atomic-epit,b8-nan,b8-nan-epit" \
+  MKC_AB="128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-lmco,b32-atomic-nw1,b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-lmco,b32-atomic-nw1,b32-atomic-srot,b16-atomic,b16-atomic-lmco,b16-atomic-nw1,b16-atomic-srot,b8-atomic-srot,b8-atomic,b8-atomic-epit,b8-nan,b8-nan-epit" \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0

@@ -179,6 +179,9 @@ VARIANTS.update({f"{v}-lmco": (*VARIANTS[v][:4], {**VARIANTS[v][4], "lm_chunk_ou
 # the staging's norm weights loaded once for a warp's batch rows (CodegenOptions.norm_once)
 VARIANTS.update({f"{v}-nw1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "norm_once": True})
                  for v in ("b16-atomic", "b32-atomic")})
+# the staging's batch rows rotated by worker (CodegenOptions.stage_rot)
+VARIANTS.update({f"{v}-srot": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_rot": True})
+                 for v in ("b8-atomic", "b16-atomic", "b32-atomic")})
 # the tile sums by (row, batch column), as before CodegenOptions.tile_sum_frag
 VARIANTS.update({f"{v}-tsrow": (*VARIANTS[v][:4], {**VARIANTS[v][4], "tile_sum_frag": False})
                  for v in ("b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})

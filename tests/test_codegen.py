@@ -445,7 +445,8 @@ def test_epi_tiles_only_on_the_tensor_core_path():
 def test_lm_chunk_outer_only_on_the_tensor_core_pipeline():
     """CodegenOptions.lm_chunk_outer: LM_CHUNK_OUTER only where the LM head's pages come through the
     tensor-core pipeline (batch 16 here), not at batch 1 (FMA path), on the cp.async ring
-    (pipe=False) or without bulk copies (MI300X); off by default."""
+    (pipe=False) or without bulk copies (MI300X); off by default. norm_once and stage_rot: their
+    constants on the tensor-core path only."""
     on = CodegenOptions(lm_chunk_outer=True)
     tg = taskgraph("llama-3.2-1b", 16, 128)
     sched = rr_schedule(tg, "h200", "atomic")
@@ -460,6 +461,10 @@ def test_lm_chunk_outer_only_on_the_tensor_core_pipeline():
     assert generate(tg, sched, "h200", CodegenOptions(norm_once=True))[1].const("NORM_ONCE") == 1
     assert generate(tg, sched, "h200")[1].const("NORM_ONCE") == 0
     assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(norm_once=True))[1].const("NORM_ONCE") == 0
+    # CodegenOptions.stage_rot: STAGE_ROT the same way
+    assert generate(tg, sched, "h200", CodegenOptions(stage_rot=True))[1].const("STAGE_ROT") == 1
+    assert generate(tg, sched, "h200")[1].const("STAGE_ROT") == 0
+    assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(stage_rot=True))[1].const("STAGE_ROT") == 0
 
 
 def test_bf16_h_needs_counters_and_the_tensor_cores():

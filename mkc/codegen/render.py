@@ -236,6 +236,11 @@ class CodegenOptions:
     # once a row (gemv_mma.cuh stage_x_bf16): the same products. At batch 32 those stagings took ~8
     # us for 256 KB where o-proj's (no norm) took ~5 (twenty-fourth session's trace). Not measured yet
     norm_once: bool = False
+    # the tensor-core staging's batch rows taken from a worker-dependent one on (gemv_mma.cuh
+    # stage_x_bf16 STAGE_ROT): every task of a phase stages the same input right after the same
+    # event, so all SMs ask the L2 for the same lines at once; rotated, they spread over a warp's
+    # rows (4 at batch 32). The same bits. Not measured yet (twenty-fifth session)
+    stage_rot: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -457,7 +462,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(o.epi_tiles and mma and B % 8 == 0), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
-        LM_CHUNK_OUTER=int(o.lm_chunk_outer and mma and plan.pipe_slots > 0), NORM_ONCE=int(o.norm_once and mma),
+        LM_CHUNK_OUTER=int(o.lm_chunk_outer and mma and plan.pipe_slots > 0), NORM_ONCE=int(o.norm_once and mma), STAGE_ROT=int(o.stage_rot and mma),
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

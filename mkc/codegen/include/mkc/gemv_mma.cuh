@@ -285,11 +285,18 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
   static_assert(!(POLL && COMB), "o-proj's split inputs are polled in its wait");
   constexpr int SB = 8, WPR = NW > B ? NW / B : 1, NRW = NW / WPR;
   const int q = kch / 4, lane = lane_id(), w = warp_id(), part = w % WPR;
+  // STAGE_ROT (CodegenOptions.stage_rot): the warp's batch rows b0, b0 + NRW, ... taken from the
+  // (worker % their count)-th on, so the SMs that stage the same input at once (every task of a
+  // phase, released by one event) do not all ask the L2 for the same lines at the same time. The
+  // same rows into the same places, each row's sums in the same order: the same bits.
+  const int b0 = w / WPR, nbw = b0 < B ? (B - 1 - b0) / NRW + 1 : 1, rot = STAGE_ROT ? c.worker % nbw : 0;
+  const auto row_of = [&](int b) { return STAGE_ROT ? b0 + NRW * (((b - b0) / NRW + rot) % nbw) : b; };
   if constexpr (XB) {
     static_assert(!NORM && !COMB && !POLL, "a bf16 input is down's or o-proj's: no norm, no combine, counters");
     constexpr int SBX = 4;  // 16-byte loads in flight per lane (8 values each)
     const int q8 = kch / 8;
-    for (int b = w / WPR; b < B; b += NRW) {
+    for (int bw = w / WPR; bw < B; bw += NRW) {
+      const int b = row_of(bw);
       const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * K + c0);
       unsigned short* sb = xs + b * XST;
       for (int i0 = part * WARP + lane; i0 < q8; i0 += WPR * WARP * SBX) {
@@ -324,7 +331,8 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
       if (i < q) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
     }
   }
-  for (int b = w / WPR; b < B; b += NRW) {
+  for (int bw = w / WPR; bw < B; bw += NRW) {
+    const int b = row_of(bw);
     unsigned short* sb = xs + b * XST;
     float ss = 0.f;
     for (int i0 = part * WARP + lane; i0 < q; i0 += WPR * WARP * SB) {
