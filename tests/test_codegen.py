@@ -461,6 +461,11 @@ def test_lm_chunk_outer_only_on_the_tensor_core_pipeline():
     assert generate(tg, sched, "h200", CodegenOptions(norm_once=True))[1].const("NORM_ONCE") == 1
     assert generate(tg, sched, "h200")[1].const("NORM_ONCE") == 0
     assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(norm_once=True))[1].const("NORM_ONCE") == 0
+    # CodegenOptions.resid_early: RESID_PF on every path (batch 1's FMA path too), the residual values a
+    # thread holds: 16-row o-proj / down tasks, 16 x 16 items over 256 threads at batch 16
+    assert generate(tg, sched, "h200", CodegenOptions(resid_early=True))[1].const("RESID_PF") == 1
+    assert generate(tg, sched, "h200")[1].const("RESID_PF") == 0
+    assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(resid_early=True))[1].const("RESID_PF") == 1
     # CodegenOptions.stage_rot: STAGE_ROT the same way
     assert generate(tg, sched, "h200", CodegenOptions(stage_rot=True))[1].const("STAGE_ROT") == 1
     assert generate(tg, sched, "h200")[1].const("STAGE_ROT") == 0

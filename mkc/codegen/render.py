@@ -241,6 +241,11 @@ class CodegenOptions:
     # event, so all SMs ask the L2 for the same lines at once; rotated, they spread over a warp's
     # rows (4 at batch 32). The same bits. Not measured yet (twenty-fifth session)
     stage_rot: bool = False
+    # o-proj's and down's residual loaded as soon as their input is staged, into registers, instead
+    # of in the epilogue after the dot products (kinds.cuh ResidKind RESID_PF): one L2 round trip
+    # off each of their tasks' critical path, on every path and batch where a task is one block whose
+    # epilogue items fit RESID_PF_MAX a thread. Not measured yet (twenty-fifth session)
+    resid_early: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -334,6 +339,23 @@ def reg_split(consumer_regs: int, plan: DevicePlan, target: Target) -> tuple[int
     if why:
         raise IRCheckError("CodegenOptions.consumer_regs: " + "; ".join(why))
     return threads, producer
+
+
+# CodegenOptions.resid_early: at most this many residual values held a thread
+RESID_PF_MAX = 4
+
+
+def resid_pf(tg: TaskGraph, B: int, NT: int, out_cap: int, epi_tiles: bool) -> int:
+    """The residual values a thread of an o-proj or down task holds from its staged input to its
+    epilogue (CodegenOptions.resid_early): enough for the largest such task of one block (rows up
+    to the output block's, out_cap // B), 0 where that is more than RESID_PF_MAX (the epilogue then
+    loads them itself, as without the option)."""
+    rows = [args_of(t).r1 - args_of(t).r0 for t in tg.tasks if t.kind in ("oproj", "down", "downk")]
+    rows = max((r for r in rows if r <= out_cap // B), default=0)
+    if epi_tiles:  # (kinds.cuh epi_items: rows rounded up to 4)
+        rows = -(-rows // 4) * 4
+    n = -(-rows * B // NT)
+    return n if n <= RESID_PF_MAX else 0
 
 
 def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: CodegenOptions | None = None) -> KernelConfig:
@@ -463,6 +485,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(o.epi_tiles and mma and B % 8 == 0), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
         LM_CHUNK_OUTER=int(o.lm_chunk_outer and mma and plan.pipe_slots > 0), NORM_ONCE=int(o.norm_once and mma), STAGE_ROT=int(o.stage_rot and mma),
+        RESID_PF=resid_pf(tg, B, NT, out_cap, bool(o.epi_tiles and mma and B % 8 == 0)) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

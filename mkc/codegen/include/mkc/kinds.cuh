@@ -38,6 +38,7 @@ __device__ __forceinline__ bool epi_item(int idx, int nr, int& j, int& b) {
 struct QkvKind {
   static constexpr int KS_BIT = 1;  // PIPE_KSPLIT's bit (render.KSPLIT_BITS)
   static constexpr bool CHUNK_OUTER = false;  // (pipe.cuh pipe_chunk_outer: the LM head's alone)
+  __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short *wq, *wk, *wv;
   int layer, h0, h1, p0, p1, hr, hb;
   __device__ bool uniform() const { return h1 - h0 == 1 || (p0 == 0 && p1 == HD / 2); }
@@ -159,10 +160,40 @@ struct ResidKind {
   const float* resid;
   float* y;
   int r0, r1, rb;
+  // RESID_PF (CodegenOptions.resid_early): the residual under this thread's epilogue items, loaded
+  // as soon as the task's input is staged (after its wait: the residual's writers are ordered
+  // before it through that wait) and used by the epilogue, so the epilogue does not wait an L2
+  // round trip for it after the dot products; pf: loaded (a task of one block whose items fit)
+  float rp[RESID_PF > 0 ? RESID_PF : 1];
+  bool pf;
   __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
   __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * LD; }
+  __device__ void input_staged() {
+    if constexpr (RESID_PF > 0) {
+      const int nr = begin(0);
+      pf = blocks() == 1 && epi_items(nr) <= RESID_PF * NT;
+      if (!pf) return;
+#pragma unroll
+      for (int k = 0; k < RESID_PF; ++k) {
+        int j, b;
+        const int idx = mk_tid() + k * NT;
+        if (idx < epi_items(nr) && epi_item(idx, nr, j, b)) rp[k] = mk_ld_act(resid + (size_t)b * H + rb + j);
+      }
+    }
+  }
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
+    if constexpr (RESID_PF > 0) {
+      if (pf) {
+#pragma unroll
+        for (int k = 0; k < RESID_PF; ++k) {
+          int j, b;
+          const int idx = mk_tid() + k * NT;
+          if (idx < epi_items(nr) && epi_item(idx, nr, j, b)) put_f32(y + (size_t)b * H + rb + j, rp[k] + out[j * B + b]);
+        }
+        return;
+      }
+    }
     for (int idx = mk_tid(); idx < epi_items(nr); idx += NT) {
       int j, b;
       if (!epi_item(idx, nr, j, b)) continue;
@@ -176,6 +207,7 @@ struct ResidKind {
 struct GateUpKind {
   static constexpr int KS_BIT = 4;
   static constexpr bool CHUNK_OUTER = false;
+  __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short *wg, *wu;
   float* y;
   int r0, r1, rb, nb;
@@ -223,6 +255,7 @@ struct LmHeadKind {
   // plain stores that only the argmax tasks read, after the tile's partial, so they can hold a
   // block's sums between chunks; the residual and h outputs are polled (NaN sentinels) and cannot
   static constexpr bool CHUNK_OUTER = true;
+  __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short* w;
   float* logits;
   int r0, r1, rb;
