@@ -35,6 +35,9 @@
 #           is staged: after the wait the L1 is cold, and the epilogue waited two dependent L2
 #           round trips for them after the dot products); -early is both.
 #   CALL=9: the same-bits tests of CALL=7's options (every option alone against the default).
+#           Prebuilt at 7a293c8 for CALL=7, 8 and 9 (if this checkout is still there): out/carry/cache.tgz
+#           holds just their 178 cubins (the variants below, --tests --folders, the bench, bench_staging)
+#           and the schedule cache, 16 MB; rebuild it after any change to mkc/codegen.
 #   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
 #           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
 #   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
