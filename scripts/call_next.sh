@@ -31,9 +31,6 @@
 #           loaded once their input is staged, not in the epilogue after the dot products: an L2
 #           round trip off each of their tasks, on every path and batch, b1 included). CALL=7 is now
 #           the staging bench and the A/B rows only; CALL=9 the same-bits tests of all of them.
-#           And CodegenOptions.qkv_early (qkv's output pointers, cos and sin fetched once its input
-#           is staged: after the wait the L1 is cold, and the epilogue waited two dependent L2
-#           round trips for them after the dot products); -early is both.
 #   CALL=9: the same-bits tests of CALL=7's options (every option alone against the default).
 #           Prebuilt at 7a293c8 for CALL=7, 8 and 9 (if this checkout is still there): out/carry/cache.tgz
 #           holds just their 178 cubins (the variants below, --tests --folders, the bench, bench_staging)
@@ -106,7 +103,7 @@ if [ "${CALL:-1}" = 7 ]; then
   # rotated staging rows (stage_rot) and the residual loaded early (resid_early) against the default.
   # Their same-bits tests: CALL=9.
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b1-atomic,b1-atomic-rese,b1-atomic-qkve,b1-atomic-early,b1-atomic,b1-atomic-rese,b1-atomic-qkve,b1-atomic-early;128@b1-nan,b1-nan-rese,b1-nan-early;128@q8-b1-atomic,q8-b1-atomic-early;128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-lmco,b32-atomic-nw1,b32-atomic-srot,b32-atomic-rese,b32-atomic,b32-atomic-epit,b32-atomic-lmco,b32-atomic-srot,b32-atomic-rese;128@b16-atomic,b16-atomic-lmco,b16-atomic-nw1,b16-atomic-srot,b8-atomic,b8-atomic-epit,b8-atomic-srot,b8-atomic-rese,b8-atomic-early,b8-nan,b8-nan-epit" \
+  MKC_AB="128@b1-atomic,b1-atomic-rese,b1-atomic,b1-atomic-rese,b1-nan,b1-nan-rese;128@q8-b1-atomic,q8-b1-atomic-rese;128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-lmco,b32-atomic-nw1,b32-atomic-srot,b32-atomic-rese,b32-atomic,b32-atomic-epit,b32-atomic-lmco,b32-atomic-srot,b32-atomic-rese;128@b16-atomic,b16-atomic-lmco,b16-atomic-nw1,b16-atomic-srot,b8-atomic,b8-atomic-epit,b8-atomic-srot,b8-atomic-rese,b8-nan,b8-nan-epit" \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0

@@ -185,11 +185,6 @@ VARIANTS.update({f"{v}-srot": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_rot":
 # o-proj's and down's residual loaded once their input is staged (CodegenOptions.resid_early)
 VARIANTS.update({f"{v}-rese": (*VARIANTS[v][:4], {**VARIANTS[v][4], "resid_early": True})
                  for v in ("b1-atomic", "b1-nan", "b8-atomic", "b32-atomic", "q8-b1-atomic")})
-# qkv's epilogue inputs fetched once its input is staged (CodegenOptions.qkv_early), and with resid_early
-VARIANTS.update({f"{v}-qkve": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_early": True})
-                 for v in ("b1-atomic", "b1-nan", "b8-atomic", "b32-atomic", "q8-b1-atomic")})
-VARIANTS.update({f"{v}-early": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_early": True, "resid_early": True})
-                 for v in ("b1-atomic", "b1-nan", "b8-atomic", "b32-atomic", "q8-b1-atomic")})
 # the tile sums by (row, batch column), as before CodegenOptions.tile_sum_frag
 VARIANTS.update({f"{v}-tsrow": (*VARIANTS[v][:4], {**VARIANTS[v][4], "tile_sum_frag": False})
                  for v in ("b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})

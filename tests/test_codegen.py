@@ -466,10 +466,6 @@ def test_lm_chunk_outer_only_on_the_tensor_core_pipeline():
     assert generate(tg, sched, "h200", CodegenOptions(resid_early=True))[1].const("RESID_PF") == 1
     assert generate(tg, sched, "h200")[1].const("RESID_PF") == 0
     assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(resid_early=True))[1].const("RESID_PF") == 1
-    # CodegenOptions.qkv_early: QKV_PF, a qkv task's RoPE items a thread (24 rows x 16 over 256: 2)
-    assert generate(tg, sched, "h200", CodegenOptions(qkv_early=True))[1].const("QKV_PF") == 2
-    assert generate(tg, sched, "h200")[1].const("QKV_PF") == 0
-    assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(qkv_early=True))[1].const("QKV_PF") == 1
     # CodegenOptions.stage_rot: STAGE_ROT the same way
     assert generate(tg, sched, "h200", CodegenOptions(stage_rot=True))[1].const("STAGE_ROT") == 1
     assert generate(tg, sched, "h200")[1].const("STAGE_ROT") == 0

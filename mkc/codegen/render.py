@@ -246,11 +246,6 @@ class CodegenOptions:
     # off each of their tasks' critical path, on every path and batch where a task is one block whose
     # epilogue items fit RESID_PF_MAX a thread. Not measured yet (twenty-fifth session)
     resid_early: bool = False
-    # qkv's epilogue inputs fetched once its input is staged (kinds.cuh QkvKind QKV_PF): the output
-    # pointers and, where a task is one block whose RoPE items fit RESID_PF_MAX a thread, cos and sin
-    # of the step's angle; after the wait the SM's L1 is cold, so each was an L2 round trip (a
-    # pointer, then inv_freq) after the dot products. The same bits. Not measured yet
-    qkv_early: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -361,17 +356,6 @@ def resid_pf(tg: TaskGraph, B: int, NT: int, out_cap: int, epi_tiles: bool) -> i
         rows = -(-rows // 4) * 4
     n = -(-rows * B // NT)
     return n if n <= RESID_PF_MAX else 0
-
-
-def qkv_pf(tg: TaskGraph, B: int, NT: int, out_cap: int, HD: int) -> int:
-    """The RoPE items a thread of a qkv task takes (CodegenOptions.qkv_early): its rows, 2 per pair
-    of the q|k|v head space, times the batch, over the threads, for the largest task of one block
-    (at most out_cap // B rows); at least 1, so the output pointers are fetched early wherever the
-    option is on (a task whose items do not fit computes its cos and sin in the epilogue)."""
-    rows = max((2 * ((a.h1 - 1 - a.h0) * (HD // 2) + a.p1 - a.p0) for a in
-                (args_of(t) for t in tg.tasks if t.kind == "qkv")), default=0)
-    n = -(-min(rows, out_cap // B) * B // NT)
-    return min(max(n, 1), RESID_PF_MAX)
 
 
 def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: CodegenOptions | None = None) -> KernelConfig:
@@ -502,7 +486,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         EPI_TILES=int(o.epi_tiles and mma and B % 8 == 0), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
         LM_CHUNK_OUTER=int(o.lm_chunk_outer and mma and plan.pipe_slots > 0), NORM_ONCE=int(o.norm_once and mma), STAGE_ROT=int(o.stage_rot and mma),
         RESID_PF=resid_pf(tg, B, NT, out_cap, bool(o.epi_tiles and mma and B % 8 == 0)) if o.resid_early else 0,
-        QKV_PF=qkv_pf(tg, B, NT, out_cap, HD) if o.qkv_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

@@ -346,7 +346,7 @@ __device__ __forceinline__ bool gemv_task_fma(const Ctx& c, const Task& t, int* 
       if (NCH > 1 || blk == 0) {
         stage_x<K, KCH, NORM, COMB>(x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
-        if (blk == 0 && ch == 0) kd.input_staged(c);
+        if (blk == 0 && ch == 0) kd.input_staged();
       }
       gemv_chunk<KCH>(kd, nr, c0, kch, xs, out, part, ch > 0, pre, PRELOAD && blk == 0 && ch == 0);
     }
@@ -397,7 +397,7 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
     mk_barrier();
   }
   trace_mark(c, 0);  // input staged
-  kd.input_staged(c);
+  kd.input_staged();
   const int nblk = kd.blocks();
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);

@@ -427,7 +427,7 @@ __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* 
       if (NCH > 1 || blk == 0) {
         stage_x_bf16<K, NORM, COMB, false, XB>(c, t, -1, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
-        if (blk == 0 && ch == 0) kd.input_staged(c);
+        if (blk == 0 && ch == 0) kd.input_staged();
       }
       if constexpr (RING > 0) mma_chunk_ring(kd, nr, c0, kch, xs, out, part, ch > 0);
       else mma_chunk(kd, nr, c0, kch, xs, out, part, ch > 0, pre);
@@ -618,7 +618,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
         const int kch = min(KCH, K - ch * KCH);
         if (!stage(ch, true, ch == NCH - 1)) return false;
         if (ch == 0) trace_mark(c, 0);  // input staged
-        if (ch == (POLL ? NCH - 1 : 0)) kd.input_staged(c);  // (POLL: once the last polled staging acquired)
+        if (ch == (POLL ? NCH - 1 : 0)) kd.input_staged();  // (POLL: once the last polled staging acquired)
 #pragma unroll
         for (int tl = 0; tl < HOLD_TILES; ++tl)
           if (tl * PIPE_ROWS < nr) pipe_mma_tile(c, kch, xs, acc[tl]);
@@ -645,7 +645,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
       const int kch = min(KCH, K - ch * KCH);
       if (!stage(ch, true, ch == NCH - 1)) return false;
       if (ch == 0) trace_mark(c, 0);  // input staged
-      if (ch == (POLL ? NCH - 1 : 0)) kd.input_staged(c);
+      if (ch == (POLL ? NCH - 1 : 0)) kd.input_staged();
       for (int blk = 0; blk < nblk; ++blk) {
         const int nr = kd.begin(blk);
         if (park && ch > 0) {
@@ -678,7 +678,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
           trace_stage_end(c, t0);
           if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;
           if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
-          if (blk == 0 && ch == (POLL ? NCH - 1 : 0)) kd.input_staged(c);
+          if (blk == 0 && ch == (POLL ? NCH - 1 : 0)) kd.input_staged();
         }
         pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
       }

@@ -38,43 +38,9 @@ __device__ __forceinline__ bool epi_item(int idx, int nr, int& j, int& b) {
 struct QkvKind {
   static constexpr int KS_BIT = 1;  // PIPE_KSPLIT's bit (render.KSPLIT_BITS)
   static constexpr bool CHUNK_OUTER = false;  // (pipe.cuh pipe_chunk_outer: the LM head's alone)
+  __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short *wq, *wk, *wv;
   int layer, h0, h1, p0, p1, hr, hb;
-  // QKV_PF (CodegenOptions.qkv_early): what the epilogue needs besides the dot products, fetched
-  // once the input is staged, while the pages stream, instead of after them: the output pointers
-  // (loads of the pointer table) and, for this thread's RoPE items (at most QKV_PF of a task of one
-  // block), cos and sin of the step's angle times the scaling (a load of inv_freq, then sincosf).
-  // After the wait, the SM's L1 holds none of them: each was an L2 round trip after the dot products.
-  float* pq;
-  float* pkr;
-  unsigned *pkc, *pvc;
-  float rcs[QKV_PF > 0 ? QKV_PF : 1], rsn[QKV_PF > 0 ? QKV_PF : 1];
-  bool pf;
-  __device__ void input_staged(const Ctx& c) {
-    if constexpr (QKV_PF > 0) {
-      pq = lptr<float>(c, layer, R_Q, c.par);
-      pkc = lptr<unsigned>(c, layer, R_KC, 0);
-      pvc = lptr<unsigned>(c, layer, R_VC, 0);
-      if constexpr (QK_NORM) pkr = lptr<float>(c, layer, R_KR, c.par);
-      const int nr = begin(0);
-      pf = !QK_NORM && blocks() == 1 && nr * B <= QKV_PF * NT;
-      if (!pf) return;
-      const float* inv = gptr<const float>(c, S_INV_FREQ, 0);
-#pragma unroll
-      for (int k = 0; k < QKV_PF; ++k) {
-        const int idx = mk_tid() + k * NT;
-        int head, r;
-        if (idx >= nr * B) break;
-        locate(idx / B, head, r);
-        const int n = pb(head) - pa(head);
-        if (head >= NH + NKV || r >= n) continue;
-        float sn, cs;
-        sincosf((float)c.pos * inv[pa(head) + r], &sn, &cs);
-        rcs[k] = cs * c.rope_scaling;
-        rsn[k] = sn * c.rope_scaling;
-      }
-    }
-  }
   __device__ bool uniform() const { return h1 - h0 == 1 || (p0 == 0 && p1 == HD / 2); }
   __device__ int pa(int head) const { return head == h0 ? p0 : 0; }
   __device__ int pb(int head) const { return head == h1 - 1 ? p1 : HD / 2; }
@@ -133,29 +99,8 @@ struct QkvKind {
     // RoPE (rotate-half) on q and k heads, angle pos * inv_freq, cos/sin times the scaling: the
     // thread of a first-half row rotates it with its partner n rows on. With q/k norm (over the
     // whole head, which this task may hold a slice of) attention does both instead.
-    bool rope_done = false;
-    if constexpr (QKV_PF > 0) {
-      if (pf) {  // (QKV_PF) with the cos and sin fetched once the input was staged
-#pragma unroll
-        for (int k = 0; k < QKV_PF; ++k) {
-          const int idx = tid + k * NT;
-          if (idx >= nr * B) break;
-          const int j = idx / B, b = idx % B;
-          int head, r;
-          locate(j, head, r);
-          const int n = pb(head) - pa(head);
-          if (head >= NH + NKV || r >= n) continue;
-          float* o1 = out + j * B + b;
-          float* o2 = out + (j + n) * B + b;
-          const float x1 = *o1, x2 = *o2;
-          *o1 = x1 * rcs[k] - x2 * rsn[k];
-          *o2 = x2 * rcs[k] + x1 * rsn[k];
-        }
-        rope_done = true;
-      }
-    }
     const float* inv = gptr<const float>(c, S_INV_FREQ, 0);
-    for (int idx = tid; idx < (QK_NORM || rope_done ? 0 : nr * B); idx += NT) {
+    for (int idx = tid; idx < (QK_NORM ? 0 : nr * B); idx += NT) {
       const int j = idx / B, b = idx % B;
       int head, r;
       locate(j, head, r);
@@ -175,9 +120,9 @@ struct QkvKind {
     trace_mark(c, 3);  // RoPE
     // q rows -> q buffer (fp32); k/v rows -> cache at pos (bf16 pairs: rows 2m, 2m+1 are adjacent
     // columns of one head, as every head's pa and pb are even)
-    float* q = QKV_PF > 0 ? pq : lptr<float>(c, layer, R_Q, c.par);
-    unsigned* kc = QKV_PF > 0 ? pkc : lptr<unsigned>(c, layer, R_KC, 0);
-    unsigned* vc = QKV_PF > 0 ? pvc : lptr<unsigned>(c, layer, R_VC, 0);
+    float* q = lptr<float>(c, layer, R_Q, c.par);
+    unsigned* kc = lptr<unsigned>(c, layer, R_KC, 0);
+    unsigned* vc = lptr<unsigned>(c, layer, R_VC, 0);
     for (int idx = tid; idx < epi_items(nr); idx += NT) {
       int j, b;
       if (!epi_item(idx, nr, j, b)) continue;
@@ -186,8 +131,7 @@ struct QkvKind {
       if (head < NH) put_f32(q + (size_t)b * NH * HD + head * HD + head_row(head, r), out[j * B + b]);
       // q/k norm: raw keys (fp32) for attention to norm, rotate and append
       if (QK_NORM && head >= NH && head < NH + NKV)
-        put_f32((QKV_PF > 0 ? pkr : lptr<float>(c, layer, R_KR, c.par)) + (size_t)b * NKV * HD + (head - NH) * HD +
-                    head_row(head, r),
+        put_f32(lptr<float>(c, layer, R_KR, c.par) + (size_t)b * NKV * HD + (head - NH) * HD + head_row(head, r),
                 out[j * B + b]);
     }
     for (int idx = tid; idx < nr / 2 * B; idx += NT) {
@@ -225,7 +169,7 @@ struct ResidKind {
   __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
   __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * LD; }
-  __device__ void input_staged(const Ctx&) {
+  __device__ void input_staged() {
     if constexpr (RESID_PF > 0) {
       const int nr = begin(0);
       pf = blocks() == 1 && epi_items(nr) <= RESID_PF * NT;
@@ -263,7 +207,7 @@ struct ResidKind {
 struct GateUpKind {
   static constexpr int KS_BIT = 4;
   static constexpr bool CHUNK_OUTER = false;
-  __device__ void input_staged(const Ctx&) {}  // (ResidKind's RESID_PF, QkvKind's QKV_PF)
+  __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short *wg, *wu;
   float* y;
   int r0, r1, rb, nb;
@@ -311,7 +255,7 @@ struct LmHeadKind {
   // plain stores that only the argmax tasks read, after the tile's partial, so they can hold a
   // block's sums between chunks; the residual and h outputs are polled (NaN sentinels) and cannot
   static constexpr bool CHUNK_OUTER = true;
-  __device__ void input_staged(const Ctx&) {}  // (ResidKind's RESID_PF, QkvKind's QKV_PF)
+  __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short* w;
   float* logits;
   int r0, r1, rb;
