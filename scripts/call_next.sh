@@ -32,9 +32,10 @@
 #           round trip off each of their tasks, on every path and batch, b1 included). CALL=7 is now
 #           the staging bench and the A/B rows only; CALL=9 the same-bits tests of all of them.
 #   CALL=9: the same-bits tests of CALL=7's options (every option alone against the default).
-#           Prebuilt at 7a293c8 for CALL=7, 8 and 9 (if this checkout is still there): out/carry/cache.tgz
-#           holds just their 178 cubins (the variants below, --tests --folders, the bench, bench_staging)
-#           and the schedule cache, 16 MB; rebuild it after any change to mkc/codegen.
+#           CALL=7 and CALL=9 ran on an H100 late in the twenty-fifth session (BENCHMARKS.md): bf16
+#           activations and epi_tiles pay; lm_chunk_outer, norm_once, stage_rot and hold32 lose;
+#           qkv_early was removed. Next: CALL=8 on an H200, then the winners on by default beside the
+#           peer. out/carry/cache.tgz was prebuilt before qkv_early's removal: rebuild it.
 #   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
 #           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
 #   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
