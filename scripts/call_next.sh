@@ -118,6 +118,24 @@ if [ "${CALL:-1}" = 9 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 10 ]; then
+  # twenty-sixth session: bf16 activations and epi_tiles on by default. Every GPU test on the new
+  # defaults (the test fixture lowers as mkc compile does), the peer, and the new defaults against
+  # the previous ones (-prev: f32 activations, the epilogues by column), alternated
+  MKC_TEST_S=330 MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b32-atomic,b32-atomic-prev,b32-atomic,b32-atomic-prev,b16-atomic,b16-atomic-prev;128@b8-atomic,b8-atomic-prev,b8-atomic,b8-atomic-prev,b8-nan,b8-nan-prev;128@q8-b8-atomic,q8-b8-atomic-prev" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 11 ]; then
+  # the #13 rows on the defaults, the peer, `mkc bench` (CALL=8 without the tests)
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
+  MKC_BENCH="llama-3.2-1b:1,8,32" MKC_ITERS=30 MKC_BENCH_S=240 OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 8 ]; then
   # every GPU test on the tree's defaults (the tile sums in fragment order since the twenty-fourth
   # session), then the #13 rows, the peer and `mkc bench`

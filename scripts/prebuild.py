@@ -48,6 +48,7 @@ TRACE_TEST_CASES = (("tiny-llama", 1, "atomic"), ("tiny-qwen3", 8, "nan"))
 
 def test_sources(trace: bool = False):
     from codegen_fixtures import rr_schedule, shape_graph
+    from gpu_fixtures import default_lower_kw
 
     from mkc.codegen.render import CodegenOptions, generate
     from mkc.target import get_target
@@ -61,32 +62,33 @@ def test_sources(trace: bool = False):
               ("tiny-llama", 2, "nan"), ("tiny-qwen3", 4, "nan"), ("tiny-qwen2", 2, "atomic"),
               ("llama-3.2-1b", 2, "atomic")}
     for m, b, s in sorted(cases):
-        tg = lower(shape_graph(m, b, 128), get_target("h200"))
+        tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, s))
         # tests/test_gpu_tokens.py samples with atomic kernels
         yield from kernels(f"test {m} b{b} {s}", tg, rr_schedule(tg, "h200", s), "h200", sampling=s == "atomic")
     # test_teacher_forced_logits_other_attention_splits
     for split, s, per in ((4, "atomic", None), (4, "nan", None), (16, "atomic", None), (8, "atomic", 5), (8, "nan", 5),
                           (8, "atomic", 0)):
-        tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), attn_split=split, attn_split_pos=per)
+        tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"),
+                   **default_lower_kw(1, s, dict(attn_split=split, attn_split_pos=per)))
         yield from kernels(f"test llama-3.2-1b b1 {s} split {split} per {per}", tg, rr_schedule(tg, "h200", s), "h200",
                            sampling=False)
     # test_teacher_forced_logits_split_k_down
     for split, s in ((2, "atomic"), (4, "nan")):
-        tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), down_split=split)
+        tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), **default_lower_kw(1, s, dict(down_split=split)))
         yield from kernels(f"test llama-3.2-1b b1 {s} down split {split}", tg, rr_schedule(tg, "h200", s), "h200",
                            sampling=False)
     # test_teacher_forced_logits_tensor_core_paths
     from test_gpu_megakernel import MMA_CASES
 
     for m, b, s, opts in MMA_CASES:
-        tg = lower(shape_graph(m, b, 128), get_target("h200"))
+        tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, s))
         yield from kernels(f"test {m} b{b} {s} {opts}", tg, rr_schedule(tg, "h200", s), "h200",
                            CodegenOptions(**opts), sampling=False)
     # test_tile_sums_in_fragment_order_give_the_same_bits
     from test_gpu_megakernel import SAME_BITS_OPTIONS, TILE_SUM_CASES
 
     for m, b, s in TILE_SUM_CASES:
-        tg = lower(shape_graph(m, b, 128), get_target("h200"))
+        tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, s))
         for o in [{}] + SAME_BITS_OPTIONS:
             yield from kernels(f"test {m} b{b} {s} same bits {o}", tg, rr_schedule(tg, "h200", s), "h200",
                                CodegenOptions(**o), sampling=False)
@@ -94,23 +96,24 @@ def test_sources(trace: bool = False):
     from test_gpu_megakernel import RESID_CASES
 
     for m, s in RESID_CASES:
-        tg = lower(shape_graph(m, 1, 128), get_target("h200"))
+        tg = lower(shape_graph(m, 1, 128), get_target("h200"), **default_lower_kw(1, s))
         yield from kernels(f"test {m} b1 {s} resid_early", tg, rr_schedule(tg, "h200", s), "h200",
                            CodegenOptions(resid_early=True), sampling=False)
     # test_bf16_h_gives_the_same_logits_bit_for_bit
     from test_gpu_megakernel import H_BF16_CASES
 
     for m, b, opts in H_BF16_CASES:
-        for kw in ({}, {"h_bf16": True}, {"h_bf16": True, "attn_bf16": True}):
+        for kw in ({"h_bf16": False, "attn_bf16": False}, {"h_bf16": True, "attn_bf16": False},
+                   {"h_bf16": True, "attn_bf16": True}):
             tg = lower(shape_graph(m, b, 128), get_target("h200"), **kw)
             yield from kernels(f"test {m} b{b} atomic h_bf16 {kw} {opts}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                                CodegenOptions(**opts), sampling=False)
     # test_candidate_path_at_batch_8_with_a_warp_per_row
-    tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
+    tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"), **default_lower_kw(8, "atomic"))
     yield from kernels("test llama-3.2-1b b8 atomic lm_rows_at_once", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                        CodegenOptions(lm_rows_at_once=True))
     for m, b, s in TRACE_TEST_CASES if trace else ():
-        tg = lower(shape_graph(m, b, 128), get_target("h200"))
+        tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, s))
         yield from kernels(f"test {m} b{b} {s} trace", tg, rr_schedule(tg, "h200", s), "h200",
                            CodegenOptions(trace=True), sampling=False)
 

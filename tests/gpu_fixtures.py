@@ -85,13 +85,25 @@ def schedule_for(tg, sync: str, method: str | None = None):
     return schedule(tg, "h200", sync=sync, method=method, time_limit=10.0)
 
 
+def default_lower_kw(batch: int, sync: str, lower_kw: dict | None = None) -> dict:
+    """``lower_kw`` over the activations' dtypes ``mkc compile`` picks for the H200 at ``batch`` and
+    ``sync`` (bf16 h and attention output where they pay; f32 h with a split down-proj)."""
+    from mkc.target import get_target
+    from mkc.taskgraph.lower import attn_bf16_pays, h_bf16_pays
+
+    kw, target = dict(lower_kw or {}), get_target("h200")
+    return {"h_bf16": h_bf16_pays(batch, sync, target) and kw.get("down_split", 1) == 1,
+            "attn_bf16": attn_bf16_pays(batch, sync, target), **kw}
+
+
 def megakernel(hf: HF, batch: int, sync: str, lower_kw: dict | None = None, **kw):
-    """The megakernel of ``hf`` at ``batch``; ``lower_kw`` goes to the lowering (qkv_cross, attn_split)."""
+    """The megakernel of ``hf`` at ``batch``; ``lower_kw`` goes to the lowering (qkv_cross, attn_split),
+    over the activations' dtypes ``mkc compile`` picks (bf16 h and attention output where they pay)."""
     from mkc.runtime import Megakernel
     from mkc.target import get_target
     from mkc.taskgraph import lower
 
-    tg = lower(graph_of(hf, batch), get_target("h200"), **(lower_kw or {}))
+    tg = lower(graph_of(hf, batch), get_target("h200"), **default_lower_kw(batch, sync, lower_kw))
     if "options" not in kw and os.environ.get("MKC_TEST_OPTIONS"):  # CodegenOptions fields as JSON: an experiment's kernels
         from mkc.codegen.render import CodegenOptions
 

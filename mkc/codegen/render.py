@@ -223,8 +223,8 @@ class CodegenOptions:
     # and the LM head's per-block maxima with a warp's lanes on consecutive words (twenty-fifth
     # session: the same 32-way conflicts, ~2 us a block of 128 rows at batch 32, 8 blocks a task).
     # False: the rows of one column (the kernels before). Measured on an H100 (twenty-fifth session):
-    # b32 -2.5 / -1.3 %, b8 -0.7 %, the same bits; off until a full GPU run and an H200 call
-    epi_tiles: bool = False
+    # b32 -2.5 / -1.3 %, b8 -0.7 %, the same bits; on by default since the twenty-sixth session
+    epi_tiles: bool = True
     # the LM head's K-chunks outside its row blocks on the tensor-core pipeline (pipe.cuh
     # pipe_chunk_outer): where the staged input holds less than all of K (batch 16 and 32 on the
     # H200: 2 chunks of 1,024 columns), each chunk is staged once for the task's blocks instead of

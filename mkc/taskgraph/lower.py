@@ -121,7 +121,7 @@ def h_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
     return H_BF16_PAYS and _bf16_acts_can(batch, sync, target)
 
 
-H_BF16_PAYS = False  # set by measurement (h_bf16_pays)
+H_BF16_PAYS = True  # set by measurement (h_bf16_pays; BENCHMARKS.md, twenty-fifth and twenty-sixth sessions)
 
 
 def attn_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
@@ -130,7 +130,7 @@ def attn_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
     return ATTN_BF16_PAYS and _bf16_acts_can(batch, sync, target)
 
 
-ATTN_BF16_PAYS = False  # set by measurement (attn_bf16_pays)
+ATTN_BF16_PAYS = True  # set by measurement (attn_bf16_pays; the same sessions)
 
 
 def attn_split_pos_pays(batch: int) -> int:
