@@ -63,7 +63,7 @@ TILE_SUM_CASES = [("llama-3.2-1b", 32, "atomic"), ("llama-3.2-1b", 8, "nan"), ("
                   ("llama-3.2-1b", 16, "nan")]
 # layout options of the tensor-core path that must not change a bit: against the default, each
 SAME_BITS_OPTIONS = [{"tile_sum_frag": False}, {"epi_tiles": False}, {"lm_chunk_outer": True}, {"norm_once": True},
-                     {"stage_rot": True}, {"resid_early": True}]
+                     {"stage_rot": True}, {"resid_early": True}, {"stage_async": True}]
 
 
 @pytest.mark.parametrize("name,batch,sync", TILE_SUM_CASES)
@@ -76,7 +76,7 @@ def test_tile_sums_in_fragment_order_give_the_same_bits(name, batch, sync):
     2 chunks of 1,024 columns over 8 blocks) and norm_once (the staging's norm weights loaded once
     for a warp's batch rows at batch 16 and 32) and stage_rot (the staging's batch rows from a
     worker-dependent one on) and resid_early (o-proj's and down's residual loaded once their input is
-    staged)."""
+    staged) and stage_async (the bf16 inputs copied into shared memory with cp.async)."""
     import torch
 
     from mkc.codegen.render import CodegenOptions
@@ -89,6 +89,7 @@ def test_tile_sums_in_fragment_order_give_the_same_bits(name, batch, sync):
     assert mks[0].cfg.const("NORM_ONCE") == 0 and mks[4].cfg.const("NORM_ONCE") == 1
     assert mks[0].cfg.const("STAGE_ROT") == 0 and mks[5].cfg.const("STAGE_ROT") == 1
     assert mks[0].cfg.const("RESID_PF") == 0 and mks[6].cfg.const("RESID_PF") > 0
+    assert mks[0].cfg.const("STAGE_ASYNC") == 0 and mks[7].cfg.const("STAGE_ASYNC") == 1
     if name == "llama-3.2-1b" and batch >= 16:  # where the option changes the order: several chunks
         assert mks[3].cfg.const("KCB") < mks[3].cfg.const("H")
     g = torch.Generator(device="cuda").manual_seed(3)

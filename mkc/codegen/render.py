@@ -251,6 +251,12 @@ class CodegenOptions:
     # epilogue items fit RESID_PF_MAX a thread. Measured on an H100 (twenty-fifth session): b1
     # -0.4 / -0.1 %, nan -0.5 %, b8 -0.2 %, b32 +1.1 / +0.4 %: within the spread, off
     resid_early: bool = False
+    # the bf16 inputs the tensor-core staging copies as they are (lower(h_bf16): down's h;
+    # lower(attn_bf16): o-proj's attention output) moved with cp.async (16 bytes from L2 into shared
+    # memory, no registers: all of a lane's copies in flight at once) instead of 4 loads a lane
+    # through registers at a time (twenty-fifth session's staging bench: ~52 GB/s an SM through
+    # registers, ~117 GB/s for bulk copies of the same bytes). The same bytes: the same bits.
+    stage_async: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -490,6 +496,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(o.epi_tiles and mma and B % 8 == 0), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
         LM_CHUNK_OUTER=int(o.lm_chunk_outer and mma and plan.pipe_slots > 0), NORM_ONCE=int(o.norm_once and mma), STAGE_ROT=int(o.stage_rot and mma),
+        STAGE_ASYNC=int(o.stage_async and mma),
         RESID_PF=resid_pf(tg, B, NT, out_cap, bool(o.epi_tiles and mma and B % 8 == 0)) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
