@@ -124,8 +124,8 @@ if [ "${CALL:-1}" = 10 ]; then
   # the previous ones (-prev: f32 activations, the epilogues by column), alternated; the bf16 inputs
   # staged with cp.async (-sasync: CodegenOptions.stage_async; the b32 default spills 112/320 bytes
   # without it, 8/16 with it); bf16 activations without epi_tiles (-noepit)
-  MKC_TEST_S=330 MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b32-atomic,b32-atomic-prev,b32-atomic-sasync,b32-atomic-noepit,b32-atomic,b32-atomic-prev,b32-atomic-sasync;128@b16-atomic,b16-atomic-prev,b16-atomic-sasync,b8-atomic,b8-atomic-prev,b8-atomic-sasync;128@b8-atomic,b8-atomic-prev,b8-nan,b8-nan-prev,q8-b8-atomic,q8-b8-atomic-prev,q8-b8-atomic-sasync" \
+  MKC_TEST_S=280 MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=110 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b32-atomic,b32-atomic-prev,b32-atomic-sasync,b32-atomic-noepit,b32-atomic,b32-atomic-sasync;128@b8-atomic,b8-atomic-prev,b8-atomic-sasync,b1-atomic,q8-b8-atomic,q8-b8-atomic-prev" \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
