@@ -218,8 +218,8 @@ class CodegenOptions:
     # conflicts at batch 32 (the kernels before)
     tile_sum_frag: bool = True
     # the GEMV epilogues' items in tiles of 4 rows x 8 batch columns a warp (kinds.cuh epi_item;
-    # tensor-core path, batch a multiple of 8) rather than 32 rows of one column: the dot products'
-    # shared-memory reads without 32-way bank conflicts at batch 32, against 16-byte global stores;
+    # tensor-core path with the weight pipeline, batch a multiple of 8) rather than 32 rows of one
+    # column: the dot products' shared-memory reads without 32-way bank conflicts at batch 32, against 16-byte global stores;
     # and the LM head's per-block maxima with a warp's lanes on consecutive words (twenty-fifth
     # session: the same 32-way conflicts, ~2 us a block of 128 rows at batch 32, 8 blocks a task).
     # False: the rows of one column (the kernels before). Measured on an H100 (twenty-fifth session):
@@ -480,6 +480,9 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     hold = o.mma_hold if o.mma_hold is not None else B >= 16
     if o.mma_hold_floats not in (16, 32, 64):
         raise IRCheckError(f"CodegenOptions.mma_hold_floats={o.mma_hold_floats}: 16, 32 or 64 accumulator floats a lane")
+    # the epilogues' tiles where they were measured: the weight pipeline's tensor-core path (without
+    # it, the cp.async ring or registers, batch 32's greedy kernel spills 12 bytes with them)
+    epi_tiles = bool(o.epi_tiles and mma and B % 8 == 0 and plan.pipe_slots > 0)
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
@@ -494,10 +497,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
-        EPI_TILES=int(o.epi_tiles and mma and B % 8 == 0), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
+        EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
         LM_CHUNK_OUTER=int(o.lm_chunk_outer and mma and plan.pipe_slots > 0), NORM_ONCE=int(o.norm_once and mma), STAGE_ROT=int(o.stage_rot and mma),
         STAGE_ASYNC=int(o.stage_async and mma),
-        RESID_PF=resid_pf(tg, B, NT, out_cap, bool(o.epi_tiles and mma and B % 8 == 0)) if o.resid_early else 0,
+        RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )
