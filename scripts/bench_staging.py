@@ -20,9 +20,7 @@ on one, the unloaded rate) over the same input ``reps`` times:
 - ``bulk``: the raw rate: every chunk's fp32 rows as 1-D bulk copies into shared memory on one
   mbarrier (all of a chunk in flight at once), nothing converted;
 - ``f32-spread``: ``f32`` where SM s reads copy s % 16 of the input (16 MB, still in L2): the same
-  bytes from 16x as many addresses, so a line is not requested by every SM at once;
-- ``f32-rot``, ``norm-rot``: ``f32`` and ``norm`` built with CodegenOptions.stage_rot (each SM's
-  warps start at another of their batch rows: the same lines, not all at the same time).
+  bytes from 16x as many addresses, so a line is not requested by every SM at once.
 
 The wrapper is built from the configuration's own prologue (``render.config_header``, llama-3.2-1b's
 default CodegenOptions at that batch), one block of the consumer threads per SM. Prints us per
@@ -45,7 +43,6 @@ __device__ void stage_bench(const float* x, long long copy_elems, int copies, co
                             long long* cycles, long long* ns, unsigned short* check) {
   constexpr int NCH = (KK + KCB - 1) / KCB;
   Ctx c{};
-  c.worker = blockIdx.x;  // (STAGE_ROT: the rows' rotation)
   Task t{};
   unsigned short* xs = reinterpret_cast<unsigned short*>(mk_smem + OFF_XS);
   float* ssp = smem_f(OFF_SSP);
@@ -118,37 +115,36 @@ mk_stage_bulk(const float* x, long long copy_elems, int copies, const unsigned s
 }
 """
 
-KERNELS = ("f32", "norm", "xb", "bulk", "f32-spread", "f32-rot", "norm-rot")
+KERNELS = ("f32", "norm", "xb", "bulk", "f32-spread")
 
 
-def config(batch: int, rot: bool = False):
+def config(batch: int):
     from codegen_fixtures import rr_schedule, taskgraph
-    from mkc.codegen.render import CodegenOptions, kernel_config
+    from mkc.codegen.render import kernel_config
     from mkc.target import get_target
 
     t = get_target("h200")
     tg = taskgraph("llama-3.2-1b", batch, 1024, t)
-    cfg = kernel_config(tg, rr_schedule(tg, t, "atomic"), t, CodegenOptions(stage_rot=rot))
+    cfg = kernel_config(tg, rr_schedule(tg, t, "atomic"), t)
     if not cfg.mma_gemv:
         raise SystemExit(f"batch {batch}: no tensor-core GEMV in its default plan")
     return cfg, t
 
 
-def source(batch: int, rot: bool = False) -> str:
+def source(batch: int) -> str:
     from mkc.codegen import source as S
     from mkc.codegen.render import config_header
 
-    cfg, t = config(batch, rot)
+    cfg, t = config(batch)
     prologue = config_header(cfg, t).removeprefix("#pragma once\n")
     return S.inline(prologue + '#include "mkc/gemv_mma.cuh"\n\nusing namespace mk;\n' + WRAPPER)
 
 
-def build(batch: int, out_dir=None, rot: bool = False):
+def build(batch: int, out_dir=None):
     from mkc.targets.nvidia.compiler import build_cubin
 
-    cfg, _ = config(batch, rot)
-    return build_cubin(source(batch, rot), cfg.arch, out_dir=out_dir, verbose=True,
-                       name=f"bench_staging_b{batch}{'_rot' if rot else ''}")
+    cfg, _ = config(batch)
+    return build_cubin(source(batch), cfg.arch, out_dir=out_dir, verbose=True, name=f"bench_staging_b{batch}")
 
 
 def run(batch: int, reps: int) -> list[dict]:
@@ -160,7 +156,7 @@ def run(batch: int, reps: int) -> list[dict]:
     cfg, t = config(batch)
     c = dict(cfg.consts)
     H, I, kcb, xst = c["H"], c["I"], c["KCB"], c["XST"]
-    res, res_rot = build(batch), build(batch, rot=True)
+    res = build(batch)
     drv = CudaDriver()
     g = torch.Generator().manual_seed(0)
     copies = 16
@@ -175,13 +171,13 @@ def run(batch: int, reps: int) -> list[dict]:
     check = torch.zeros(2 * batch * max(kcb, xst), dtype=torch.int16, device="cuda")
     rows = []
     for name in KERNELS:
-        fn = "mk_stage_" + name.removesuffix("-spread").removesuffix("-rot")
-        kern = drv.load((res_rot if name.endswith("-rot") else res).cubin.read_bytes(), fn, cfg.smem_bytes)
-        k = H if name.startswith("norm") else I
+        fn = "mk_stage_" + name.removesuffix("-spread")
+        kern = drv.load(res.cubin.read_bytes(), fn, cfg.smem_bytes)
+        k = H if name == "norm" else I
         inp = xbd if name == "xb" else xd
         # norm reads [B, H] rows of the same buffer: its copies are B * H apart, the others' B * I
         copy_elems = batch * k
-        if name.startswith("norm"):  # a [copies, B, H] view of the same numbers
+        if name == "norm":  # a [copies, B, H] view of the same numbers
             inp = x32[:, :, :H].contiguous().cuda()
         nbytes = batch * k * (2 if name == "xb" else 4)
         for grid in (1, sms):
@@ -206,7 +202,7 @@ def run(batch: int, reps: int) -> list[dict]:
             ok = torch.equal(got[: want.numel()], want)
         else:
             src = x32[0, :, c0:c0 + w]
-            if name.startswith("norm"):
+            if name == "norm":
                 src = src * nwf.to(torch.bfloat16).float()[c0:c0 + w]
             want = src.to(torch.bfloat16).view(torch.int16)
             ok = torch.equal(got[: batch * xst].view(batch, xst)[:, :w], want)
@@ -223,8 +219,7 @@ def main() -> None:
     a = ap.parse_args()
     for b in (int(x) for x in a.batches.split(",")):
         if a.prebuild:
-            print(f"b{b}: {'cached' if build(b).cached else 'built'}, "
-                  f"rotated rows {'cached' if build(b, rot=True).cached else 'built'}")
+            print(f"b{b}: {'cached' if build(b).cached else 'built'}")
             continue
         if a.compile_only:
             res = build(b, Path(a.compile_only) / f"b{b}")

@@ -24,9 +24,7 @@
 #           stage_rot (-srot: the staging's batch rows from a worker-dependent one on, so the SMs
 #           of a phase do not ask for the same L2 lines at once) against the default at b8/b16/b32.
 #           If more than one of them pays, check the combination's spills before timing it: on the
-#           CPU (nvcc, sampler off) lm_chunk_outer + norm_once + epi_tiles spill 148 bytes at b32
-#           and 140 at b16, epi_tiles + norm_once 132 at b32, lm_chunk_outer + norm_once 88 at b32
-#           (each alone 8-16 at b32, 0 at b16; any pair at b16 0).
+#           CPU (nvcc, sampler off) lm_chunk_outer + norm_once + epi_tiles spilled 148 bytes at b32.
 #           Twenty-fifth session, later: CodegenOptions.resid_early (o-proj's and down's residual
 #           loaded once their input is staged, not in the epilogue after the dot products: an L2
 #           round trip off each of their tasks, on every path and batch, b1 included). CALL=7 is now
@@ -34,8 +32,10 @@
 #   CALL=9: the same-bits tests of CALL=7's options (every option alone against the default).
 #           CALL=7 and CALL=9 ran on an H100 late in the twenty-fifth session (BENCHMARKS.md): bf16
 #           activations and epi_tiles pay; lm_chunk_outer, norm_once, stage_rot and hold32 lose;
-#           qkv_early was removed. Next: CALL=8 on an H200, then the winners on by default beside the
-#           peer. out/carry/cache.tgz was prebuilt before qkv_early's removal: rebuild it.
+#           qkv_early was removed, and lm_chunk_outer, norm_once and stage_rot (their -lmco, -nw1,
+#           -srot variants) in the twenty-sixth session. Next: CALL=8 on an H200, then the winners on
+#           by default beside the peer. out/carry/cache.tgz was prebuilt before qkv_early's removal:
+#           rebuild it.
 #   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
 #           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
 #   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
@@ -99,20 +99,18 @@ if [ "${CALL:-1}" = 7 ]; then
   echo "staging rc=$?"; grep "^|" "$OUT/staging.log"
   # h and unsplit attention's output in bf16 (lower(h_bf16=True), lower(attn_bf16=True): gate/up and
   # attention store bf16, down and o-proj stage it as it is) against f32, alternated; the epilogues'
-  # items in 4 x 8 tiles (CodegenOptions.epi_tiles), two held tiles at batch 32 (mma_hold_floats=32),
-  # the LM head's K-chunks staged once (lm_chunk_outer), the norm's weights once a warp (norm_once),
-  # rotated staging rows (stage_rot) and the residual loaded early (resid_early) against the default.
+  # items in 4 x 8 tiles (CodegenOptions.epi_tiles), two held tiles at batch 32 (mma_hold_floats=32)
+  # and the residual loaded early (resid_early) against the default.
   # Their same-bits tests: CALL=9.
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b1-atomic,b1-atomic-rese,b1-atomic,b1-atomic-rese,b1-nan,b1-nan-rese;128@q8-b1-atomic,q8-b1-atomic-rese;128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-lmco,b32-atomic-nw1,b32-atomic-srot,b32-atomic-rese,b32-atomic,b32-atomic-epit,b32-atomic-lmco,b32-atomic-srot,b32-atomic-rese;128@b16-atomic,b16-atomic-lmco,b16-atomic-nw1,b16-atomic-srot,b8-atomic,b8-atomic-epit,b8-atomic-srot,b8-atomic-rese,b8-nan,b8-nan-epit" \
+  MKC_AB="128@b1-atomic,b1-atomic-rese,b1-atomic,b1-atomic-rese,b1-nan,b1-nan-rese;128@q8-b1-atomic,q8-b1-atomic-rese;128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-rese,b32-atomic,b32-atomic-epit,b32-atomic-rese;128@b16-atomic,b8-atomic,b8-atomic-epit,b8-atomic-rese,b8-nan,b8-nan-epit" \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi
 if [ "${CALL:-1}" = 9 ]; then
   # the same-bits and teacher-forced GPU tests of CALL=7's options (bf16 activations; tile sums,
-  # epi_tiles, lm_chunk_outer, norm_once, stage_rot, resid_early against the default; resid_early at
-  # batch 1; mma_hold_floats=32)
+  # epi_tiles, resid_early against the default; resid_early at batch 1; mma_hold_floats=32)
   MKC_TESTS="tests/test_gpu_megakernel.py::test_bf16_h_gives_the_same_logits_bit_for_bit tests/test_gpu_megakernel.py::test_tile_sums_in_fragment_order_give_the_same_bits tests/test_gpu_megakernel.py::test_early_residual_gives_the_same_bits_at_batch_1 tests/test_gpu_megakernel.py::test_teacher_forced_logits_tensor_core_paths" \
   MKC_TEST_S=420 MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB=none OUT=$OUT bash scripts/gpu_final.sh
   pack_out

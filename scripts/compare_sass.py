@@ -29,8 +29,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# name: (model, batch, target, sync, CodegenOptions fields)
-CONFIGS: dict[str, tuple[str, int, str, str, dict]] = {
+# name: (model, batch, target, sync, CodegenOptions fields[, lower() keyword arguments])
+CONFIGS: dict[str, tuple] = {
     "llama-b1-atomic": ("llama-3.2-1b", 1, "h200", "atomic", {}),
     "llama-b1-nan": ("llama-3.2-1b", 1, "h200", "nan", {}),
     "llama-b8-atomic": ("llama-3.2-1b", 8, "h200", "atomic", {}),
@@ -60,6 +60,11 @@ CONFIGS: dict[str, tuple[str, int, str, str, dict]] = {
     "llama-b1-nan-rs0": ("llama-3.2-1b", 1, "h200", "nan", {"consumer_regs": 0}),
     "llama-b8-rs0": ("llama-3.2-1b", 8, "h200", "atomic", {"consumer_regs": 0}),
     "llama-b32-greedy-rs0": ("llama-3.2-1b", 32, "h200", "atomic", {"sampler": False, "consumer_regs": 0}),
+    # bf16 activations, as mkc compile lowers batch >= 2 atomic builds (lower.h_bf16_pays / attn_bf16_pays)
+    "llama-b8-bf16acts": ("llama-3.2-1b", 8, "h200", "atomic", {}, {"h_bf16": True, "attn_bf16": True}),
+    "llama-b32-bf16acts": ("llama-3.2-1b", 32, "h200", "atomic", {}, {"h_bf16": True, "attn_bf16": True}),
+    "llama-b32-greedy-bf16acts": ("llama-3.2-1b", 32, "h200", "atomic", {"sampler": False},
+                                  {"h_bf16": True, "attn_bf16": True}),
 }
 
 # runs inside each tree: only APIs both the baseline and today's tree have
@@ -79,9 +84,9 @@ else:
 from mkc.taskgraph import lower
 
 out = Path(sys.argv[1])
-for name, (model, batch, target, sync, opts) in json.loads(sys.argv[2]).items():
+for name, (model, batch, target, sync, opts, *lower_kw) in json.loads(sys.argv[2]).items():
     t = get_target(target)
-    tg = lower(shape_graph(model, batch, 512), t)
+    tg = lower(shape_graph(model, batch, 512), t, **(lower_kw[0] if lower_kw else {}))
     src, cfg, _ = generate(tg, rr_schedule(tg, t, sync), t, CodegenOptions(**opts))
     ext = getattr(t, "source_ext", None) or ("cu" if t.arch.startswith("sm_") else "hip")
     (out / f"{name}.{ext}").write_text(src)

@@ -445,34 +445,16 @@ def test_epi_tiles_only_on_the_tensor_core_path():
         generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(mma_hold_floats=24))
 
 
-def test_lm_chunk_outer_only_on_the_tensor_core_pipeline():
-    """CodegenOptions.lm_chunk_outer: LM_CHUNK_OUTER only where the LM head's pages come through the
-    tensor-core pipeline (batch 16 here), not at batch 1 (FMA path), on the cp.async ring
-    (pipe=False) or without bulk copies (MI300X); off by default. norm_once and stage_rot: their
-    constants on the tensor-core path only."""
-    on = CodegenOptions(lm_chunk_outer=True)
+def test_resid_early_on_every_path():
+    """CodegenOptions.resid_early: RESID_PF on every path (batch 1's FMA path too), the residual
+    values a thread holds: 16-row o-proj / down tasks, 16 x 16 items over 256 threads at batch 16;
+    off by default."""
     tg = taskgraph("llama-3.2-1b", 16, 128)
     sched = rr_schedule(tg, "h200", "atomic")
-    assert generate(tg, sched, "h200", on)[1].const("LM_CHUNK_OUTER") == 1
-    assert generate(tg, sched, "h200")[1].const("LM_CHUNK_OUTER") == 0
-    assert generate(tg, sched, "h200", dataclasses.replace(on, pipe=False))[1].const("LM_CHUNK_OUTER") == 0
     tg1 = taskgraph("llama-3.2-1b", 1, 128)
-    assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", on)[1].const("LM_CHUNK_OUTER") == 0
-    tga = taskgraph("llama-3.2-1b", 16, 128, "mi300x")
-    assert generate(tga, rr_schedule(tga, "mi300x", "atomic"), "mi300x", on)[1].const("LM_CHUNK_OUTER") == 0
-    # CodegenOptions.norm_once: NORM_ONCE on the tensor-core path (the staging's constant), off by default
-    assert generate(tg, sched, "h200", CodegenOptions(norm_once=True))[1].const("NORM_ONCE") == 1
-    assert generate(tg, sched, "h200")[1].const("NORM_ONCE") == 0
-    assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(norm_once=True))[1].const("NORM_ONCE") == 0
-    # CodegenOptions.resid_early: RESID_PF on every path (batch 1's FMA path too), the residual values a
-    # thread holds: 16-row o-proj / down tasks, 16 x 16 items over 256 threads at batch 16
     assert generate(tg, sched, "h200", CodegenOptions(resid_early=True))[1].const("RESID_PF") == 1
     assert generate(tg, sched, "h200")[1].const("RESID_PF") == 0
     assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(resid_early=True))[1].const("RESID_PF") == 1
-    # CodegenOptions.stage_rot: STAGE_ROT the same way
-    assert generate(tg, sched, "h200", CodegenOptions(stage_rot=True))[1].const("STAGE_ROT") == 1
-    assert generate(tg, sched, "h200")[1].const("STAGE_ROT") == 0
-    assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(stage_rot=True))[1].const("STAGE_ROT") == 0
 
 
 def test_bf16_h_needs_counters_and_the_tensor_cores():

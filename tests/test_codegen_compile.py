@@ -169,42 +169,6 @@ def test_tensor_core_weight_pipeline_compiles_cleanly(batch, sync, sampler, tmp_
     assert spills and max(spills) <= (320 if sampler else 160 if batch >= 32 else 48), res.log
 
 
-@pytest.mark.parametrize("batch,sync,sampler", [(32, "atomic", False), (32, "nan", False), (16, "atomic", True)])
-def test_lm_head_chunks_outside_its_blocks_compile_cleanly(batch, sync, sampler, tmp_path):
-    """CodegenOptions.lm_chunk_outer and norm_once (off by default): the LM head's K-chunks outside
-    its row blocks, producer and consumers, and the staging's norm weights loaded once for a warp's
-    rows build without a warning and spill no more than the default pipeline kernel may (test above)."""
-    from mkc.codegen.render import CodegenOptions
-    from mkc.targets.nvidia.compiler import build_cubin
-
-    tg = taskgraph("llama-3.2-1b", batch, 1024, "h200")
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200",
-                           CodegenOptions(sampler=sampler, lm_chunk_outer=True, norm_once=True))
-    c = dict(cfg.consts)
-    assert c["LM_CHUNK_OUTER"] == 1 and c["NORM_ONCE"] == 1 and c["PIPE_SLOTS"] >= 2 and c["KCB"] < c["H"], "the LM head has several K-chunks"
-    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
-    assert res.warnings == [], res.log
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) <= (320 if sampler else 160), res.log
-
-
-@pytest.mark.parametrize("batch,sync", [(32, "atomic"), (8, "nan")])
-def test_rotated_staging_compiles_cleanly(batch, sync, tmp_path):
-    """CodegenOptions.stage_rot (off by default): the tensor-core staging's batch rows rotated by
-    worker build without a warning and spill no more than the default (8 bytes at batch 32, none
-    at batch 8; nan mode at batch 8 polls in the staging)."""
-    from mkc.codegen.render import CodegenOptions
-    from mkc.targets.nvidia.compiler import build_cubin
-
-    tg = taskgraph("llama-3.2-1b", batch, 1024, "h200")
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=False, stage_rot=True))
-    assert dict(cfg.consts)["STAGE_ROT"] == 1
-    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
-    assert res.warnings == [], res.log
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) <= (16 if batch >= 32 else 0), res.log
-
-
 @pytest.mark.parametrize("batch,sync", [(1, "atomic"), (1, "nan"), (32, "atomic")])
 def test_early_residual_compiles_cleanly(batch, sync, tmp_path):
     """CodegenOptions.resid_early (off by default): o-proj's and down's residual held in registers

@@ -225,26 +225,6 @@ class CodegenOptions:
     # False: the rows of one column (the kernels before). Measured on an H100 (twenty-fifth session):
     # b32 -2.5 / -1.3 %, b8 -0.7 %, the same bits; on by default since the twenty-sixth session
     epi_tiles: bool = True
-    # the LM head's K-chunks outside its row blocks on the tensor-core pipeline (pipe.cuh
-    # pipe_chunk_outer): where the staged input holds less than all of K (batch 16 and 32 on the
-    # H200: 2 chunks of 1,024 columns), each chunk is staged once for the task's blocks instead of
-    # once per block (a batch-32 LM-head task stages 16 x 128 KB of fp32 input from L2, ~57 us of
-    # its ~262 in the twenty-fourth session's trace), and each block's sums wait in its own logits
-    # between chunks (the same bits). False: block after block (the kernels before). Measured on an
-    # H100 (twenty-fifth session): b32 +0.3 / +0.7 %, b16 +1.7 %: it loses, a candidate for removal
-    lm_chunk_outer: bool = False
-    # the tensor-core staging's norm weights (qkv's and gate/up's input) loaded once for all of a
-    # warp's batch rows where a chunk is one pass of loads a lane (batch 16 and 32 on the H200), not
-    # once a row (gemv_mma.cuh stage_x_bf16): the same products. At batch 32 those stagings took ~8
-    # us for 256 KB where o-proj's (no norm) took ~5 (twenty-fourth session's trace). Measured on an
-    # H100 (twenty-fifth session): b32 -0.2 %, b16 +0.8 %: no gain, a candidate for removal
-    norm_once: bool = False
-    # the tensor-core staging's batch rows taken from a worker-dependent one on (gemv_mma.cuh
-    # stage_x_bf16 STAGE_ROT): every task of a phase stages the same input right after the same
-    # event, so all SMs ask the L2 for the same lines at once; rotated, they spread over a warp's
-    # rows (4 at batch 32). The same bits. Measured on an H100 (twenty-fifth session): b32 +5.2 %,
-    # b16 +4.3 %, b8 +0.6 %: it loses (the staging is not L2-bound), a candidate for removal
-    stage_rot: bool = False
     # o-proj's and down's residual loaded as soon as their input is staged, into registers, instead
     # of in the epilogue after the dot products (kinds.cuh ResidKind RESID_PF): one L2 round trip
     # off each of their tasks' critical path, on every path and batch where a task is one block whose
@@ -497,10 +477,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
-        EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
-        LM_CHUNK_OUTER=int(o.lm_chunk_outer and mma and plan.pipe_slots > 0), NORM_ONCE=int(o.norm_once and mma), STAGE_ROT=int(o.stage_rot and mma),
         STAGE_ASYNC=int(o.stage_async and mma),
-        RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

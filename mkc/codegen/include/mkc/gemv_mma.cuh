@@ -285,27 +285,19 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
   static_assert(!(POLL && COMB), "o-proj's split inputs are polled in its wait");
   constexpr int SB = 8, WPR = NW > B ? NW / B : 1, NRW = NW / WPR;
   const int q = kch / 4, lane = lane_id(), w = warp_id(), part = w % WPR;
-  // STAGE_ROT (CodegenOptions.stage_rot): the warp's batch rows b0, b0 + NRW, ... taken from the
-  // (worker % their count)-th on, so the SMs that stage the same input at once (every task of a
-  // phase, released by one event) do not all ask the L2 for the same lines at the same time. The
-  // same rows into the same places, each row's sums in the same order: the same bits.
-  const int b0 = w / WPR, nbw = b0 < B ? (B - 1 - b0) / NRW + 1 : 1, rot = STAGE_ROT ? c.worker % nbw : 0;
-  const auto row_of = [&](int b) { return STAGE_ROT ? b0 + NRW * (((b - b0) / NRW + rot) % nbw) : b; };
   if constexpr (XB) {
     static_assert(!NORM && !COMB && !POLL, "a bf16 input is down's or o-proj's: no norm, no combine, counters");
     constexpr int SBX = 4;  // 16-byte loads in flight per lane (8 values each)
     const int q8 = kch / 8;
     if constexpr (STAGE_ASYNC) {  // (CodegenOptions.stage_async) every copy of the lane in flight at once
-      for (int bw = w / WPR; bw < B; bw += NRW) {
-        const int b = row_of(bw);
+      for (int b = w / WPR; b < B; b += NRW) {
         const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * K + c0);
         unsigned short* sb = xs + b * XST;
         for (int i = part * WARP + lane; i < q8; i += WPR * WARP) mk_cp_async16(sb + 8 * i, xr + i);
       }
       mk_cp_async_wait_all();  // (the callers' barrier behind the staging publishes them to the block)
     } else {
-      for (int bw = w / WPR; bw < B; bw += NRW) {
-        const int b = row_of(bw);
+      for (int b = w / WPR; b < B; b += NRW) {
         const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * K + c0);
         unsigned short* sb = xs + b * XST;
         for (int i0 = part * WARP + lane; i0 < q8; i0 += WPR * WARP * SBX) {
@@ -327,26 +319,12 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
     return true;
   }
   bool ok = true;
-  // NORM: the norm's weights of a lane's columns. Where a chunk is one pass of SB loads a lane
-  // (KCB / 4 <= WPR * WARP * SB: batch 16 and 32), a lane takes the same columns in every batch row
-  // of its warp, so NORM_ONCE (CodegenOptions.norm_once) loads them once for its rows (HW) instead
-  // of once a row: qkv's and gate/up's stagings (with the norm) took ~8 us at batch 32 where
-  // o-proj's of as many bytes took ~5
-  constexpr bool HW = NORM_ONCE && NORM && !POLL && KCB / 4 <= WPR * WARP * SB;
-  unsigned w01[SB], w23[SB];
-  if constexpr (HW) {
-#pragma unroll
-    for (int e = 0; e < SB; ++e) {
-      const int i = part * WARP + lane + e * WPR * WARP;
-      if (i < q) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
-    }
-  }
-  for (int bw = w / WPR; bw < B; bw += NRW) {
-    const int b = row_of(bw);
+  for (int b = w / WPR; b < B; b += NRW) {
     unsigned short* sb = xs + b * XST;
     float ss = 0.f;
     for (int i0 = part * WARP + lane; i0 < q; i0 += WPR * WARP * SB) {
       float4 v[SB];
+      unsigned w01[SB], w23[SB];
       if constexpr (POLL) {
         const unsigned* xw = reinterpret_cast<const unsigned*>(x) + (size_t)b * K + c0;
         const auto at = [&](int e) -> const unsigned* {
@@ -369,7 +347,7 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
           const int i = i0 + e * WPR * WARP;
           if (i < q) {
             v[e] = load_x4<K, COMB>(x, b, c0 + 4 * i);
-            if constexpr (NORM && !HW) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
+            if constexpr (NORM) { w01[e] = mk_ld_weight4(nw + c0 + 4 * i); w23[e] = mk_ld_weight4(nw + c0 + 4 * i + 2); }
           }
         }
       }
@@ -645,56 +623,25 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
       return true;
     }
   }
-  if constexpr (pipe_chunk_outer<K, Kind>()) {
-    // each chunk staged once, then every block's pages of it (the producer's order); with several
-    // blocks, a block's sums wait in its outputs between chunks (Kind::stash) and are added to as
-    // the block-after-block order adds them in out: the same sums in the same order (one block
-    // stays in out)
-    const bool park = nblk > 1;
+  for (int blk = 0; blk < nblk; ++blk) {
+    const int nr = kd.begin(blk);
     for (int ch = 0; ch < NCH; ++ch) {
-      const int kch = min(KCH, K - ch * KCH);
-      if (!stage(ch, true, ch == NCH - 1)) return false;
-      if (ch == 0) trace_mark(c, 0);  // input staged
-      if (ch == (POLL ? NCH - 1 : 0)) kd.input_staged();
-      for (int blk = 0; blk < nblk; ++blk) {
-        const int nr = kd.begin(blk);
-        if (park && ch > 0) {
-          kd.unstash(nr, out);
-          mk_barrier();
-        }
-        pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
-        if (ch < NCH - 1) {
-          if (park) {
-            kd.stash(nr, out);
-            mk_barrier();  // out is the next block's
-          }
-        } else {
-          if (blk == 0) trace_mark(c, 1);  // the first block's dot products
-          gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
-        }
+      const int c0 = ch * KCH, kch = min(KCH, K - c0);
+      if (NCH > 1 || blk == 0) {
+        // (later blocks' stagings poll too: they find every word written at once; the staging is
+        // spelled out here, not `stage`, which made ptxas reorder batch 8's nan kernel)
+        const unsigned long long t0 = trace_now(c);
+        const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
+        mk_barrier();
+        trace_stage_end(c, t0);
+        if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;
+        if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
+        if (blk == 0 && ch == (POLL ? NCH - 1 : 0)) kd.input_staged();
       }
+      pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
     }
-  } else {
-    for (int blk = 0; blk < nblk; ++blk) {
-      const int nr = kd.begin(blk);
-      for (int ch = 0; ch < NCH; ++ch) {
-        const int c0 = ch * KCH, kch = min(KCH, K - c0);
-        if (NCH > 1 || blk == 0) {
-          // (later blocks' stagings poll too: they find every word written at once; the staging is
-          // spelled out here, not `stage`, which made ptxas reorder batch 8's nan kernel)
-          const unsigned long long t0 = trace_now(c);
-          const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
-          mk_barrier();
-          trace_stage_end(c, t0);
-          if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;
-          if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
-          if (blk == 0 && ch == (POLL ? NCH - 1 : 0)) kd.input_staged();
-        }
-        pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
-      }
-      if (blk == 0) trace_mark(c, 1);  // the first block's dot products
-      gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
-    }
+    if (blk == 0) trace_mark(c, 1);  // the first block's dot products
+    gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);
   }
   trace_mark(c, 2);  // epilogues done
   trace_pipe_wait(c);

@@ -37,7 +37,6 @@ __device__ __forceinline__ bool epi_item(int idx, int nr, int& j, int& b) {
 // crossing a head boundary (at most HD/2 pairs, HD rows <= QKV_ROWS) is one block.
 struct QkvKind {
   static constexpr int KS_BIT = 1;  // PIPE_KSPLIT's bit (render.KSPLIT_BITS)
-  static constexpr bool CHUNK_OUTER = false;  // (pipe.cuh pipe_chunk_outer: the LM head's alone)
   __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short *wq, *wk, *wv;
   int layer, h0, h1, p0, p1, hr, hb;
@@ -155,7 +154,6 @@ struct QkvKind {
 template <int K, int LD = K>
 struct ResidKind {
   static constexpr int KS_BIT = LD == I ? 8 : 2;  // down (its rows are I long), else o-proj
-  static constexpr bool CHUNK_OUTER = false;
   const unsigned short* w;
   const float* resid;
   float* y;
@@ -206,7 +204,6 @@ struct ResidKind {
 // gate/up + SiLU * up: rows of Wg and the same rows of Wu in one block
 struct GateUpKind {
   static constexpr int KS_BIT = 4;
-  static constexpr bool CHUNK_OUTER = false;
   __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short *wg, *wu;
   float* y;
@@ -251,10 +248,6 @@ __device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* 
 // final rmsnorm + LM head: logits rows [r0, r1) and the tile's (max, first argmax) per batch row
 struct LmHeadKind {
   static constexpr int KS_BIT = 16;
-  // LM_CHUNK_OUTER: its K-chunks outside its blocks (pipe.cuh pipe_chunk_outer): its outputs are
-  // plain stores that only the argmax tasks read, after the tile's partial, so they can hold a
-  // block's sums between chunks; the residual and h outputs are polled (NaN sentinels) and cannot
-  static constexpr bool CHUNK_OUTER = true;
   __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short* w;
   float* logits;
@@ -262,17 +255,6 @@ struct LmHeadKind {
   __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
   __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * H; }
-  // The block's sums so far (out, nr x B floats) parked in the block's own logits between K-chunks,
-  // float f at batch row f / nr, column rb + f % nr (a bijection onto the words the epilogue writes:
-  // consecutive threads read consecutive words of out and write consecutive words of a row), and
-  // back; fp32 both ways, so the sums go on with the same bits. The block barrier between a stash
-  // and its unstash makes the stores visible to the block's other threads.
-  __device__ void stash(int nr, const float* out) const {
-    for (int f = mk_tid(); f < nr * B; f += NT) logits[(size_t)(f / nr) * V + rb + f % nr] = out[f];
-  }
-  __device__ void unstash(int nr, float* out) const {
-    for (int f = mk_tid(); f < nr * B; f += NT) out[f] = logits[(size_t)(f / nr) * V + rb + f % nr];
-  }
   __device__ void epilogue(const Ctx& c, int nr, float* out) const {
     for (int idx = mk_tid(); idx < epi_items(nr); idx += NT) {
       int j, b;

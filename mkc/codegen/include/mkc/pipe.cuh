@@ -70,34 +70,11 @@ __device__ constexpr int pipe_kch() {
   }
 }
 
-// Whether both sides walk a task's K-chunks outside its row blocks (LM_CHUNK_OUTER,
-// CodegenOptions.lm_chunk_outer: the LM head on the tensor-core path, where a task has several
-// blocks and K several chunks of one width): each chunk is then staged once for all blocks, and a block's dot
-// products over the chunks so far wait in its own outputs between chunks (kinds.cuh LmHeadKind
-// stash). Else block after block, each block's chunks in order (every chunk staged again per block).
-template <int K, class Kind>
-__device__ constexpr bool pipe_chunk_outer() {
-  return LM_CHUNK_OUTER && Kind::CHUNK_OUTER && pipe_kch<K>() < K && K % pipe_kch<K>() == 0;
-}
-
 // The copying producer's count of pages issued, for the L2 prefetcher (PIPE_L2_AHEAD): word 1 of
 // the block's flag region (word 0 is the abort flag), zeroed at launch with it.
 __device__ __forceinline__ volatile unsigned* pipe_issued(volatile int* s_abort) {
   return reinterpret_cast<volatile unsigned*>(s_abort) + 1;
 }
-
-// A task of a kind whose K-chunks go outside its blocks (pipe_chunk_outer) as pipe_issue walks it:
-// its (chunk, block) pairs, chunk-major, as the blocks of a task of one chunk's columns
-template <int K, class Kind>
-struct ChunkOuter {
-  static constexpr bool CHUNK_OUTER = false;
-  static constexpr int KCH = pipe_kch<K>();
-  Kind& kd;
-  int nblk, ch;
-  __device__ int blocks() const { return nblk * (K / KCH); }
-  __device__ int begin(int p) { ch = p / nblk; return kd.begin(p % nblk); }
-  __device__ const unsigned short* row(int j) const { return kd.row(j) + ch * KCH; }
-};
 
 // The producer's side of one GEMV task: kd's rows (Kind: blocks/begin/row as kinds.cuh), K columns
 // each. False when the consumers stopped (an abort, or decode's early exit: they free no more pages).
@@ -107,70 +84,65 @@ struct ChunkOuter {
 // wait on an event, HBM keeps streaming the next pages into L2, and their copies find them there).
 template <int K, class Kind, bool PF = false>
 __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, volatile int* s_abort) {
-  if constexpr (pipe_chunk_outer<K, Kind>()) {
-    ChunkOuter<K, Kind> co{kd, kd.blocks(), 0};
-    return pipe_issue<pipe_kch<K>(), ChunkOuter<K, Kind>, PF>(c, co, policy, s_abort);
-  } else {
-    constexpr int KCH = pipe_kch<K>();
-    const int lane = lane_id();
-    const int nblk = kd.blocks();
-    for (int blk = 0; blk < nblk; ++blk) {
-      const int nr = kd.begin(blk);
-      for (int c0 = 0; c0 < K; c0 += KCH) {
-        const int nsl = (min(KCH, K - c0) + PIPE_COLS - 1) / PIPE_COLS;
-        for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
-          const int rows = min(PIPE_ROWS, nr - r0);
-          for (int sl = 0; sl < nsl; ++sl) {
-            const unsigned n = c.pipe_n++;
-            if constexpr (PF) {
-              // d: how far page n is past the copier (negative: copied already, nothing to prefetch)
-              int d;
-              // (bounded as the copier's wait for a free page is: the copier's count moves whenever the
-              // consumers free pages, and when they stop, the block's abort flag ends this loop)
-              while ((d = (int)(n - *pipe_issued(s_abort))) >= PIPE_L2_AHEAD) {
-                if (*s_abort) { return false; }
-                mk_sleep(64);
-              }
-              const int k0 = c0 + sl * PIPE_COLS;
-              if (d >= 0 && lane < rows) mk_bulk_prefetch_l2(kd.row(r0 + lane) + k0, (unsigned)(min(PIPE_COLS, K - k0) * 2));
-              continue;
+  constexpr int KCH = pipe_kch<K>();
+  const int lane = lane_id();
+  const int nblk = kd.blocks();
+  for (int blk = 0; blk < nblk; ++blk) {
+    const int nr = kd.begin(blk);
+    for (int c0 = 0; c0 < K; c0 += KCH) {
+      const int nsl = (min(KCH, K - c0) + PIPE_COLS - 1) / PIPE_COLS;
+      for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
+        const int rows = min(PIPE_ROWS, nr - r0);
+        for (int sl = 0; sl < nsl; ++sl) {
+          const unsigned n = c.pipe_n++;
+          if constexpr (PF) {
+            // d: how far page n is past the copier (negative: copied already, nothing to prefetch)
+            int d;
+            // (bounded as the copier's wait for a free page is: the copier's count moves whenever the
+            // consumers free pages, and when they stop, the block's abort flag ends this loop)
+            while ((d = (int)(n - *pipe_issued(s_abort))) >= PIPE_L2_AHEAD) {
+              if (*s_abort) { return false; }
+              mk_sleep(64);
             }
-            const int slot = (int)(n % PIPE_NS);
-            const unsigned use = n / PIPE_NS;
-            if (use > 0) {
-              // the consumers' release of this slot's previous use
-              // No time bound here: the consumers free this page once their task's waits end, and those
-              // waits are bounded (spin_limit); when one gives up, the block's abort flag tells this
-              // loop to drain and stop. (A trap here would kill the launch before the consumers could
-              // report which wait timed out.)
-              while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u)) {
+            const int k0 = c0 + sl * PIPE_COLS;
+            if (d >= 0 && lane < rows) mk_bulk_prefetch_l2(kd.row(r0 + lane) + k0, (unsigned)(min(PIPE_COLS, K - k0) * 2));
+            continue;
+          }
+          const int slot = (int)(n % PIPE_NS);
+          const unsigned use = n / PIPE_NS;
+          if (use > 0) {
+            // the consumers' release of this slot's previous use
+            // No time bound here: the consumers free this page once their task's waits end, and those
+            // waits are bounded (spin_limit); when one gives up, the block's abort flag tells this
+            // loop to drain and stop. (A trap here would kill the launch before the consumers could
+            // report which wait timed out.)
+            while (!mk_mbar_test(pipe_empty(slot), (use - 1) & 1u)) {
+              if (*s_abort) { pipe_drain(c, n); return false; }
+            }
+          }
+          if constexpr (PIPE_INFLIGHT > 0) {
+            // at most PIPE_INFLIGHT copies in flight: page n - PIPE_INFLIGHT has landed (its slot's
+            // use is still that page's: the slot is refilled only at page n - PIPE_INFLIGHT + PIPE_NS > n)
+            constexpr unsigned PIF = PIPE_INFLIGHT > 0 ? PIPE_INFLIGHT : 1;  // (no comparison with 0 to warn about)
+            if (n >= PIF) {
+              const unsigned m = n - PIF;
+              while (!mk_mbar_test(pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u)) {
                 if (*s_abort) { pipe_drain(c, n); return false; }
               }
             }
-            if constexpr (PIPE_INFLIGHT > 0) {
-              // at most PIPE_INFLIGHT copies in flight: page n - PIPE_INFLIGHT has landed (its slot's
-              // use is still that page's: the slot is refilled only at page n - PIPE_INFLIGHT + PIPE_NS > n)
-              constexpr unsigned PIF = PIPE_INFLIGHT > 0 ? PIPE_INFLIGHT : 1;  // (no comparison with 0 to warn about)
-              if (n >= PIF) {
-                const unsigned m = n - PIF;
-                while (!mk_mbar_test(pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u)) {
-                  if (*s_abort) { pipe_drain(c, n); return false; }
-                }
-              }
-            }
-            const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
-            if (lane == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(rows * kw * 2));
-            mk_syncwarp();
-            if (lane < rows)
-              mk_bulk_copy(pipe_page(slot) + lane * PIPE_LD * 2, kd.row(r0 + lane) + k0, (unsigned)(kw * 2),
-                           pipe_full(slot), policy);
-            if (PIPE_L2_AHEAD > 0 && lane == 0) *pipe_issued(s_abort) = n + 1;
           }
+          const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
+          if (lane == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(rows * kw * 2));
+          mk_syncwarp();
+          if (lane < rows)
+            mk_bulk_copy(pipe_page(slot) + lane * PIPE_LD * 2, kd.row(r0 + lane) + k0, (unsigned)(kw * 2),
+                         pipe_full(slot), policy);
+          if (PIPE_L2_AHEAD > 0 && lane == 0) *pipe_issued(s_abort) = n + 1;
         }
       }
     }
-    return true;
   }
+  return true;
 }
 
 // The consumers' side: out[j] = <row j, xs> for the nr rows of the current block (B = 1), in
