@@ -1,6 +1,10 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Twenty-sixth session: CALL=10 and a call of the remaining GPU tests ran on an H100 (BENCHMARKS.md,
+# "Twenty-sixth session"): bf16 activations are the default, epi_tiles stays off, stage_async was
+# removed. Next: CALL=11 on an H200 (the #13 rows beside the peer, `mkc bench` at batch 1, 8, 32).
+#
 # Twenty-fourth session: CALL=4 (the twenty-third session's), 5 and 6 ran (BENCHMARKS.md,
 # "Twenty-fourth session"); the machine was then no longer lent, so CALL=7 and CALL=8 are for the
 # next session:
@@ -117,19 +121,20 @@ if [ "${CALL:-1}" = 9 ]; then
   exit 0
 fi
 if [ "${CALL:-1}" = 10 ]; then
-  # twenty-sixth session: bf16 activations and epi_tiles on by default. Every GPU test on the new
-  # defaults (the test fixture lowers as mkc compile does), the peer, and the new defaults against
-  # the previous ones (-prev: f32 activations, the epilogues by column), alternated; the bf16 inputs
-  # staged with cp.async (-sasync: CodegenOptions.stage_async; the b32 default spills 112/320 bytes
-  # without it, 8/16 with it); bf16 activations without epi_tiles (-noepit)
+  # twenty-sixth session (ran on an H100 at f042d9d, BENCHMARKS.md): bf16 activations and epi_tiles
+  # on by default then. Every GPU test on those defaults (the test fixture lowers as mkc compile
+  # does), the peer, and the defaults against the previous ones (-prev: f32 activations, the
+  # epilogues by column), alternated; the bf16 inputs staged with cp.async (-sasync, since removed:
+  # it lost); bf16 activations without epi_tiles (-noepit, the default since)
   MKC_TEST_S=280 MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=110 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b32-atomic,b32-atomic-prev,b32-atomic-sasync,b32-atomic-noepit,b32-atomic,b32-atomic-sasync;128@b8-atomic,b8-atomic-prev,b8-atomic-sasync,b1-atomic,q8-b8-atomic,q8-b8-atomic-prev" \
+  MKC_AB="128@b32-atomic,b32-atomic-prev,b32-atomic-epit,b32-atomic,b32-atomic-epit;128@b8-atomic,b8-atomic-prev,b1-atomic,q8-b8-atomic,q8-b8-atomic-prev" \
   OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi
 if [ "${CALL:-1}" = 11 ]; then
-  # the #13 rows on the defaults, the peer, `mkc bench` (CALL=8 without the tests)
+  # the #13 rows on the defaults, the peer, `mkc bench` (CALL=8 without the tests): the next call on
+  # an H200 (the twenty-sixth session's calls ran on an H100)
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
   MKC_BENCH="llama-3.2-1b:1,8,32" MKC_ITERS=30 MKC_BENCH_S=240 OUT=$OUT bash scripts/gpu_final.sh

@@ -429,16 +429,17 @@ def test_epi_tiles_only_on_the_tensor_core_path():
     8-column batch tiles (batch 1 and batch 4 keep their loops); tile_sum_frag the same. And
     mma_hold_floats' constant."""
     tg = taskgraph("llama-3.2-1b", 8, 128)
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")  # (the default)
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(epi_tiles=True))
     assert cfg.const("EPI_TILES") == 1 and cfg.const("TILE_SUM_FRAG") == 1
-    assert generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(epi_tiles=False))[1].const("EPI_TILES") == 0
+    assert generate(tg, rr_schedule(tg, "h200", "atomic"), "h200")[1].const("EPI_TILES") == 0
     for b in (1, 4):
         tgb = taskgraph("llama-3.2-1b", b, 128)
         cb = generate(tgb, rr_schedule(tgb, "h200", "atomic"), "h200", CodegenOptions(epi_tiles=True))[1]
         assert cb.const("EPI_TILES") == 0 and cb.const("TILE_SUM_FRAG") == 0
     # and only with the weight pipeline (not the cp.async ring or registers: measured there, and
     # batch 32's greedy kernel spilled without it)
-    assert generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(pipe=False))[1].const("EPI_TILES") == 0
+    assert generate(tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                    CodegenOptions(epi_tiles=True, pipe=False))[1].const("EPI_TILES") == 0
     # CodegenOptions.mma_hold_floats: HOLD_FLOATS (16 by default), other counts refused by name
     assert generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(mma_hold_floats=32))[1].const("HOLD_FLOATS") == 32
     with pytest.raises(IRCheckError, match="mma_hold_floats=24"):

@@ -223,20 +223,17 @@ class CodegenOptions:
     # and the LM head's per-block maxima with a warp's lanes on consecutive words (twenty-fifth
     # session: the same 32-way conflicts, ~2 us a block of 128 rows at batch 32, 8 blocks a task).
     # False: the rows of one column (the kernels before). Measured on an H100 (twenty-fifth session):
-    # b32 -2.5 / -1.3 %, b8 -0.7 %, the same bits; on by default since the twenty-sixth session
-    epi_tiles: bool = True
+    # b32 -2.5 / -1.3 %, b8 -0.7 %, the same bits. With bf16 activations (the default since the
+    # twenty-sixth session) it no longer pays: on an H100, b32 1.8802 / 1.8720 ms against 1.8547
+    # without (batch 32's kernel spills 112 / 320 bytes with both, 16 / 32 without), b8 1.1834 /
+    # 1.1694 against 1.1695 / 1.1726, b16 1.3935 against 1.3925. Off.
+    epi_tiles: bool = False
     # o-proj's and down's residual loaded as soon as their input is staged, into registers, instead
     # of in the epilogue after the dot products (kinds.cuh ResidKind RESID_PF): one L2 round trip
     # off each of their tasks' critical path, on every path and batch where a task is one block whose
     # epilogue items fit RESID_PF_MAX a thread. Measured on an H100 (twenty-fifth session): b1
     # -0.4 / -0.1 %, nan -0.5 %, b8 -0.2 %, b32 +1.1 / +0.4 %: within the spread, off
     resid_early: bool = False
-    # the bf16 inputs the tensor-core staging copies as they are (lower(h_bf16): down's h;
-    # lower(attn_bf16): o-proj's attention output) moved with cp.async (16 bytes from L2 into shared
-    # memory, no registers: all of a lane's copies in flight at once) instead of 4 loads a lane
-    # through registers at a time (twenty-fifth session's staging bench: ~52 GB/s an SM through
-    # registers, ~117 GB/s for bulk copies of the same bytes). The same bytes: the same bits.
-    stage_async: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
@@ -477,7 +474,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
-        EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16), STAGE_ASYNC=int(o.stage_async and mma),
+        EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
         RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),

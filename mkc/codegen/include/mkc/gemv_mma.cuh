@@ -289,30 +289,21 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
     static_assert(!NORM && !COMB && !POLL, "a bf16 input is down's or o-proj's: no norm, no combine, counters");
     constexpr int SBX = 4;  // 16-byte loads in flight per lane (8 values each)
     const int q8 = kch / 8;
-    if constexpr (STAGE_ASYNC) {  // (CodegenOptions.stage_async) every copy of the lane in flight at once
-      for (int b = w / WPR; b < B; b += NRW) {
-        const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * K + c0);
-        unsigned short* sb = xs + b * XST;
-        for (int i = part * WARP + lane; i < q8; i += WPR * WARP) mk_cp_async16(sb + 8 * i, xr + i);
-      }
-      mk_cp_async_wait_all();  // (the callers' barrier behind the staging publishes them to the block)
-    } else {
-      for (int b = w / WPR; b < B; b += NRW) {
-        const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * K + c0);
-        unsigned short* sb = xs + b * XST;
-        for (int i0 = part * WARP + lane; i0 < q8; i0 += WPR * WARP * SBX) {
-          uint4 v[SBX];
+    for (int b = w / WPR; b < B; b += NRW) {
+      const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * K + c0);
+      unsigned short* sb = xs + b * XST;
+      for (int i0 = part * WARP + lane; i0 < q8; i0 += WPR * WARP * SBX) {
+        uint4 v[SBX];
 #pragma unroll
-          for (int e = 0; e < SBX; ++e) {
-            const int i = i0 + e * WPR * WARP;
-            if (i < q8) v[e] = mk_ld_cache16(xr + i);  // (L2: written by other SMs this step)
-          }
+        for (int e = 0; e < SBX; ++e) {
+          const int i = i0 + e * WPR * WARP;
+          if (i < q8) v[e] = mk_ld_cache16(xr + i);  // (L2: written by other SMs this step)
+        }
 #pragma unroll
-          for (int e = 0; e < SBX; ++e) {
-            const int i = i0 + e * WPR * WARP;
-            if (i >= q8) break;
-            *reinterpret_cast<uint4*>(sb + 8 * i) = v[e];
-          }
+        for (int e = 0; e < SBX; ++e) {
+          const int i = i0 + e * WPR * WARP;
+          if (i >= q8) break;
+          *reinterpret_cast<uint4*>(sb + 8 * i) = v[e];
         }
       }
     }

@@ -152,13 +152,6 @@ __device__ __forceinline__ uint4 mk_ld_cache16(const void* p) { return __ldcg(re
 __device__ __forceinline__ unsigned short mk_ld_cache_half(const unsigned short* p) { return __ldcg(p); }
 __device__ __forceinline__ uint2 mk_ld_cache_word2(const unsigned* p) { return __ldcg(reinterpret_cast<const uint2*>(p)); }
 __device__ __forceinline__ int mk_ld_table(const int* p) { return __ldg(p); }
-// 16 bytes from global (through L2 only) into shared memory without registers (cp.async, sm_80+);
-// complete for this thread after mk_cp_async_wait_all, for the block after a barrier behind it
-__device__ __forceinline__ void mk_cp_async16(void* smem_dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(static_cast<unsigned>(__cvta_generic_to_shared(smem_dst))),
-               "l"(src) : "memory");
-}
-__device__ __forceinline__ void mk_cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 #if MKC_SM >= 90
 // one thread asks the copy engine to pull [p, p + bytes) into L2 (16-byte aligned, multiple of 16)
 __device__ __forceinline__ void mk_prefetch_l2(const void* p, unsigned bytes, int tid, int nthreads) {

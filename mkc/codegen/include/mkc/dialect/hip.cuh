@@ -167,11 +167,6 @@ __device__ __forceinline__ uint4 mk_ld_cache16(const void* p) {
   const mk_u32x4 v = *mk_g(reinterpret_cast<const mk_u32x4*>(p));
   return make_uint4(v.x, v.y, v.z, v.w);
 }
-// (cp.async's stand-in: a copy through registers, complete when it returns)
-__device__ __forceinline__ void mk_cp_async16(void* smem_dst, const void* src) {
-  *reinterpret_cast<uint4*>(smem_dst) = mk_ld_cache16(src);
-}
-__device__ __forceinline__ void mk_cp_async_wait_all() {}
 __device__ __forceinline__ unsigned short mk_ld_cache_half(const unsigned short* p) { return *mk_g(p); }
 __device__ __forceinline__ uint2 mk_ld_cache_word2(const unsigned* p) {
   const mk_u32x2 v = *mk_g(reinterpret_cast<const mk_u32x2*>(p));
