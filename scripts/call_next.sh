@@ -3,7 +3,10 @@
 #
 # Twenty-sixth session: CALL=10 and a call of the remaining GPU tests ran on an H100 (BENCHMARKS.md,
 # "Twenty-sixth session"): bf16 activations are the default, epi_tiles stays off, stage_async was
-# removed. Next: CALL=11 on an H200 (the #13 rows beside the peer, `mkc bench` at batch 1, 8, 32).
+# removed. Next: CALL=11 on an H200 (the #13 rows beside the peer, `mkc bench` at batch 1, 8, 32);
+# out/carry/cache.tgz holds its kernels as the session's last tree builds them (prebuild.py
+# --variants b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic
+# --variant-max-seq 1024; --bench llama-3.2-1b:1,8,32): rebuild it if the headers change.
 #
 # Twenty-fourth session: CALL=4 (the twenty-third session's), 5 and 6 ran (BENCHMARKS.md,
 # "Twenty-fourth session"); the machine was then no longer lent, so CALL=7 and CALL=8 are for the
