@@ -108,11 +108,15 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
 
 
 def _bf16_acts_can(batch: int, sync: str | None, target: Target) -> bool:
-    """Where an activation can be kept in bf16 for the tensor-core staging: atomic counters at batch
-    >= 2 on a target with the bf16 tensor-core GEMV."""
+    """Where an activation is kept in bf16 for the tensor-core staging by default: atomic counters at
+    batch >= 2 on a target with the bf16 tensor-core GEMV and the bulk-copy weight pipeline, the
+    path it was measured on (H100, twenty-sixth session). The A100's cp.async ring and register
+    paths can take bf16 activations too (``lower(h_bf16=True)``), unmeasured: there batch 32's kernel
+    spills 24 bytes with them and none without."""
     from mkc.backend import for_target
 
-    return batch >= 2 and sync == "atomic" and for_target(target).capabilities(target).mma_bf16
+    caps = for_target(target).capabilities(target)
+    return batch >= 2 and sync == "atomic" and caps.mma_bf16 and caps.bulk_copy
 
 
 def h_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
