@@ -7,6 +7,12 @@
 # out/carry/cache.tgz holds its kernels as the session's last tree builds them (prebuild.py
 # --variants b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic
 # --variant-max-seq 1024; --bench llama-3.2-1b:1,8,32): rebuild it if the headers change.
+# Leads for after it (#13, batch 32, 41 % over its target before bf16 activations): the LM head's
+# tasks (~260-290 us of a ~1,830 us step) re-stage and re-normalise the fp32 final residual for every
+# row block (2 K-chunks x 8 blocks x 128 KB a task); a bf16 copy of the normed residual written
+# once (a norm task after the last down-proj, as attention's output is now kept in bf16) would halve
+# those bytes and drop the per-block norm; batch 32's sampling kernel spills 52/364 bytes (a
+# sampling row at batch 32 has never been timed).
 #
 # Twenty-fourth session: CALL=4 (the twenty-third session's), 5 and 6 ran (BENCHMARKS.md,
 # "Twenty-fourth session"); the machine was then no longer lent, so CALL=7 and CALL=8 are for the
