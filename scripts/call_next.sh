@@ -11,7 +11,9 @@
 # tasks (~260-290 us of a ~1,830 us step) re-stage and re-normalise the fp32 final residual for every
 # row block (2 K-chunks x 8 blocks x 128 KB a task); a bf16 copy of the normed residual written
 # once (a norm task after the last down-proj, as attention's output is now kept in bf16) would halve
-# those bytes and drop the per-block norm; batch 32's sampling kernel spills 52/364 bytes (a
+# those bytes and drop the per-block norm (lm_chunk_outer, which staged each chunk once and parked
+# the blocks' sums in the logits between chunks, lost 0.3-1.7 %: trace an LM-head task first to see
+# whether its staging or its epilogue bounds it); batch 32's sampling kernel spills 52/364 bytes (a
 # sampling row at batch 32 has never been timed).
 #
 # Twenty-fourth session: CALL=4 (the twenty-third session's), 5 and 6 ran (BENCHMARKS.md,
