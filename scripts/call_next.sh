@@ -51,8 +51,7 @@
 #           -srot variants) in the twenty-sixth session. Next: CALL=8 on an H200, then the winners on
 #           by default beside the peer. out/carry/cache.tgz was prebuilt before qkv_early's removal:
 #           rebuild it.
-#   CALL=8: every GPU test on the defaults (the tile sums in fragment order are new since the
-#           twenty-third session's full run), the #13 rows, the peer, `mkc bench`.
+#   CALL=8 (every GPU test, the rows, the peer, `mkc bench`): replaced by CALL=10 and CALL=11.
 #   Older sections, still valid: CALL=1 (every GPU test + sampling bench), CALL=2 (rows with -rs0),
 #   CALL=3 (b32 registers), CALL=4 (traces of .builds/llama-b32 and llama-b1; its MKC_FILTER_OPTIONS
 #   part died on the consumer_regs=0 kernel, 288 threads launched as 384 (CUDA_ERROR_INVALID_VALUE),
@@ -144,20 +143,11 @@ if [ "${CALL:-1}" = 10 ]; then
   exit 0
 fi
 if [ "${CALL:-1}" = 11 ]; then
-  # the #13 rows on the defaults, the peer, `mkc bench` (CALL=8 without the tests): the next call on
-  # an H200 (the twenty-sixth session's calls ran on an H100)
+  # the #13 rows on the defaults, the peer, `mkc bench`: the next call on an H200 (the twenty-sixth
+  # session's calls ran on an H100; CALL=10 ran every GPU test, which took the place of CALL=8)
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
   MKC_BENCH="llama-3.2-1b:1,8,32" MKC_ITERS=30 MKC_BENCH_S=240 OUT=$OUT bash scripts/gpu_final.sh
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 8 ]; then
-  # every GPU test on the tree's defaults (the tile sums in fragment order since the twenty-fourth
-  # session), then the #13 rows, the peer and `mkc bench`
-  MKC_TEST_S=330 MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b8-nan,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
-  MKC_BENCH="llama-3.2-1b:1" MKC_ITERS=30 MKC_BENCH_S=200 OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi

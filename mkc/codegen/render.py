@@ -219,7 +219,8 @@ class CodegenOptions:
     tile_sum_frag: bool = True
     # the GEMV epilogues' items in tiles of 4 rows x 8 batch columns a warp (kinds.cuh epi_item;
     # tensor-core path with the weight pipeline, batch a multiple of 8) rather than 32 rows of one
-    # column: the dot products' shared-memory reads without 32-way bank conflicts at batch 32, against 16-byte global stores;
+    # column: the dot products' shared-memory reads without 32-way bank conflicts at batch 32,
+    # against 16-byte global stores;
     # and the LM head's per-block maxima with a warp's lanes on consecutive words (twenty-fifth
     # session: the same 32-way conflicts, ~2 us a block of 128 rows at batch 32, 8 blocks a task).
     # False: the rows of one column (the kernels before). Measured on an H100 (twenty-fifth session):

@@ -107,7 +107,7 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
                       bool(h_bf16), bool(attn_bf16))
 
 
-def _bf16_acts_can(batch: int, sync: str | None, target: Target) -> bool:
+def _bf16_acts_default(batch: int, sync: str | None, target: Target) -> bool:
     """Where an activation is kept in bf16 for the tensor-core staging by default: atomic counters at
     batch >= 2 on a target with the bf16 tensor-core GEMV and the bulk-copy weight pipeline, the
     path it was measured on (H100, twenty-sixth session). The A100's cp.async ring and register
@@ -122,7 +122,7 @@ def _bf16_acts_can(batch: int, sync: str | None, target: Target) -> bool:
 def h_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
     """Whether a build keeps h in bf16 (``lower(h_bf16=...)``): where it can and where it was
     measured to pay (``H_BF16_PAYS``; BENCHMARKS.md, twenty-fourth session)."""
-    return H_BF16_PAYS and _bf16_acts_can(batch, sync, target)
+    return H_BF16_PAYS and _bf16_acts_default(batch, sync, target)
 
 
 H_BF16_PAYS = True  # set by measurement (h_bf16_pays; BENCHMARKS.md, twenty-fifth and twenty-sixth sessions)
@@ -131,7 +131,7 @@ H_BF16_PAYS = True  # set by measurement (h_bf16_pays; BENCHMARKS.md, twenty-fif
 def attn_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
     """Whether a build keeps unsplit attention's output in bf16 (``lower(attn_bf16=...)``), as
     ``h_bf16_pays`` with ``ATTN_BF16_PAYS``."""
-    return ATTN_BF16_PAYS and _bf16_acts_can(batch, sync, target)
+    return ATTN_BF16_PAYS and _bf16_acts_default(batch, sync, target)
 
 
 ATTN_BF16_PAYS = True  # set by measurement (attn_bf16_pays; the same sessions)
