@@ -151,6 +151,21 @@ if [ "${CALL:-1}" = 11 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 12 ]; then
+  # twenty-seventh session (#16): the sampling steps at batch 1 over greedy, paired (bench_tokens.py),
+  # and traces of .builds/llama-b1 (mkc compile llama-3.2-1b --batch 1 --max-seq-len 1024) greedy, top-k
+  # 50 and top-p 0.9: where a sampled step's extra time goes now; the peer beside them. Carry
+  # out/carry/cache12.tgz (these kernels) and out/carry/builds.tgz (.builds/llama-b1).
+  [ -f out/carry/cache12.tgz ] && tar xzf out/carry/cache12.tgz
+  timeout 130 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
+    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
+  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB=none MKC_PEER_S=100 MKC_TRACE=llama-b1 MKC_TRACE_S=60 \
+  MKC_TRACE_RUNS="=;topk=--do-sample --top-k 50 --seed 1;topp=--do-sample --top-k 0 --top-p 0.9 --seed 1" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 6 ]; then
   # (#13) the tile sums in fragment order (CodegenOptions.tile_sum_frag, the default) against the
   # row-major ones (-tsrow), alternated; the tensor-core tests and the same-bits test; the peer
