@@ -152,19 +152,26 @@ if [ "${CALL:-1}" = 11 ]; then
   exit 0
 fi
 if [ "${CALL:-1}" = 12 ]; then
-  # twenty-seventh session (#16): the sampling steps at batch 1 over greedy, paired (bench_tokens.py),
-  # and traces of .builds/llama-b1 (mkc compile llama-3.2-1b --batch 1 --max-seq-len 1024) greedy, top-k
-  # 50 and top-p 0.9: where a sampled step's extra time goes now; the peer beside them. Carry
-  # out/carry/cache12.tgz (these kernels) and out/carry/builds.tgz (.builds/llama-b1).
+  # twenty-seventh session (#16): the sampling steps at batch 1, the default build against
+  # CodegenOptions(pdraw_mass=True) (top-p's bounds from the tiles' mass sums) in alternation
+  # (bench_tokens.py --ab-options: every case's time on both, so "over greedy" for both), that option's
+  # draw-for-draw GPU tests, traces of .builds/llama-b1 (mkc compile llama-3.2-1b --batch 1
+  # --max-seq-len 1024) greedy, top-k 50 and top-p 0.9 (where a sampled step's extra time goes), the
+  # peer, and batch 32's greedy step traced. Carry out/carry/cache12.tgz (these kernels) and
+  # out/carry/builds.tgz (.builds/llama-b1, .builds/llama-b32).
   [ -f out/carry/cache12.tgz ] && tar xzf out/carry/cache12.tgz
-  timeout 130 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
-    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
-  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB=none MKC_PEER_S=100 MKC_TRACE=llama-b1 MKC_TRACE_S=60 \
+  timeout 170 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 \
+    --ab-options '{"pdraw_mass": true}' --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
+  echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 12
+  MKC_TEST_OPTIONS='{"pdraw_mass": true}' timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu \
+    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw" \
+    "tests/test_gpu_tokens.py::test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference" > "$OUT/tests-pm.log" 2>&1
+  echo "pdraw_mass tests rc=$?: $(tail -n 1 "$OUT/tests-pm.log")"
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB=none MKC_PEER_S=90 MKC_TRACE=llama-b1 MKC_TRACE_S=50 \
   MKC_TRACE_RUNS="=;topk=--do-sample --top-k 50 --seed 1;topp=--do-sample --top-k 0 --top-p 0.9 --seed 1" \
   OUT=$OUT bash scripts/gpu_final.sh
   # batch 32's greedy step on the default (bf16 activations): where the LM head's ~270 us go
-  timeout 70 python3 -m mkc run .builds/llama-b32 --max-new-tokens 24 --trace "$OUT/trace-llama-b32.json" > "$OUT/trace-llama-b32.log" 2>&1
+  timeout 60 python3 -m mkc run .builds/llama-b32 --max-new-tokens 24 --trace "$OUT/trace-llama-b32.json" > "$OUT/trace-llama-b32.log" 2>&1
   echo "trace-llama-b32 rc=$?"; tail -n 6 "$OUT/trace-llama-b32.log"; gzip -9f "$OUT/trace-llama-b32.json"; rm -f "$OUT/trace-llama-b32.png"
   pack_out
   exit 0

@@ -150,6 +150,34 @@ def bound_accepts(hists, zmax: float, zv: float, top_p: float, V: int) -> bool:
     return U < float(np.float32(top_p)) * L - 1
 
 
+def tile_mass_sums(logits: np.ndarray, temperature: float, tiles) -> list[tuple[int, np.ndarray]]:
+    """lm_histogram with CodegenOptions.pdraw_mass: per tile (A, the sums from the top of each bin's
+    mass e^(z - A / 8)): word j holds bins 0..j."""
+    z = (logits.astype(np.float32) / np.float32(temperature)).astype(np.float32)
+    out = []
+    for r0, r1 in tiles:
+        top = np.floor(np.float32(logits[r0:r1].max() / np.float32(temperature)) * np.float32(8))
+        zt = z[r0:r1]
+        j = np.minimum(top - np.floor(zt * np.float32(8)), PD_HB - 1).astype(np.int64)
+        m = np.exp(zt.astype(np.float64) - float(top) / 8.0)
+        out.append((int(top), np.cumsum(np.bincount(j, weights=m, minlength=PD_HB))))
+    return out
+
+
+def mass_bounds(sums, zmax: float, zv: float, V: int) -> tuple[float, float]:
+    """pd_mass_bounds: the row's mass at least L and the mass ranked above zv at most U (mass_of
+    units, widened by 1e-3), from tile_mass_sums."""
+    L = U = 0.0
+    y = np.floor(np.float32(zv) * np.float32(8))
+    for a, c in sums:
+        sc = np.exp(a / 8.0 - zmax)
+        L += c[-1] * sc
+        j = a - y
+        if j >= 0:
+            U += c[int(min(j, PD_HB - 1))] * sc
+    return L * 2.0**32 * (1 - 1e-3) - V, U * 2.0**32 * (1 + 1e-3)
+
+
 def sample_row(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, **filters) -> int:
     """The kernel's draw for row b at position pos: greedy at temperature 0; without a top-k, with
     top-p and/or min-p, the rejection sampler (``pdraw``) first; else Gumbel-max of logit / T over

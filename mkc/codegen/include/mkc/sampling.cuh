@@ -633,7 +633,59 @@ __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, i
   top = floorf(rawmax[b] / temp * 8.0f);
   return n <= 65535 && fabsf(top) < 1.0e6f;
 }
-__device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
+// PDRAW_MASS: the same bins, each holding the mass of its tokens relative to the grid's top,
+// e^(z - A / 8) summed (float adds in any order: the bounds are widened for it), written as sums
+// from the top (word LM_CAND_HEAD + j: bins 0..j), so argmax reads one word per tile for the mass
+// ranked above a token and one for the tile's whole mass, instead of every bin's count
+static_assert(LM_CAND_HEAD + PD_HB <= LM_CAND_WORDS && PD_HB % WARP == 0, "the tiles' mass sums");
+__device__ __forceinline__ void lm_histogram_mass(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
+  float* hm = reinterpret_cast<float*>(mk_smem + SM_A);  // region A: free once the GEMV is done
+  const float temp = tok_sampler(c).temperature;
+  const float* lgb = gptr<const float>(c, S_LOGITS, 0);
+  int* cand = gptr<int>(c, S_LM_CAND, 0);
+  const int n = r1 - r0, tid = s_tid();
+  for (int b0 = 0; b0 < B; b0 += PD_RB) {
+    const int nb = min(PD_RB, B - b0);
+    mk_barrier();  // the tile's logits stores are visible to the block; the last rows' readers are done
+    for (int i = tid; i < nb * PD_HB; i += NT) hm[i] = 0.0f;
+    mk_barrier();
+#pragma unroll 4
+    for (int idx = tid; idx < nb * n; idx += NT) {
+      const int r = idx / n, i = idx - r * n;
+      float top;
+      if (!pd_top(rawmax, b0 + r, temp, n, top)) continue;
+      const float z = lgb[(size_t)(b0 + r) * V + r0 + i] / temp;
+      const float j = top - floorf(z * 8.0f);
+      const float m = expf(z - top * 0.125f);  // <= e^(1/8): z < (A + 1) / 8
+      if (m > 0.0f) mk_smem_add_f32(hm + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), m);
+    }
+    mk_barrier();
+    // a warp per row: sums from the top (each lane PL consecutive bins, then the lanes' totals)
+    constexpr int PL = PD_HB / WARP;
+    for (int r = s_warp(); r < nb; r += NW) {
+      float* o = reinterpret_cast<float*>(cand + ((size_t)(b0 + r) * NTILES + tile) * LM_CAND_WORDS + LM_CAND_HEAD);
+      const int l = s_lane();
+      float run[PL];
+      float acc = 0.0f;
+#pragma unroll
+      for (int e = 0; e < PL; ++e) { acc += hm[r * PD_HB + l * PL + e]; run[e] = acc; }
+      float incl = acc;
+      for (int off = 1; off < WARP; off <<= 1) {
+        const float x = mk_bits_f32(mk_shfl_u32(mk_f32_bits(incl), l >= off ? l - off : l));
+        if (l >= off) incl += x;
+      }
+      const float excl = mk_bits_f32(mk_shfl_u32(mk_f32_bits(incl), l > 0 ? l - 1 : 0));
+#pragma unroll
+      for (int e = 0; e < PL; ++e) o[l * PL + e] = (l > 0 ? excl : 0.0f) + run[e];
+    }
+    if (tid < nb) {
+      float top;
+      const bool ok = pd_top(rawmax, b0 + tid, temp, n, top);
+      cand[((size_t)(b0 + tid) * NTILES + tile) * LM_CAND_WORDS + 2] = ok ? (int)top : PD_NOHIST;
+    }
+  }
+}
+__device__ __forceinline__ void lm_histogram_counts(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
   unsigned* h = reinterpret_cast<unsigned*>(mk_smem + SM_A);  // region A: free once the GEMV is done
   const float temp = tok_sampler(c).temperature;
   const float* lgb = gptr<const float>(c, S_LOGITS, 0);
@@ -680,6 +732,10 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
       cand[((size_t)(b0 + tid) * NTILES + tile) * LM_CAND_WORDS + 2] = ok ? (int)top : PD_NOHIST;
     }
   }
+}
+__device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
+  if constexpr (PDRAW_MASS) lm_histogram_mass(c, r0, r1, tile, rawmax);
+  else lm_histogram_counts(c, r0, r1, tile, rawmax);
 }
 
 // ---- top-p and/or min-p without a top-k (TOKF_PDRAW): the row's winner checked, then rejection ----
@@ -784,6 +840,45 @@ __device__ __forceinline__ bool pd_bound_accepts(const Ctx& c, const Sampler& s,
   return !any_none && U < (double)s.top_p * L - 1.0;
 }
 
+// PDRAW_MASS: from the tiles' mass sums, the row's mass at least L and the mass ranked above zv
+// (bins whose upper edge is above zv: j <= A - floor(8 zv)) at most U, in mass_of's units, widened
+// by 1e-3 for expf and the float sums. A thread per tile: two loads, then the one that depends on A.
+// Every thread gets the same. Block-wide.
+__device__ __forceinline__ bool pd_mass_bounds(const Ctx& c, int b, float zmax, float zv, double& L, double& U) {
+  float* part = reinterpret_cast<float*>(mk_smem + SM_PAIR);  // per warp: L, U, then 1 where a tile has no sums
+  const int lane = s_lane(), wid = s_warp();
+  const int* cw = gptr<const int>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS;
+  float lo = 0.0f, up = 0.0f, none = 0.0f;
+  const float y = floorf(zv * 8.0f);
+  for (int t = s_tid(); t < NTILES; t += NT) {
+    const int* o = cw + t * LM_CAND_WORDS;
+    const int a = mk_ld_int(o + 2);
+    const float tot = mk_ld_act(reinterpret_cast<const float*>(o + LM_CAND_HEAD + PD_HB - 1));
+    if (a == PD_NOHIST) { none = 1.0f; continue; }
+    const float jf = (float)a - y;  // the last bin whose upper edge is above zv (none: < 0)
+    const float cu = jf < 0.0f ? 0.0f : mk_ld_act(reinterpret_cast<const float*>(o + LM_CAND_HEAD) + (jf < (float)(PD_HB - 1) ? (int)jf : PD_HB - 1));
+    const float sc = expf((float)a * 0.125f - zmax);  // A / 8 <= the row's largest z
+    lo += tot * sc;
+    up += cu * sc;
+  }
+  for (int off = WARP / 2; off > 0; off >>= 1) {
+    lo += mk_shfl_xor(lo, off);
+    up += mk_shfl_xor(up, off);
+    none += mk_shfl_xor(none, off);
+  }
+  mk_barrier();  // part is the pass's per-warp sums too
+  if (lane == 0) { part[3 * wid] = lo; part[3 * wid + 1] = up; part[3 * wid + 2] = none; }
+  mk_barrier();
+  double l = 0.0, u = 0.0;
+  bool any_none = false;
+  for (int w = 0; w < NW; ++w) { l += part[3 * w]; u += part[3 * w + 1]; any_none |= part[3 * w + 2] != 0.0f; }
+  mk_barrier();  // part is rewritten by the pass
+  const double M = 4294967296.0;
+  L = l * M * (1.0 - 1e-3) - (double)V;  // floor(): up to 1 below each token's e^(z - zmax) 2^32
+  U = u * M * (1.0 + 1e-3);
+  return !any_none;
+}
+
 __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, float rawmax) {
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
   const float temp = s.temperature, zmax = rawmax / temp;
@@ -812,7 +907,14 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
     const float zv = mk_ld_act(lg + v) / temp;
     const unsigned kv = order_key(zv);
     if (!use_p && kv >= mkey) return v;  // min-p alone needs no sums
-    if constexpr (PDRAW_BOUND) {
+    if constexpr (PDRAW_BOUND && PDRAW_MASS) {
+      // round 1 against p L - 1 (target = floor(p total) >= p L - 1); later rounds against the pass's
+      // exact target
+      if (kv >= mkey && use_p) {
+        double L, U;
+        if (pd_mass_bounds(c, b, zmax, zv, L, U) && U < (r == 1 ? (double)s.top_p * L - 1.0 : (double)target)) return v;
+      }
+    } else if constexpr (PDRAW_BOUND) {
       if (r == 1 && kv >= mkey && pd_bound_accepts(c, s, b, zmax, zv)) return v;
     }
     // the pass: per segment the mass ranked above v (the next round's S), and the row's in round 1

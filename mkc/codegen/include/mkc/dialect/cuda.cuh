@@ -98,6 +98,8 @@ __device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned 
   if (carry != 0u) atomicAdd(w + 1, carry);
 }
 __device__ __forceinline__ unsigned mk_smem_add_u32(unsigned* p, unsigned v) { return atomicAdd(p, v); }
+// a float shared add (the sampler's bounds, whose float sums need no fixed order)
+__device__ __forceinline__ void mk_smem_add_f32(float* p, float v) { atomicAdd(p, v); }
 // one count in hist[bin] for every lane with `valid`, from one add per distinct bin of the warp (the
 // tiles' logits share a few bins: 32 lanes adding to one word serialise). Every lane of the warp
 // calls it together. (Capabilities.warp_match: dialects without it have no mk_warp_count, and

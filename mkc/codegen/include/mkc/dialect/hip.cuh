@@ -110,6 +110,9 @@ __device__ __forceinline__ void mk_smem_add_u64(unsigned long long* p, unsigned 
 __device__ __forceinline__ unsigned mk_smem_add_u32(unsigned* p, unsigned v) {
   return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 }
+__device__ __forceinline__ void mk_smem_add_f32(float* p, float v) {
+  (void)__hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+}
 // mk_warp_count's contract (a count in hist[bin] per lane with `valid`; the wavefront calls it
 // together), declared for the code that names it; without a warp match (TILE_WARP_ADDS = 0)
 // sampling.cuh counts lane by lane instead
