@@ -157,9 +157,8 @@ if [ "${CALL:-1}" = 12 ]; then
   # (bench_tokens.py --ab-options: every case's time on both, so "over greedy" for both), that option's
   # draw-for-draw GPU tests, traces of .builds/llama-b1 (mkc compile llama-3.2-1b --batch 1
   # --max-seq-len 1024) greedy, top-k 50 and top-p 0.9 (where a sampled step's extra time goes), the
-  # peer, and batch 32's greedy step traced. Carry out/carry/cache12.tgz (these kernels) and
+  # peer, and batch 32's greedy step traced. out/carry/cache.tgz holds these kernels and CALL=11's at a03c386, and
   # out/carry/builds.tgz (.builds/llama-b1, .builds/llama-b32).
-  [ -f out/carry/cache12.tgz ] && tar xzf out/carry/cache12.tgz
   timeout 170 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 \
     --ab-options '{"pdraw_mass": true}' --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
   echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 12
