@@ -175,6 +175,21 @@ if [ "${CALL:-1}" = 12 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 13 ]; then
+  # twenty-seventh session, after CALL=12 (an H100): CodegenOptions.pdraw_mass on by default. The
+  # token GPU tests on the new default, the sampling steps over greedy (paired), #13's main rows and
+  # the peer beside them
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
+    > "$OUT/tests.log" 2>&1
+  echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+  timeout 120 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
+    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
+  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=130 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b8-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic" OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 6 ]; then
   # (#13) the tile sums in fragment order (CodegenOptions.tile_sum_frag, the default) against the
   # row-major ones (-tsrow), alternated; the tensor-core tests and the same-bits test; the peer
