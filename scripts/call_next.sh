@@ -1,20 +1,33 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Twenty-seventh session: the H200 was refused all session; CALL=12 and CALL=13 ran on an H100
+# (BENCHMARKS.md, "Twenty-seventh session"): top-p's bounds from the tiles' mass sums paid and are the
+# only bounds now (CALL=12's `--ab-options '{"pdraw_mass": true}'` ran at a03c386; the option is
+# gone since, so CALL=12 as written fails there). Next: CALL=11 on an H200 (the #13 rows beside the
+# peer, `mkc bench` at batch 1, 8, 32) with CALL=13's token lines (the sampling cost on the H200,
+# where the 3 % target is judged). Rebuild out/carry/cache.tgz for the tree that runs (prebuild.py
+# --variants b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic
+# --variant-max-seq 1024; --bench llama-3.2-1b:1,8,32 --max-seq-len 1024; --tokens-bench --only
+# 'sample_pdraw=True pdraw_bound=True'): any header change invalidates every cubin.
+# Leads (#16): a pass over the row costs ~77 us in the argmax task (trace); the next cut is a walk
+# down the Gumbel order instead of rejection rounds: each LM-head tile keeps its 4 best Gumbel
+# scores (not only its winner), and argmax takes the first candidate the mass-sum bounds put in the
+# set, skipping those they put outside it (a lower bound on the mass above from the bins entirely
+# above), with a pass only where a candidate's bin straddles the threshold. The draw is then the
+# exact path's Gumbel-max over the set. In the twin (flat llama row): passes a step 0.157 -> 0.043 at
+# top-p 0.9, 0.86 -> 0.12 at top-p 0.5. The accepted path's ~18 us is its chain of dependent L2
+# round trips (~2 us each while the other SMs' producers prefetch): the winner's logit could ride
+# in word 3 of the tile's block, and the tiles' grid tops and masses could be read with the winners.
+# Leads (#13, batch 32): the LM head's tasks (~282 us on the H100, traced) spend 70.5 us re-staging and
+# re-normalising the fp32 final residual for each of 8 row blocks and 2 K-chunks; a bf16 copy of the
+# normed residual written once would halve those bytes and drop the per-block norm (lm_chunk_outer,
+# which staged each chunk once and parked the blocks' sums in the logits, lost 0.3-1.7 %).
+#
 # Twenty-sixth session: CALL=10 and a call of the remaining GPU tests ran on an H100 (BENCHMARKS.md,
 # "Twenty-sixth session"): bf16 activations are the default, epi_tiles stays off, stage_async was
-# removed. Next: CALL=11 on an H200 (the #13 rows beside the peer, `mkc bench` at batch 1, 8, 32);
-# out/carry/cache.tgz holds its kernels as the session's last tree builds them (prebuild.py
-# --variants b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic
-# --variant-max-seq 1024; --bench llama-3.2-1b:1,8,32): rebuild it if the headers change.
-# Leads for after it (#13, batch 32, 41 % over its target before bf16 activations): the LM head's
-# tasks (~260-290 us of a ~1,830 us step) re-stage and re-normalise the fp32 final residual for every
-# row block (2 K-chunks x 8 blocks x 128 KB a task); a bf16 copy of the normed residual written
-# once (a norm task after the last down-proj, as attention's output is now kept in bf16) would halve
-# those bytes and drop the per-block norm (lm_chunk_outer, which staged each chunk once and parked
-# the blocks' sums in the logits between chunks, lost 0.3-1.7 %: trace an LM-head task first to see
-# whether its staging or its epilogue bounds it); batch 32's sampling kernel spills 52/364 bytes (a
-# sampling row at batch 32 has never been timed).
+# removed. batch 32's sampling kernel spills 52/364 bytes (a sampling row at batch 32 has never been
+# timed).
 #
 # Twenty-fourth session: CALL=4 (the twenty-third session's), 5 and 6 ran (BENCHMARKS.md,
 # "Twenty-fourth session"); the machine was then no longer lent, so CALL=7 and CALL=8 are for the

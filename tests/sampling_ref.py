@@ -124,35 +124,9 @@ def pdraw(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, t
 PD_HB = 128  # sampling.cuh lm_histogram: bins of 1/8 per LM-head tile
 
 
-def tile_histograms(logits: np.ndarray, temperature: float, tiles) -> list[tuple[int, np.ndarray]]:
-    """lm_histogram: per tile (A = floor(8 max z), counts of z in [(A - j) / 8, (A - j + 1) / 8), the
-    last bin everything below)."""
-    z = (logits.astype(np.float32) / np.float32(temperature)).astype(np.float32)
-    out = []
-    for r0, r1 in tiles:
-        top = np.floor(np.float32(logits[r0:r1].max() / np.float32(temperature)) * np.float32(8))
-        j = top - np.floor(z[r0:r1] * np.float32(8))
-        out.append((int(top), np.bincount(np.minimum(j, PD_HB - 1).astype(np.int64), minlength=PD_HB)))
-    return out
-
-
-def bound_accepts(hists, zmax: float, zv: float, top_p: float, V: int) -> bool:
-    """pd_bound_accepts: the row's mass is at least L, the mass above zv at most U (mass_of units,
-    widened by 1e-4); True when U < p L - 1."""
-    L = U = 0.0
-    for a, cnt in hists:
-        j = np.arange(PD_HB)
-        lo, hi = (a - j) / 8.0, (a - j + 1) / 8.0
-        L += float((cnt[:-1] * np.exp(lo[:-1] - zmax)).sum())
-        U += float((cnt * np.exp(np.minimum(hi, zmax) - zmax) * (hi > zv)).sum())
-    L = L * 2.0**32 * (1 - 1e-4) - V
-    U = U * 2.0**32 * (1 + 1e-4)
-    return U < float(np.float32(top_p)) * L - 1
-
-
 def tile_mass_sums(logits: np.ndarray, temperature: float, tiles) -> list[tuple[int, np.ndarray]]:
-    """lm_histogram with CodegenOptions.pdraw_mass: per tile (A, the sums from the top of each bin's
-    mass e^(z - A / 8)): word j holds bins 0..j."""
+    """lm_histogram: per tile (A = floor(8 max z), the sums from the top of the masses e^(z - A / 8) of
+    the bins z in [(A - j) / 8, (A - j + 1) / 8), the last bin everything below): word j holds bins 0..j."""
     z = (logits.astype(np.float32) / np.float32(temperature)).astype(np.float32)
     out = []
     for r0, r1 in tiles:

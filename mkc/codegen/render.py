@@ -178,19 +178,12 @@ class CodegenOptions:
     # top-p / min-p without a top-k: the LM-head tiles' Gumbel winner checked, then rejection rounds
     # (sampling.cuh sample_pdraw); False: the exact path alone (other draws: for measurements)
     sample_pdraw: bool = True
-    # its round-1 check from the LM-head tiles' histograms where they decide it (sample_pdraw's bounds)
-    # before the pass over the row; False: always the pass
+    # its checks from the LM-head tiles' mass sums where they decide them (sample_pdraw's bounds)
+    # before a pass over the row; False: always the pass. The bins held counts until the twenty-
+    # seventh session (each bin valued at an edge: L and U within e^(1/8) of the truth); with masses,
+    # top-p 0.9 took 1058.7 -> 1030.5 us a step on an H100 (-2.86 %), the same tokens (the twin: 0.157
+    # passes a step instead of 0.357; a pass costs ~77 us in the trace)
     pdraw_bound: bool = True
-    # those bounds from each bin's mass (e^(z - the tile's grid top), summed; written as sums from the
-    # top) instead of its count: U and L within a bin of the truth rather than within e^(1/8) of it
-    # (on a flat llama-3.2-1b row, top-p 0.9, the numpy twin accepts 88.7 % of steps, against 81.7 %
-    # from the counts; 91 % lie in the set), argmax reads 3 words a tile instead of 65, and rounds
-    # after the first check their draw against the pass's exact target before another pass. A pass
-    # costs ~77 us in the trace (H100, twenty-seventh session: step 1113 us without one, 1195 with);
-    # the twin puts the passes a step at 0.157 instead of 0.357 (top-p 0.9), 0.86 instead of 1.33
-    # (top-p 0.5). Measured on an H100, one process, alternated: top-p 0.9 1058.7 -> 1030.5 us a step
-    # (-2.86 %), the same tokens. False: the counts (the kernels before)
-    pdraw_mass: bool = True
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
     # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
     # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls
@@ -477,7 +470,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_MASS=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and o.pdraw_mass), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

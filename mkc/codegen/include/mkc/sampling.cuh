@@ -613,15 +613,17 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
   else lm_candidates_block(c, r0, r1, tile);
 }
 
-// ---- the LM-head tiles' histograms for sample_pdraw's bounds (TOKF_PDRAW, PDRAW_BOUND) ----
-// Per row, the counts of the tile's z = logit / T in PD_HB bins of 1/8 on an absolute grid from the
-// tile's largest down: bin j holds z in [(A - j) / 8, (A - j + 1) / 8), A = floor(8 max z) (word 2
-// of block ``tile``), the last bin everything below; 16-bit counts, two per word, from word
-// LM_CAND_HEAD (16-byte aligned).
-// PD_NOHIST in word 2: no bound from this tile (counts past 16 bits, or logits past the grid).
+// ---- the LM-head tiles' mass sums for sample_pdraw's bounds (TOKF_PDRAW, PDRAW_BOUND) ----
+// Per row, the tile's z = logit / T in PD_HB bins of 1/8 on an absolute grid from the tile's
+// largest down: bin j holds z in [(A - j) / 8, (A - j + 1) / 8), A = floor(8 max z) (word 2 of block
+// ``tile``), the last bin everything below. Each bin holds its tokens' mass relative to the grid's
+// top, e^(z - A / 8) summed (float adds in any order: the bounds are widened for it), written as
+// sums from the top from word LM_CAND_HEAD (word LM_CAND_HEAD + j: bins 0..j), so argmax reads one
+// word a tile for the mass ranked above a token and one for the tile's whole mass.
+// PD_NOHIST in word 2: no bound from this tile (more than 65535 logits, or logits past the grid).
 constexpr int PD_HB = 128;
 constexpr int PD_NOHIST = (int)0x80000000;
-static_assert(LM_CAND_HEAD % 4 == 0 && LM_CAND_WORDS % 4 == 0 && LM_CAND_HEAD + PD_HB / 2 <= LM_CAND_WORDS && 4 * PD_HB <= SAMPLE_SMEM, "the tiles' histograms");
+static_assert(LM_CAND_HEAD + PD_HB <= LM_CAND_WORDS && PD_HB % WARP == 0 && 4 * PD_HB <= SAMPLE_SMEM, "the tiles' mass sums");
 static_assert(OFF_BEST >= SM_A + 4 * PD_HB || OFF_BEST + 16 * B <= SM_A, "the histogram's bins clear of the tile's maxima");
 // PD_RB rows at once (their bins side by side in region A, clear of the tile's maxima, which hold
 // rawmax): one clear, one count and one write-out pass for them, not three block barriers per row.
@@ -633,12 +635,7 @@ __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, i
   top = floorf(rawmax[b] / temp * 8.0f);
   return n <= 65535 && fabsf(top) < 1.0e6f;
 }
-// PDRAW_MASS: the same bins, each holding the mass of its tokens relative to the grid's top,
-// e^(z - A / 8) summed (float adds in any order: the bounds are widened for it), written as sums
-// from the top (word LM_CAND_HEAD + j: bins 0..j), so argmax reads one word per tile for the mass
-// ranked above a token and one for the tile's whole mass, instead of every bin's count
-static_assert(LM_CAND_HEAD + PD_HB <= LM_CAND_WORDS && PD_HB % WARP == 0, "the tiles' mass sums");
-__device__ __forceinline__ void lm_histogram_mass(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
+__device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
   float* hm = reinterpret_cast<float*>(mk_smem + SM_A);  // region A: free once the GEMV is done
   const float temp = tok_sampler(c).temperature;
   const float* lgb = gptr<const float>(c, S_LOGITS, 0);
@@ -684,58 +681,6 @@ __device__ __forceinline__ void lm_histogram_mass(const Ctx& c, int r0, int r1, 
       cand[((size_t)(b0 + tid) * NTILES + tile) * LM_CAND_WORDS + 2] = ok ? (int)top : PD_NOHIST;
     }
   }
-}
-__device__ __forceinline__ void lm_histogram_counts(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
-  unsigned* h = reinterpret_cast<unsigned*>(mk_smem + SM_A);  // region A: free once the GEMV is done
-  const float temp = tok_sampler(c).temperature;
-  const float* lgb = gptr<const float>(c, S_LOGITS, 0);
-  int* cand = gptr<int>(c, S_LM_CAND, 0);
-  const int n = r1 - r0, tid = s_tid();
-  [[maybe_unused]] const int lane = s_lane();
-  for (int b0 = 0; b0 < B; b0 += PD_RB) {
-    const int nb = min(PD_RB, B - b0);
-    mk_barrier();  // the tile's logits stores are visible to the block; the last rows' readers are done
-    for (int i = tid; i < nb * PD_HB; i += NT) h[i] = 0u;
-    mk_barrier();
-    if constexpr (TILE_WARP_ADDS != 0) {
-#pragma unroll 4
-      for (int i0 = tid - lane; i0 < nb * n; i0 += NT) {  // whole warps (mk_warp_count)
-        const int idx = i0 + lane, r = idx / n, i = idx - r * n;
-        float top = 0.0f;
-        const bool ok = idx < nb * n && pd_top(rawmax, b0 + r, temp, n, top);
-        unsigned bin = 0u;
-        if (ok) {
-          const float j = top - floorf(lgb[(size_t)(b0 + r) * V + r0 + i] / temp * 8.0f);
-          bin = (unsigned)(r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1));  // NaN: the last bin
-        }
-        mk_warp_count(h, bin, ok);
-      }
-    } else {
-#pragma unroll 4
-      for (int idx = tid; idx < nb * n; idx += NT) {
-        const int r = idx / n, i = idx - r * n;
-        float top;
-        if (!pd_top(rawmax, b0 + r, temp, n, top)) continue;
-        const float j = top - floorf(lgb[(size_t)(b0 + r) * V + r0 + i] / temp * 8.0f);
-        mk_smem_add_u32(h + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), 1u);  // NaN: the last bin
-      }
-    }
-    mk_barrier();
-    for (int idx = tid; idx < nb * (PD_HB / 2); idx += NT) {
-      const int r = idx / (PD_HB / 2), i = idx - r * (PD_HB / 2);
-      int* o = cand + ((size_t)(b0 + r) * NTILES + tile) * LM_CAND_WORDS;
-      o[LM_CAND_HEAD + i] = (int)(h[r * PD_HB + 2 * i] | h[r * PD_HB + 2 * i + 1] << 16);
-    }
-    if (tid < nb) {
-      float top;
-      const bool ok = pd_top(rawmax, b0 + tid, temp, n, top);
-      cand[((size_t)(b0 + tid) * NTILES + tile) * LM_CAND_WORDS + 2] = ok ? (int)top : PD_NOHIST;
-    }
-  }
-}
-__device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
-  if constexpr (PDRAW_MASS) lm_histogram_mass(c, r0, r1, tile, rawmax);
-  else lm_histogram_counts(c, r0, r1, tile, rawmax);
 }
 
 // ---- top-p and/or min-p without a top-k (TOKF_PDRAW): the row's winner checked, then rejection ----
@@ -793,54 +738,7 @@ __device__ __forceinline__ int lanes_at_or_below(unsigned long long v, unsigned 
   return n;
 }
 
-// Round 1 without the pass: from the tiles' histograms (lm_histogram) the row's mass is at least L
-// and the mass ranked above v (z > zv: bins whose upper edge is above zv) at most U, in mass_of's
-// units, each token's bound widened by 1e-4 for expf, the rounding of z - zmax and the float sums.
-// True when U < p L - 1, so v is in the top-p set (target = floor(p total) >= p L - 1 > above).
-// Every thread returns the same. Block-wide.
-__device__ __forceinline__ bool pd_bound_accepts(const Ctx& c, const Sampler& s, int b, float zmax, float zv) {
-  float* part = reinterpret_cast<float*>(mk_smem + SM_PAIR);  // per warp: L, U, then 1 where a tile has no histogram
-  const int lane = s_lane(), wid = s_warp();
-  const int* cw = gptr<const int>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS;
-  float lo = 0.0f, up = 0.0f, none = 0.0f;
-  // a thread per (tile, 16 bytes of counts): 8 bins; all of a thread's loads in flight at once
-  constexpr int QW = PD_HB / 8;  // 16-byte words of counts per tile
-#pragma unroll 4
-  for (int i = s_tid(); i < NTILES * QW; i += NT) {
-    const int t = i / QW, q = i % QW;
-    const int a = mk_ld_int(cw + t * LM_CAND_WORDS + 2);
-    const float4 w4 = mk_ld_act4(reinterpret_cast<const float*>(cw + t * LM_CAND_WORDS + LM_CAND_HEAD + 4 * q));
-    if (a == PD_NOHIST) { none = 1.0f; continue; }
-    const unsigned ws[4] = {mk_f32_bits(w4.x), mk_f32_bits(w4.y), mk_f32_bits(w4.z), mk_f32_bits(w4.w)};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int j = 8 * q + e;
-      const float n = (float)((ws[e / 2] >> (16 * (e % 2))) & 0xFFFFu);
-      if (n == 0.0f) continue;
-      const float zhi = (float)(a - j + 1) * 0.125f;
-      if (j < PD_HB - 1) lo += n * expf((float)(a - j) * 0.125f - zmax);
-      if (zhi > zv) up += n * expf(fminf(zhi, zmax) - zmax);
-    }
-  }
-  for (int off = WARP / 2; off > 0; off >>= 1) {
-    lo += mk_shfl_xor(lo, off);
-    up += mk_shfl_xor(up, off);
-    none += mk_shfl_xor(none, off);
-  }
-  mk_barrier();  // part is the pass's per-warp sums too
-  if (lane == 0) { part[3 * wid] = lo; part[3 * wid + 1] = up; part[3 * wid + 2] = none; }
-  mk_barrier();
-  double L = 0.0, U = 0.0;
-  bool any_none = false;
-  for (int w = 0; w < NW; ++w) { L += part[3 * w]; U += part[3 * w + 1]; any_none |= part[3 * w + 2] != 0.0f; }
-  mk_barrier();  // part is rewritten by the pass
-  const double M = 4294967296.0;
-  L = L * M * (1.0 - 1e-4) - (double)V;  // floor(): up to 1 below each token's e^(z - zmax) 2^32
-  U = U * M * (1.0 + 1e-4);
-  return !any_none && U < (double)s.top_p * L - 1.0;
-}
-
-// PDRAW_MASS: from the tiles' mass sums, the row's mass at least L and the mass ranked above zv
+// From the tiles' mass sums (lm_histogram), the row's mass at least L and the mass ranked above zv
 // (bins whose upper edge is above zv: j <= A - floor(8 zv)) at most U, in mass_of's units, widened
 // by 1e-3 for expf and the float sums. A thread per tile: two loads, then the one that depends on A.
 // Every thread gets the same. Block-wide.
@@ -907,15 +805,13 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
     const float zv = mk_ld_act(lg + v) / temp;
     const unsigned kv = order_key(zv);
     if (!use_p && kv >= mkey) return v;  // min-p alone needs no sums
-    if constexpr (PDRAW_BOUND && PDRAW_MASS) {
-      // round 1 against p L - 1 (target = floor(p total) >= p L - 1); later rounds against the pass's
-      // exact target
+    if constexpr (PDRAW_BOUND) {
+      // v is in the top-p set where the mass ranked above it is below the target: round 1 against
+      // p L - 1 (target = floor(p total) >= p L - 1), later rounds against the pass's exact target
       if (kv >= mkey && use_p) {
         double L, U;
         if (pd_mass_bounds(c, b, zmax, zv, L, U) && U < (r == 1 ? (double)s.top_p * L - 1.0 : (double)target)) return v;
       }
-    } else if constexpr (PDRAW_BOUND) {
-      if (r == 1 && kv >= mkey && pd_bound_accepts(c, s, b, zmax, zv)) return v;
     }
     // the pass: per segment the mass ranked above v (the next round's S), and the row's in round 1
     unsigned long long tot = 0, above_w = 0;
