@@ -203,6 +203,18 @@ if [ "${CALL:-1}" = 13 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 14 ]; then
+  # twenty-seventh session, last: the sampling steps over greedy (paired) on an H200 if one is lent,
+  # the peer and batch 1, 8, 32 beside it (out/carry/cache.tgz at 750e592: the tokens bench's and
+  # these variants' kernels)
+  timeout 100 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
+    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
+  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=90 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b8-atomic,b32-atomic" OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 6 ]; then
   # (#13) the tile sums in fragment order (CodegenOptions.tile_sum_frag, the default) against the
   # row-major ones (-tsrow), alternated; the tensor-core tests and the same-bits test; the peer
