@@ -15,8 +15,8 @@
 # scores (not only its winner), and argmax takes the first candidate the mass-sum bounds put in the
 # set, skipping those they put outside it (a lower bound on the mass above from the bins entirely
 # above), with a pass only where a candidate's bin straddles the threshold. The draw is then the
-# exact path's Gumbel-max over the set. In the twin (flat llama row): passes a step 0.157 -> 0.043 at
-# top-p 0.9, 0.86 -> 0.12 at top-p 0.5. The accepted path's ~18 us is its chain of dependent L2
+# exact path's Gumbel-max over the set. scripts/pdraw_passes.py (flat llama row): passes a step 0.157
+# -> 0.043 at top-p 0.9, 0.86 -> 0.13 at top-p 0.5. The accepted path's ~18 us is its chain of dependent L2
 # round trips (~2 us each while the other SMs' producers prefetch): the winner's logit could ride
 # in word 3 of the tile's block, and the tiles' grid tops and masses could be read with the winners.
 # Leads (#13, batch 32): the LM head's tasks (~282 us on the H100, traced) spend 70.5 us re-staging and
