@@ -7,6 +7,7 @@
 #   MKC_NO_TOKENS=1   MKC_TOKENS_ARGS=--exact-too   MKC_TOKENS_S
 #   MKC_NO_PEER=1   MKC_PEER_ARGS="--long-ctx 512,1024 --long-steps 50"   MKC_PEER_S
 #   MKC_TRACE="dir ..." (under .builds; 1: llama-b1)   MKC_TRACE_RUNS="label=run flags;..."   MKC_TRACE_S
+#     (default 80: a sampling run builds its kernel, then fits the cost model to the trace, 20-40 s)
 #   MKC_PACK=1: everything in $OUT packed into pack.tgz
 # Output and logs in $OUT.
 set -u
@@ -62,7 +63,7 @@ IFS=';' read -ra runs <<< "${MKC_TRACE_RUNS:-=}"
 for d in $( [ "$MKC_TRACE" = 1 ] && echo llama-b1 || echo $MKC_TRACE ); do
   for run in "${runs[@]}"; do
     label=${run%%=*}; args=${run#*=}; t=trace-$d${label:+-$label}
-    timeout ${MKC_TRACE_S:-45} python3 -m mkc run .builds/$d --max-new-tokens 24 $args --trace "$OUT/$t.json" > "$OUT/$t.log" 2>&1
+    timeout ${MKC_TRACE_S:-80} python3 -m mkc run .builds/$d --max-new-tokens 24 $args --trace "$OUT/$t.json" > "$OUT/$t.log" 2>&1
     echo "$t rc=$?"; tail -n 6 "$OUT/$t.log"
     gzip -9f "$OUT/$t.json" 2>/dev/null; rm -f "$OUT/$t.png"  # the raw trace comes back (too big unzipped)
   done
