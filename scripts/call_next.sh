@@ -1,12 +1,12 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
-# Twenty-seventh session: the H200 was refused all session; CALL=12 and CALL=13 ran on an H100
+# Twenty-seventh session: the H200 was refused all session; CALL=12, 13 and 14 ran on an H100
 # (BENCHMARKS.md, "Twenty-seventh session"): top-p's bounds from the tiles' mass sums paid and are the
 # only bounds now (CALL=12's `--ab-options '{"pdraw_mass": true}'` ran at a03c386; the option is
-# gone since, so CALL=12 as written fails there). Next: CALL=11 on an H200 (the #13 rows beside the
-# peer, `mkc bench` at batch 1, 8, 32) with CALL=13's token lines (the sampling cost on the H200,
-# where the 3 % target is judged). Rebuild out/carry/cache.tgz for the tree that runs (prebuild.py
+# gone since, so CALL=12 as written fails there). Next: CALL=15 on an H200 (CALL=11's #13 rows beside
+# the peer, `mkc bench` at batch 1, 8, 32, and the sampling cost on the H200, where the 3 % target is
+# judged); out/carry/cache.tgz holds its kernels at the session's last headers. Else rebuild it (prebuild.py
 # --variants b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic
 # --variant-max-seq 1024; --bench llama-3.2-1b:1,8,32 --max-seq-len 1024; --tokens-bench --only
 # 'sample_pdraw=True pdraw_bound=True'): any header change invalidates every cubin.
@@ -212,6 +212,19 @@ if [ "${CALL:-1}" = 14 ]; then
   echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=90 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b8-atomic,b32-atomic" OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 15 ]; then
+  # next session, on an H200: CALL=11 (the #13 rows beside the peer, `mkc bench` at batch 1, 8, 32)
+  # and the sampling steps over greedy (paired; #16's 3 % is judged on the H200). out/carry/cache.tgz
+  # holds its kernels at 9e71dfa's headers (the twenty-seventh session's last)
+  timeout 100 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
+    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
+  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
+  MKC_BENCH="llama-3.2-1b:1,8,32" MKC_ITERS=30 MKC_BENCH_S=200 OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi
