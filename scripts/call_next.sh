@@ -10,6 +10,8 @@
 # --variants b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic
 # --variant-max-seq 1024; --bench llama-3.2-1b:1,8,32 --max-seq-len 1024; --tokens-bench --only
 # 'sample_pdraw=True pdraw_bound=True'): any header change invalidates every cubin.
+# CALL=16: CodegenOptions.pdraw_walk (the walk below, built on the CPU late in the session, never run
+# on a GPU): its tests and its A/B; its kernels are in out/carry/cache.tgz too.
 # Leads (#16): a pass over the row costs ~77 us in the argmax task (trace); the next cut is a walk
 # down the Gumbel order instead of rejection rounds: each LM-head tile keeps its 4 best Gumbel
 # scores (not only its winner), and argmax takes the first candidate the mass-sum bounds put in the
@@ -225,6 +227,25 @@ if [ "${CALL:-1}" = 15 ]; then
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
   MKC_BENCH="llama-3.2-1b:1,8,32" MKC_ITERS=30 MKC_BENCH_S=200 OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 16 ]; then
+  # (#16) CodegenOptions.pdraw_walk (top-p alone walks down the tiles' best Gumbel scores; built on
+  # the CPU in the twenty-seventh session, never run): its GPU test, the draw-for-draw tests on its
+  # kernels, and its sampling steps against the default's in alternation (same tokens expected only
+  # where the row's winner is in the set: the walk draws the exact path's token, the default the
+  # rejection rounds')
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=100 -rfE \
+    "tests/test_gpu_tokens.py::test_walk_draws_the_exact_paths_token_on_a_full_vocabulary" > "$OUT/tests-walk.log" 2>&1
+  echo "walk test rc=$?: $(tail -n 1 "$OUT/tests-walk.log" | cut -c1-200)"
+  MKC_TEST_OPTIONS='{"pdraw_walk": true}' timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu \
+    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw" \
+    "tests/test_gpu_tokens.py::test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference" > "$OUT/tests-walk2.log" 2>&1
+  echo "draw-for-draw on the walk's kernels rc=$?: $(tail -n 1 "$OUT/tests-walk2.log" | cut -c1-200)"
+  timeout 170 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 \
+    --ab-options '{"pdraw_walk": true}' --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
+  echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 12
   pack_out
   exit 0
 fi

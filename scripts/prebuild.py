@@ -108,6 +108,10 @@ def test_sources(trace: bool = False):
             tg = lower(shape_graph(m, b, 128), get_target("h200"), **kw)
             yield from kernels(f"test {m} b{b} atomic h_bf16 {kw} {opts}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                                CodegenOptions(**opts), sampling=False)
+    # test_walk_draws_the_exact_paths_token_on_a_full_vocabulary
+    tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), **default_lower_kw(1, "atomic"))
+    yield from kernels("test llama-3.2-1b b1 atomic pdraw_walk", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                       CodegenOptions(pdraw_walk=True))
     # test_candidate_path_at_batch_8_with_a_warp_per_row
     tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"), **default_lower_kw(8, "atomic"))
     yield from kernels("test llama-3.2-1b b8 atomic lm_rows_at_once", tg, rr_schedule(tg, "h200", "atomic"), "h200",

@@ -124,7 +124,7 @@ def pdraw(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, t
 PD_HB = 128  # sampling.cuh lm_histogram: bins of 1/8 per LM-head tile
 
 
-def tile_mass_sums(logits: np.ndarray, temperature: float, tiles) -> list[tuple[int, np.ndarray]]:
+def tile_mass_sums(logits: np.ndarray, temperature: float, tiles, hb: int = PD_HB) -> list[tuple[int, np.ndarray]]:
     """lm_histogram: per tile (A = floor(8 max z), the sums from the top of the masses e^(z - A / 8) of
     the bins z in [(A - j) / 8, (A - j + 1) / 8), the last bin everything below): word j holds bins 0..j."""
     z = (logits.astype(np.float32) / np.float32(temperature)).astype(np.float32)
@@ -132,9 +132,9 @@ def tile_mass_sums(logits: np.ndarray, temperature: float, tiles) -> list[tuple[
     for r0, r1 in tiles:
         top = np.floor(np.float32(logits[r0:r1].max() / np.float32(temperature)) * np.float32(8))
         zt = z[r0:r1]
-        j = np.minimum(top - np.floor(zt * np.float32(8)), PD_HB - 1).astype(np.int64)
+        j = np.minimum(top - np.floor(zt * np.float32(8)), hb - 1).astype(np.int64)
         m = np.exp(zt.astype(np.float64) - float(top) / 8.0)
-        out.append((int(top), np.cumsum(np.bincount(j, weights=m, minlength=PD_HB))))
+        out.append((int(top), np.cumsum(np.bincount(j, weights=m, minlength=hb))))
     return out
 
 
@@ -148,20 +148,88 @@ def mass_bounds(sums, zmax: float, zv: float, V: int) -> tuple[float, float]:
         L += c[-1] * sc
         j = a - y
         if j >= 0:
-            U += c[int(min(j, PD_HB - 1))] * sc
+            U += c[int(min(j, len(c) - 1))] * sc
     return L * 2.0**32 * (1 - 1e-3) - V, U * 2.0**32 * (1 + 1e-3)
 
 
-def sample_row(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, **filters) -> int:
+def mass_above_at_least(sums, zmax: float, zv: float, V: int) -> float:
+    """A lower bound on the mass ranked above zv (mass_of units): the bins wholly above zv's,
+    j <= A - floor(8 zv) - 1, and never the last bin (everything below the grid)."""
+    la = 0.0
+    y = np.floor(np.float32(zv) * np.float32(8))
+    for a, c in sums:
+        j = a - y - 1
+        if j >= 0:
+            la += c[int(min(j, len(c) - 2))] * np.exp(a / 8.0 - zmax)
+    return la * 2.0**32 * (1 - 1e-3) - V
+
+
+PD_M = 4  # CodegenOptions.pdraw_walk: each LM-head tile's best Gumbel scores per row
+PD_HB_WALK = 64  # its bins (the room the candidates take in the tile's block)
+
+
+def pwalk(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, tiles, top_p: float = 1.0,
+          min_p: float = 0.0) -> int | None:
+    """sampling.cuh sample_pwalk (CodegenOptions.pdraw_walk), top-p and/or min-p without a top-k: walk
+    the tiles' best Gumbel scores (PD_M a tile) from the top; the first token the mass bounds (or,
+    where a token's bin straddles the threshold, a pass) put in the set is the draw: the exact path's
+    Gumbel-max over the set. None where the walk gives up (a tile's candidates run out, or PD_ROUNDS
+    tokens): the exact path then draws."""
+    V = logits.shape[0]
+    t = np.float32(temperature)
+    z = (logits.astype(np.float32) / t).astype(np.float32)
+    zmax = np.float32(logits.astype(np.float32).max() / t)
+    keys, m = order_key(z), mass_of(z, zmax)
+    use_p = np.float32(top_p) < np.float32(1.0)
+    mkey = int(order_key(np.float32(zmax + np.log(np.float32(min_p))))) if min_p > 0 else 0
+    p32 = float(np.float32(top_p))
+    sums = tile_mass_sums(logits, temperature, tiles, PD_HB_WALK)
+    L, _ = mass_bounds(sums, float(zmax), float(zmax), V)
+    u_tot = sum(c[-1] * np.exp(a / 8.0 - float(zmax)) for a, c in sums) * 2.0**32 * (1 + 1e-3)
+    score = (z + gumbel(seed, pos, b, np.arange(V))).astype(np.float32)
+    cands = []  # per tile, its PD_M best in pack_best's order (score descending, then index)
+    for r0, r1 in tiles:
+        idx = np.arange(r0, r1)
+        order = np.lexsort((idx, -score[r0:r1]))[:PD_M]
+        cands.append([(float(score[r0 + k]), int(r0 + k)) for k in order])
+    ptr = [0] * len(tiles)
+    target = None  # exact, once a pass ran
+    for _ in range(PD_ROUNDS):
+        if any(p >= len(c) for p, c in zip(ptr, cands) if len(c) == PD_M):
+            return None  # a tile's next candidate is unknown
+        live = [(c[p][0], -c[p][1], t_) for t_, (p, c) in enumerate(zip(ptr, cands)) if p < len(c)]
+        _, neg, t_ = max(live)
+        u = -neg
+        ptr[t_] += 1
+        if int(keys[u]) < mkey:
+            continue
+        if not use_p:
+            return u
+        _, U = mass_bounds(sums, float(zmax), float(z[u]), V)
+        la = mass_above_at_least(sums, float(zmax), float(z[u]), V)
+        if U < (p32 * L - 1 if target is None else target):
+            return u
+        if la >= (p32 * u_tot if target is None else target):
+            continue
+        target = max(1, int(p32 * float(int(m.sum()))))  # the pass: the exact target and mass above u
+        if int(m[keys > keys[u]].sum()) < target:
+            return u
+    return None
+
+
+def sample_row(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, walk: bool = False,
+               **filters) -> int:
     """The kernel's draw for row b at position pos: greedy at temperature 0; without a top-k, with
     top-p and/or min-p, the rejection sampler (``pdraw``) first; else Gumbel-max of logit / T over
-    the allowed set."""
+    the allowed set. ``walk`` (CodegenOptions.pdraw_walk): top-p alone walks (``pwalk``), whose draw
+    is the exact path's, so there is no rejection sampler to model."""
     logits = np.asarray(logits, dtype=np.float32)
     if temperature == 0:
         return int(np.argmax(logits))
     V = logits.shape[0]
     top_k, top_p, min_p = filters.get("top_k", 0), filters.get("top_p", 1.0), filters.get("min_p", 0.0)
-    if not 0 < top_k < V and (np.float32(top_p) < np.float32(1.0) or min_p > 0):
+    walks = walk and min_p <= 0
+    if not walks and not 0 < top_k < V and (np.float32(top_p) < np.float32(1.0) or min_p > 0):
         v = pdraw(logits, temperature, seed, pos, b, top_p=top_p, min_p=min_p)
         if v is not None:
             return v

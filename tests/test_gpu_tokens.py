@@ -5,6 +5,8 @@ stream, and cheap steps. Skipped where CUDA is absent; run on the GPU machine.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import numpy as np
@@ -14,6 +16,8 @@ import sampling_ref as ref
 from gpu_fixtures import cuda_ok, hf_models, megakernel, record
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_ok(), reason="needs a CUDA GPU")]
+# $MKC_TEST_OPTIONS with pdraw_walk: top-p alone draws the exact path's token (no rejection rounds)
+WALK = bool(json.loads(os.environ.get("MKC_TEST_OPTIONS") or "{}").get("pdraw_walk", False))
 
 
 def _rows(vocab: int, lengths, seed: int = 0) -> list[list[int]]:
@@ -149,7 +153,7 @@ def test_sampling_matches_the_numpy_reference_draw_for_draw():
             lg = mk.logits().float().cpu().numpy()
             for b in range(4):
                 want = ref.sample_row(lg[b], smp_s.temperature, smp_s.seed, pos=len(prompt) - 1, b=b,
-                                      top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p)
+                                      top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p, walk=WALK)
                 agree += int(out[b][0] == want)
                 total += 1
     assert agree >= 0.99 * total, f"{agree} of {total}"
@@ -177,7 +181,7 @@ def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
             out = mk.decode([prompt], 1, sampling=smp_s)
             lg = mk.logits().float().cpu().numpy()
             want = ref.sample_row(lg[0], smp_s.temperature, smp_s.seed, pos=len(prompt) - 1, b=0,
-                                  top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p)
+                                  top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p, walk=WALK)
             agree += int(out[0][0] == want)
             total += 1
             if smp_s.top_p == 0.5:  # drawn by a later round: not the row's Gumbel-max winner
@@ -186,6 +190,35 @@ def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
                 later += int(want != winner)
     assert agree >= total - 1, f"{agree} of {total}"
     assert later >= 2, f"only {later} of 12 top-p 0.5 draws came from the rejection rounds"
+
+
+def test_walk_draws_the_exact_paths_token_on_a_full_vocabulary():
+    """CodegenOptions.pdraw_walk: top-p alone over llama-3.2-1b's 128,256 tokens draws the exact
+    path's token (Gumbel-max over the top-p set), including the draws where the row's winner lies
+    outside the set (top-p 0.5 on a flat row: about half), up to last-place expf/logf differences."""
+    import dataclasses
+
+    from mkc.codegen.render import CodegenOptions
+    from mkc.sampling import Sampling
+
+    hf = hf_models("llama-3.2-1b")
+    mk = megakernel(hf, 1, "atomic", options=CodegenOptions(pdraw_walk=True))
+    prompt = _rows(hf.vocab, [3], seed=11)[0]
+    agree = total = outside = 0
+    for smp in (Sampling(temperature=0.8, top_p=0.5, seed=8), Sampling(temperature=1.0, top_p=0.9, seed=3)):
+        for s in range(12):
+            smp_s = dataclasses.replace(smp, seed=smp.seed + 31 * s)
+            out = mk.decode([prompt], 1, sampling=smp_s)
+            lg = mk.logits().float().cpu().numpy()
+            want = ref.sample_row(lg[0], smp_s.temperature, smp_s.seed, pos=len(prompt) - 1, b=0,
+                                  top_p=smp_s.top_p, walk=True)
+            agree += int(out[0][0] == want)
+            total += 1
+            z = (lg[0] / np.float32(smp_s.temperature)).astype(np.float32)
+            winner = int(np.argmax(z + ref.gumbel(smp_s.seed, len(prompt) - 1, 0, np.arange(hf.vocab))))
+            outside += int(want != winner)
+    assert agree >= total - 1, f"{agree} of {total}"
+    assert outside >= 2, f"only {outside} of {total} draws had the row's winner outside the set"
 
 
 @pytest.mark.parametrize("batch", [1, 2])
@@ -247,7 +280,7 @@ def test_candidate_path_at_batch_8_with_a_warp_per_row():
             lg = mk.logits().float().cpu().numpy()
             for b in range(8):
                 want = ref.sample_row(lg[b], smp_s.temperature, smp_s.seed, pos=2, b=b,
-                                      top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p)
+                                      top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p, walk=WALK)
                 agree += int(out[b][0] == want)
                 total += 1
     assert agree >= total - 2, f"{agree} of {total}"

@@ -101,6 +101,31 @@ def test_tile_mass_bounds_accept_only_draws_in_the_top_p_set(scale):
         assert accepted >= 0.8 * inside, (p, accepted, inside)
 
 
+@pytest.mark.parametrize("scale", [0.9, 2.0, 4.0])
+def test_walk_draws_the_exact_paths_token(scale):
+    """The walk down the tiles' best Gumbel scores (CodegenOptions.pdraw_walk, top-p alone) draws the
+    exact path's token (Gumbel-max over the top-p set) whenever it does not give up, and gives up
+    on few rows (a tile's candidates all taken)."""
+    rng = np.random.default_rng(int(scale * 10))
+    V, T_ = 12000, 0.8
+    logits = (rng.standard_normal(V) * scale).astype(np.float32)
+    tiles = [(a, min(V, a + 97)) for a in range(0, V, 97)]
+    z = (logits / np.float32(T_)).astype(np.float32)
+    walked = total = 0
+    for p in (0.5, 0.9, 0.99):
+        ok = ref.allowed(logits, T_, top_p=p)
+        for pos in range(40):
+            score = (z + ref.gumbel(5, pos, 0, np.arange(V))).astype(np.float32)
+            exact = int(np.argmax(np.where(ok, score, -np.inf)))
+            v = ref.pwalk(logits, T_, 5, pos, 0, tiles, top_p=p)
+            total += 1
+            if v is not None:
+                assert v == exact, (p, pos, v, exact)
+                walked += 1
+            assert ref.sample_row(logits, T_, 5, pos, 0, walk=True, top_p=p) == exact
+    assert walked >= 0.9 * total, (walked, total)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_filtered_sets_equal_the_hugging_face_warpers(seed):
     rng = np.random.default_rng(seed)

@@ -621,15 +621,21 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
 // sums from the top from word LM_CAND_HEAD (word LM_CAND_HEAD + j: bins 0..j), so argmax reads one
 // word a tile for the mass ranked above a token and one for the tile's whole mass.
 // PD_NOHIST in word 2: no bound from this tile (more than 65535 logits, or logits past the grid).
-constexpr int PD_HB = 128;
+// PDRAW_WALK: 64 bins, then the tile's PD_M - 1 best Gumbel scores after its winner (words 0-1):
+// (score bits, index) pairs from word PD_CW, sorted (pack_best's order; index -1: none).
+constexpr int PD_HB = PDRAW_WALK ? 64 : 128;
+constexpr int PD_M = 4;
+constexpr int PD_CW = LM_CAND_HEAD + PD_HB;
+constexpr int PD_ROWB = 4 * PD_HB + (PDRAW_WALK ? 8 * PD_M : 0);  // region A's bytes a row
 constexpr int PD_NOHIST = (int)0x80000000;
 static_assert(LM_CAND_HEAD + PD_HB <= LM_CAND_WORDS && PD_HB % WARP == 0 && 4 * PD_HB <= SAMPLE_SMEM, "the tiles' mass sums");
-static_assert(OFF_BEST >= SM_A + 4 * PD_HB || OFF_BEST + 16 * B <= SM_A, "the histogram's bins clear of the tile's maxima");
+static_assert(!PDRAW_WALK || (PD_CW % 4 == 0 && PD_CW + 2 * (PD_M - 1) <= LM_CAND_WORDS && NTILES <= NT), "the tiles' candidates");
+static_assert(OFF_BEST >= SM_A + PD_ROWB || OFF_BEST + 16 * B <= SM_A, "the histogram's bins clear of the tile's maxima");
 // PD_RB rows at once (their bins side by side in region A, clear of the tile's maxima, which hold
 // rawmax): one clear, one count and one write-out pass for them, not three block barriers per row.
 constexpr int PD_RA = SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 * SNB;  // region A's bytes
-constexpr int PD_RB0 = !LM_ROWS_AT_ONCE ? 1 : B < PD_RA / (4 * PD_HB) ? B : PD_RA / (4 * PD_HB);
-constexpr int PD_RB = (OFF_BEST >= SM_A && OFF_BEST < SM_A + 4 * PD_HB * PD_RB0) ? (OFF_BEST - SM_A) / (4 * PD_HB) : PD_RB0;
+constexpr int PD_RB0 = !LM_ROWS_AT_ONCE ? 1 : B < PD_RA / PD_ROWB ? B : PD_RA / PD_ROWB;
+constexpr int PD_RB = (OFF_BEST >= SM_A && OFF_BEST < SM_A + PD_ROWB * PD_RB0) ? (OFF_BEST - SM_A) / PD_ROWB : PD_RB0;
 static_assert(PD_RB >= 1, "a row's histogram fits region A");
 __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, int n, float& top) {
   top = floorf(rawmax[b] / temp * 8.0f);
@@ -637,7 +643,10 @@ __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, i
 }
 __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
   float* hm = reinterpret_cast<float*>(mk_smem + SM_A);  // region A: free once the GEMV is done
-  const float temp = tok_sampler(c).temperature;
+  // PDRAW_WALK: each row's PD_M best (pack_best) after the rows' bins
+  [[maybe_unused]] unsigned long long* best = reinterpret_cast<unsigned long long*>(mk_smem + SM_A + 4 * PD_HB * PD_RB);
+  const Sampler smp = tok_sampler(c);
+  const float temp = smp.temperature;
   const float* lgb = gptr<const float>(c, S_LOGITS, 0);
   int* cand = gptr<int>(c, S_LM_CAND, 0);
   const int n = r1 - r0, tid = s_tid();
@@ -645,6 +654,7 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
     const int nb = min(PD_RB, B - b0);
     mk_barrier();  // the tile's logits stores are visible to the block; the last rows' readers are done
     for (int i = tid; i < nb * PD_HB; i += NT) hm[i] = 0.0f;
+    if constexpr (PDRAW_WALK) for (int i = tid; i < nb * PD_M; i += NT) best[i] = 0ull;
     mk_barrier();
 #pragma unroll 4
     for (int idx = tid; idx < nb * n; idx += NT) {
@@ -655,8 +665,28 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
       const float j = top - floorf(z * 8.0f);
       const float m = expf(z - top * 0.125f);  // <= e^(1/8): z < (A + 1) / 8
       if (m > 0.0f) mk_smem_add_f32(hm + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), m);
+      if constexpr (PDRAW_WALK) {
+        // the row's PD_M largest scores: each slot keeps the larger of it and what arrives and passes
+        // the smaller on (a slot k ends with the k+1-th largest whatever the order of the adds)
+        unsigned long long x = pack_best(z + gumbel(c, smp, b0 + r, r0 + i), r0 + i);
+        unsigned long long* sl = best + r * PD_M;
+        if (x > *reinterpret_cast<volatile unsigned long long*>(sl + PD_M - 1))
+          for (int k = 0; k < PD_M && x != 0ull; ++k) {
+            const unsigned long long old = mk_smem_fetch_max_u64(sl + k, x);
+            x = old < x ? old : x;
+          }
+      }
     }
     mk_barrier();
+    if constexpr (PDRAW_WALK) {
+      for (int idx = tid; idx < nb * (PD_M - 1); idx += NT) {
+        const int r = idx / (PD_M - 1), k = 1 + idx % (PD_M - 1);
+        const unsigned long long x = best[r * PD_M + k];
+        int* o = cand + ((size_t)(b0 + r) * NTILES + tile) * LM_CAND_WORDS + PD_CW + 2 * (k - 1);
+        o[0] = x != 0ull ? (int)mk_f32_bits(best_score(x)) : 0;
+        o[1] = x != 0ull ? best_index(x) : -1;
+      }
+    }
     // a warp per row: sums from the top (each lane PL consecutive bins, then the lanes' totals)
     constexpr int PL = PD_HB / WARP;
     for (int r = s_warp(); r < nb; r += NW) {
@@ -908,6 +938,131 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
   return -1;
 }
 
+// ---- top-p alone (TOKF_PDRAW, PDRAW_WALK): a walk down the Gumbel order ----
+// The Gumbel-max over the top-p set is the first token, in the order of z + Gumbel noise, that lies
+// in the set. The LM-head tiles give their PD_M best scores (words 0-1 and from PD_CW); a thread per
+// tile holds them, and each round the block takes the largest head. The tiles' mass sums put it in
+// the set (mass above it at most U < target) or outside it (mass wholly above its bin at least the
+// largest target) or neither: then one pass over the row finds the exact target (once) and the
+// mass above it. Once a tile's candidates are all taken its next is unknown, so the walk gives up
+// (-1: the exact path draws the same token). tests/sampling_ref.py pwalk is the twin. Block-wide.
+__device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, float rawmax) {
+  const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
+  const int* o = gptr<const int>(c, S_LM_CAND, 0) + ((size_t)b * NTILES + s_tid()) * LM_CAND_WORDS;
+  float* part = reinterpret_cast<float*>(mk_smem + SM_PAIR);  // per warp: 2 floats, or a u64 max and a flag
+  unsigned long long* wsum = reinterpret_cast<unsigned long long*>(mk_smem + SM_PAIR);
+  const float temp = s.temperature, zmax = rawmax / temp;
+  const int tid = s_tid(), lane = s_lane(), wid = s_warp();
+  const bool mine = tid < NTILES;
+  unsigned long long cand[PD_M];
+  int a = 0, ptr = 0;
+  float tot = 0.0f, sc = 0.0f, none = 0.0f;
+  if (mine) {  // one round trip: the winner and the grid top, the tile's mass, the other candidates
+    const float4 h = mk_ld_act4(reinterpret_cast<const float*>(o));
+    const float4 q = mk_ld_act4(reinterpret_cast<const float*>(o + PD_CW));
+    const float w0 = mk_ld_act(reinterpret_cast<const float*>(o + PD_CW + 4));
+    const int w1 = mk_ld_int(o + PD_CW + 5);
+    tot = mk_ld_act(reinterpret_cast<const float*>(o + LM_CAND_HEAD + PD_HB - 1));
+    a = (int)mk_f32_bits(h.z);
+    const int i0 = (int)mk_f32_bits(h.y), i1 = (int)mk_f32_bits(q.y), i2 = (int)mk_f32_bits(q.w);
+    cand[0] = i0 >= 0 && i0 < V ? pack_best(h.x, i0) : 0ull;
+    cand[1] = i1 >= 0 ? pack_best(q.x, i1) : 0ull;
+    cand[2] = i2 >= 0 ? pack_best(q.z, i2) : 0ull;
+    cand[3] = w1 >= 0 ? pack_best(w0, w1) : 0ull;
+    if (a == PD_NOHIST) none = 1.0f;
+    else sc = expf((float)a * 0.125f - zmax);  // A / 8 <= the row's largest z
+  } else {
+#pragma unroll
+    for (int k = 0; k < PD_M; ++k) cand[k] = 0ull;
+  }
+  float lo = tot * sc;
+  for (int off = WARP / 2; off > 0; off >>= 1) { lo += mk_shfl_xor(lo, off); none += mk_shfl_xor(none, off); }
+  mk_barrier();  // the previous row's readers of part are done
+  if (lane == 0) { part[2 * wid] = lo; part[2 * wid + 1] = none; }
+  mk_barrier();
+  double l = 0.0;
+  bool any_none = false;
+  for (int w = 0; w < NW; ++w) { l += part[2 * w]; any_none |= part[2 * w + 1] != 0.0f; }
+  mk_barrier();
+  if (any_none) return -1;
+  const double M = 4294967296.0, p = (double)s.top_p;
+  const double L = l * M * (1.0 - 1e-3) - (double)V, Utot = l * M * (1.0 + 1e-3);
+  double target = -1.0;  // exact once a pass ran
+#pragma unroll 1
+  for (int r = 0; r < PD_ROUNDS; ++r) {
+    // the largest head, and whether a tile has run out (its next candidate unknown)
+    unsigned long long head = 0ull;
+#pragma unroll
+    for (int k = 0; k < PD_M; ++k) head = k == ptr ? cand[k] : head;
+    unsigned long long mx = head;
+    int out_of = mine && ptr == PD_M && cand[PD_M - 1] != 0ull;
+    for (int off = WARP / 2; off > 0; off >>= 1) {
+      const unsigned long long y = shfl_xor_u64(mx, off);
+      mx = y > mx ? y : mx;
+      out_of |= mk_shfl_xor_i(out_of, off);
+    }
+    if (lane == 0) { wsum[2 * wid] = mx; wsum[2 * wid + 1] = (unsigned long long)out_of; }
+    mk_barrier();
+    mx = 0ull;
+    out_of = 0;
+    for (int w = 0; w < NW; ++w) { mx = wsum[2 * w] > mx ? wsum[2 * w] : mx; out_of |= (int)wsum[2 * w + 1]; }
+    mk_barrier();
+    if (out_of || mx == 0ull) return -1;
+    if (mine && head == mx) ++ptr;  // packs are distinct: one owner
+    const int u = best_index(mx);
+    const float zu = mk_ld_act(lg + u) / temp;
+    const unsigned ku = order_key(zu);
+    // per tile the sum of the bins whose upper edge is above zu (j <= A - floor(8 zu)) and of those
+    // wholly above it (one bin fewer; never the last, everything below the grid)
+    float up = 0.0f, la = 0.0f;
+    if (mine) {
+      const float jf = (float)a - floorf(zu * 8.0f);
+      const float* cs = reinterpret_cast<const float*>(o + LM_CAND_HEAD);
+      const float cu = jf < 0.0f ? 0.0f : mk_ld_act(cs + (jf < (float)(PD_HB - 1) ? (int)jf : PD_HB - 1));
+      const float ca = jf < 1.0f ? 0.0f : mk_ld_act(cs + (jf - 1.0f < (float)(PD_HB - 2) ? (int)jf - 1 : PD_HB - 2));
+      up = cu * sc;
+      la = ca * sc;
+    }
+    for (int off = WARP / 2; off > 0; off >>= 1) { up += mk_shfl_xor(up, off); la += mk_shfl_xor(la, off); }
+    if (lane == 0) { part[2 * wid] = up; part[2 * wid + 1] = la; }
+    mk_barrier();
+    double U = 0.0, LA = 0.0;
+    for (int w = 0; w < NW; ++w) { U += part[2 * w]; LA += part[2 * w + 1]; }
+    mk_barrier();
+    U = U * M * (1.0 + 1e-3);
+    LA = LA * M * (1.0 - 1e-3) - (double)V;
+    if (U < (target < 0.0 ? p * L - 1.0 : target)) return u;
+    if (LA >= (target < 0.0 ? p * Utot : target)) continue;  // outside the set
+    // the pass: the row's mass (for the target) and the mass ranked above u, integer sums
+    unsigned long long tt = 0, ab = 0;
+    float x[4 * PD_K];
+    for (int sg = wid; sg < PD_NSEG; sg += NW) {
+      pd_load(lg, sg, x);
+#pragma unroll
+      for (int e = 0; e < 4 * PD_K; ++e) {
+        if (pd_index(sg, e) >= V) continue;
+        const float z = x[e] / temp;
+        const unsigned long long w = mass_of(z, zmax);
+        tt += w;
+        if (order_key(z) > ku) ab += w;
+      }
+    }
+    tt = warp_sum_u64(tt);
+    ab = warp_sum_u64(ab);
+    if (lane == 0) { wsum[2 * wid] = tt; wsum[2 * wid + 1] = ab; }
+    mk_barrier();
+    unsigned long long T = 0, A = 0;
+    for (int w = 0; w < NW; ++w) { T += wsum[2 * w]; A += wsum[2 * w + 1]; }
+    mk_barrier();
+    if (target < 0.0) {
+      const unsigned long long want = (unsigned long long)(p * (double)T);
+      target = (double)(want > 0 ? want : 1ull);
+    }
+    if ((double)A < target) return u;
+  }
+  return -1;
+}
+
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.
@@ -916,7 +1071,8 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
 __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b, float rawmax, bool cand, bool pdraw) {
   if constexpr (SAMPLE_PDRAW) {
     if (pdraw) {
-      const int tok = sample_pdraw(c, s, b, rawmax);
+      // (PDRAW_WALK: top-p alone walks; its -1 leaves the exact path, which draws the same token)
+      const int tok = PDRAW_WALK && s.min_p <= 0.0f ? sample_pwalk(c, s, b, rawmax) : sample_pdraw(c, s, b, rawmax);
       if (tok >= 0) return tok;
     }
   }

@@ -109,6 +109,8 @@ __device__ __forceinline__ void mk_warp_count(unsigned* hist, unsigned bin, bool
   if (valid && (int)(threadIdx.x & 31u) == __ffs((int)m) - 1) atomicAdd(hist + bin, (unsigned)__popc(m));
 }
 __device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) { atomicMax(p, v); }
+// the same, returning the word before the max
+__device__ __forceinline__ unsigned long long mk_smem_fetch_max_u64(unsigned long long* p, unsigned long long v) { return atomicMax(p, v); }
 __device__ __forceinline__ void mk_fence_system() { __threadfence_system(); }
 __device__ __forceinline__ void mk_st_system(int* p, int v) {
   asm volatile("st.relaxed.sys.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");

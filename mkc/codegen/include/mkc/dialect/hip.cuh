@@ -122,6 +122,9 @@ __device__ __forceinline__ void mk_warp_count(unsigned* hist, unsigned bin, bool
 __device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) {
   (void)__hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 }
+__device__ __forceinline__ unsigned long long mk_smem_fetch_max_u64(unsigned long long* p, unsigned long long v) {
+  return __hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+}
 // system scope (gfx942: buffer_wbl2 sc0 sc1), with the hard wait mk_release_fence has, for the same reason
 __device__ __forceinline__ void mk_fence_system() {
   __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "");
