@@ -91,19 +91,24 @@ def uniform64(seed: int, pos: int, b: int, r: int) -> int:
     return hi << 32 | lo
 
 
+def _row(logits: np.ndarray, temperature: float, top_p: float, min_p: float):
+    """What sample_pdraw and sample_pwalk start from: V, z = logit / T, the largest z, the order keys,
+    the integer masses, whether top-p filters, and the min-p key."""
+    t = np.float32(temperature)
+    z = (logits.astype(np.float32) / t).astype(np.float32)
+    zmax = np.float32(logits.astype(np.float32).max() / t)
+    use_p = np.float32(top_p) < np.float32(1.0)
+    mkey = int(order_key(np.float32(zmax + np.log(np.float32(min_p))))) if min_p > 0 else 0
+    return logits.shape[0], z, zmax, order_key(z), mass_of(z, zmax), use_p, mkey
+
+
 def pdraw(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, top_p: float = 1.0,
           min_p: float = 0.0) -> int | None:
     """sample_pdraw (top-p and/or min-p without a top-k): the row's Gumbel-max winner if it lies in
     the kept set, else rounds that draw from the tokens ranked above the last draw by the inverse
     CDF of their integer masses (index order) until one lies in it; None after PD_ROUNDS checks
     (the exact path draws)."""
-    V = logits.shape[0]
-    t = np.float32(temperature)
-    z = (logits.astype(np.float32) / t).astype(np.float32)
-    zmax = np.float32(logits.astype(np.float32).max() / t)
-    keys, m = order_key(z), mass_of(z, zmax)
-    use_p = np.float32(top_p) < np.float32(1.0)
-    mkey = int(order_key(np.float32(zmax + np.log(np.float32(min_p))))) if min_p > 0 else 0
+    V, z, zmax, keys, m, use_p, mkey = _row(logits, temperature, top_p, min_p)
     target = max(1, int(float(np.float32(top_p)) * float(int(m.sum()))))
     v = int(np.argmax((z + gumbel(seed, pos, b, np.arange(V))).astype(np.float32)))
     for r in range(1, PD_ROUNDS + 1):
@@ -175,13 +180,7 @@ def pwalk(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, t
     where a token's bin straddles the threshold, a pass) put in the set is the draw: the exact path's
     Gumbel-max over the set. None where the walk gives up (a tile's candidates run out, or PD_ROUNDS
     tokens): the exact path then draws."""
-    V = logits.shape[0]
-    t = np.float32(temperature)
-    z = (logits.astype(np.float32) / t).astype(np.float32)
-    zmax = np.float32(logits.astype(np.float32).max() / t)
-    keys, m = order_key(z), mass_of(z, zmax)
-    use_p = np.float32(top_p) < np.float32(1.0)
-    mkey = int(order_key(np.float32(zmax + np.log(np.float32(min_p))))) if min_p > 0 else 0
+    V, z, zmax, keys, m, use_p, mkey = _row(logits, temperature, top_p, min_p)
     p32 = float(np.float32(top_p))
     sums = tile_mass_sums(logits, temperature, tiles, PD_HB_WALK)
     L, _ = mass_bounds(sums, float(zmax), float(zmax), V)

@@ -402,7 +402,9 @@ def test_rendered_kernel_has_the_token_end():
     for needle in ("if (stop_launch(c)) {", "CTL_DONE + k - 2", "philox_x0", "mk_fence_system();",
                    "st.relaxed.sys.global.b32", "if (step0 < 0) { step0 = (int)mk_ld_relaxed(ws + WS_CLK_STEP);",
                    "sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0,",
-                   "SAMPLE_PDRAW && (flags & TOKF_PDRAW) != 0);", "const int tok = sample_pdraw(c, s, b, rawmax);", "if (flags & TOKF_GUMBEL)",
+                   "SAMPLE_PDRAW && (flags & TOKF_PDRAW) != 0);",
+                   "const int tok = PDRAW_WALK && s.min_p <= 0.0f ? sample_pwalk(c, s, b, rawmax) : sample_pdraw(c, s, b, rawmax);",
+                   "if (flags & TOKF_GUMBEL)",
                    "out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):
         assert needle in src, needle
     consts = dict(cfg.consts)
