@@ -6,7 +6,8 @@
 # only bounds now (CALL=12's `--ab-options '{"pdraw_mass": true}'` ran at a03c386; the option is
 # gone since, so CALL=12 as written fails there). Next: CALL=15 on an H200 (CALL=11's #13 rows beside
 # the peer, `mkc bench` at batch 1, 8, 32, and the sampling cost on the H200, where the 3 % target is
-# judged); out/carry/cache.tgz holds its kernels at the session's last headers. Else rebuild it (prebuild.py
+# judged); out/carry/cache.tgz holds its kernels and CALL=16's at the session's last headers (35063d6).
+# Else rebuild it (prebuild.py
 # --variants b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic
 # --variant-max-seq 1024; --bench llama-3.2-1b:1,8,32 --max-seq-len 1024; --tokens-bench --only
 # 'sample_pdraw=True pdraw_bound=True'): any header change invalidates every cubin.
@@ -220,7 +221,7 @@ fi
 if [ "${CALL:-1}" = 15 ]; then
   # next session, on an H200: CALL=11 (the #13 rows beside the peer, `mkc bench` at batch 1, 8, 32)
   # and the sampling steps over greedy (paired; #16's 3 % is judged on the H200). out/carry/cache.tgz
-  # holds its kernels at 9e71dfa's headers (the twenty-seventh session's last)
+  # holds its kernels at 35063d6's headers (the twenty-seventh session's last)
   timeout 100 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
     --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
   echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
