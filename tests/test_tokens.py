@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import sampling_ref as ref
-from codegen_fixtures import rr_schedule, taskgraph
+from codegen_fixtures import rr_schedule, shape_graph, taskgraph
 from mkc.codegen import tables as T
 from mkc.decode import plan_decode, row_outputs, steps_run
 from mkc.errors import MkcError
@@ -392,6 +392,23 @@ def test_a_task_graph_with_another_candidate_layout_is_refused():
     old = dataclasses.replace(tg, buffers=bufs)
     with pytest.raises(IRCheckError, match="lm_cand.*compile the model again"):
         generate(old, rr_schedule(old, "h200", "atomic"), "h200")
+
+
+def test_walk_is_refused_where_a_block_has_fewer_threads_than_lm_head_tiles():
+    """CodegenOptions.pdraw_walk holds a tile's candidates per thread: the MI300X's 304 LM-head tiles
+    outnumber a block's threads, and the option is refused by name rather than left to a
+    static_assert in the compiler."""
+    from mkc.codegen.render import CodegenOptions, generate
+    from mkc.errors import IRCheckError
+    from mkc.target import get_target
+    from mkc.taskgraph import lower
+
+    tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("mi300x"))
+    with pytest.raises(IRCheckError, match="pdraw_walk needs a thread per LM-head tile"):
+        generate(tg, rr_schedule(tg, "mi300x", "atomic"), "mi300x", CodegenOptions(pdraw_walk=True))
+    tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"))
+    src, _, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(pdraw_walk=True))
+    assert "PDRAW_WALK = 1" in src
 
 
 def test_rendered_kernel_has_the_token_end():

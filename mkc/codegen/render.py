@@ -470,6 +470,9 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     hold = o.mma_hold if o.mma_hold is not None else B >= 16
     if o.mma_hold_floats not in (16, 32, 64):
         raise IRCheckError(f"CodegenOptions.mma_hold_floats={o.mma_hold_floats}: 16, 32 or 64 accumulator floats a lane")
+    if o.pdraw_walk and o.sampler and NTILES > NT:  # sampling.cuh sample_pwalk: a thread per LM-head tile
+        raise IRCheckError(f"CodegenOptions.pdraw_walk needs a thread per LM-head tile: {NTILES} tiles, "
+                           f"{NT} threads a block on {target.name}")
     # the epilogues' tiles where they were measured: the weight pipeline's tensor-core path (without
     # it, the cp.async ring or registers, batch 32's greedy kernel spills 12 bytes with them)
     epi_tiles = bool(o.epi_tiles and mma and B % 8 == 0 and plan.pipe_slots > 0)
