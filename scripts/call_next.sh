@@ -94,6 +94,12 @@ nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 AB='{"consumer_regs": 0}'
 FILT='{"consumer_regs": 176};{"consumer_regs": 0}'
 ROWS="128@b1-atomic,b1-atomic-rs0,b1-nan,b1-nan-rs0,b8-atomic,b8-atomic-rs0,b8-atomic-rs232,b8-nan,b8-nan-rs0,b32-atomic,b32-atomic-rs0,b32-atomic-rs200,b32-atomic-rs216;1024@b1-atomic,b1-atomic-rs0;128@q8-b1-atomic,q8-b1-atomic-rs0,q8-b8-atomic,q8-b8-atomic-rs0;1024@q8-b1-atomic"
+# the sampling steps at batch 1 over greedy, each case paired with greedy runs (bench_tokens.py), bounded at $1 s
+tokens_paired() {
+  timeout "$1" python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
+    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
+  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+}
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
@@ -103,9 +109,7 @@ if [ "${CALL:-1}" = 1 ]; then
   timeout 100 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --ab-options "$AB" \
     --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
   echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 8
-  timeout 100 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
-    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
-  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+  tokens_paired 100
   pack_out
   exit 0
 fi
@@ -198,9 +202,7 @@ if [ "${CALL:-1}" = 13 ]; then
   timeout 150 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
     > "$OUT/tests.log" 2>&1
   echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
-  timeout 120 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
-    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
-  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+  tokens_paired 120
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=130 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b8-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic" OUT=$OUT bash scripts/gpu_final.sh
   pack_out
@@ -210,9 +212,7 @@ if [ "${CALL:-1}" = 14 ]; then
   # twenty-seventh session, last: the sampling steps over greedy (paired) on an H200 if one is lent,
   # the peer and batch 1, 8, 32 beside it (out/carry/cache.tgz at 750e592: the tokens bench's and
   # these variants' kernels)
-  timeout 100 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
-    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
-  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+  tokens_paired 100
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=90 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b8-atomic,b32-atomic" OUT=$OUT bash scripts/gpu_final.sh
   pack_out
@@ -222,9 +222,7 @@ if [ "${CALL:-1}" = 15 ]; then
   # next session, on an H200: CALL=11 (the #13 rows beside the peer, `mkc bench` at batch 1, 8, 32)
   # and the sampling steps over greedy (paired; #16's 3 % is judged on the H200). out/carry/cache.tgz
   # holds its kernels at 35063d6's headers (the twenty-seventh session's last)
-  timeout 100 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
-    --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
-  echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+  tokens_paired 100
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=100 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b8-nan,b16-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
   MKC_BENCH="llama-3.2-1b:1,8,32" MKC_ITERS=30 MKC_BENCH_S=200 OUT=$OUT bash scripts/gpu_final.sh
