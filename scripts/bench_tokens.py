@@ -55,7 +55,18 @@ def _time_paired(fa, fb, reps: int = 7) -> tuple[float, float, float]:
     return min(ta), min(tb), statistics.median(b / a - 1.0 for a, b in zip(ta, tb))
 
 
-AB_CASES = ("greedy", "top-k 50", "top-p 0.9", "top-k 50 + top-p 0.9 + min-p 0.05")
+def _cases() -> dict:
+    from mkc.sampling import Sampling
+
+    return {"greedy": None, "temperature 0.8": Sampling(temperature=0.8, seed=1),
+            "top-k 50": Sampling(temperature=0.8, top_k=50, seed=1),
+            "top-p 0.9": Sampling(temperature=0.8, top_p=0.9, seed=1),
+            "top-p 0.5": Sampling(temperature=0.8, top_p=0.5, seed=1),
+            "top-p 0.9 + min-p 0.05": Sampling(temperature=0.8, top_p=0.9, min_p=0.05, seed=1),
+            "top-k 50 + top-p 0.9 + min-p 0.05": Sampling(temperature=0.8, top_k=50, top_p=0.9, min_p=0.05, seed=1)}
+
+
+AB_CASES = ("greedy", "top-k 50", "top-p 0.9", "top-p 0.5", "top-p 0.9 + min-p 0.05", "top-k 50 + top-p 0.9 + min-p 0.05")
 
 
 def bench_ab(model: str, batch: int, steps: int, specs: list[str]) -> list[dict]:
@@ -67,16 +78,13 @@ def bench_ab(model: str, batch: int, steps: int, specs: list[str]) -> list[dict]
 
     from gpu_fixtures import hf_models, megakernel
     from mkc.codegen.render import CodegenOptions
-    from mkc.sampling import Sampling
 
     hf = hf_models(model)
     mk = megakernel(hf, batch, "atomic", options=CodegenOptions())  # the default build, whatever $MKC_TEST_OPTIONS says
     rng = np.random.default_rng(0)
     rows = rng.integers(1, hf.vocab, (batch, 4)).tolist()
     n_steps = 4 + steps - 1
-    cases = {"greedy": None, "top-k 50": Sampling(temperature=0.8, top_k=50, seed=1),
-             "top-p 0.9": Sampling(temperature=0.8, top_p=0.9, seed=1),
-             "top-k 50 + top-p 0.9 + min-p 0.05": Sampling(temperature=0.8, top_k=50, top_p=0.9, min_p=0.05, seed=1)}
+    cases = _cases()
     out = []
     for spec in specs:
         mk_b = megakernel(hf, batch, "atomic", options=CodegenOptions(**json.loads(spec)))
@@ -98,7 +106,6 @@ def bench(model: str, batch: int, steps: int, exact_too: bool = False, paired: b
     import torch
 
     from gpu_fixtures import hf_models, megakernel
-    from mkc.sampling import Sampling
 
     hf = hf_models(model)
     from mkc.codegen.render import CodegenOptions
@@ -117,12 +124,7 @@ def bench(model: str, batch: int, steps: int, exact_too: bool = False, paired: b
         return _time(lambda: mk.decode(rows, steps, sampling=smp)) / n_steps
 
     greedy = per_step(None)
-    cases = {"greedy": None, "temperature 0.8": Sampling(temperature=0.8, seed=1),
-             "top-k 50": Sampling(temperature=0.8, top_k=50, seed=1),
-             "top-p 0.9": Sampling(temperature=0.8, top_p=0.9, seed=1),
-             "top-p 0.5": Sampling(temperature=0.8, top_p=0.5, seed=1),
-             "top-p 0.9 + min-p 0.05": Sampling(temperature=0.8, top_p=0.9, min_p=0.05, seed=1),
-             "top-k 50 + top-p 0.9 + min-p 0.05": Sampling(temperature=0.8, top_k=50, top_p=0.9, min_p=0.05, seed=1)}
+    cases = _cases()
     for name, smp in cases.items():
         if paired and smp is not None:
             # each filter against greedy runs in alternation (the table's greedy row stays the first run)

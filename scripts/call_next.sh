@@ -248,6 +248,23 @@ if [ "${CALL:-1}" = 16 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 17 ]; then
+  # twenty-eighth session (#16): the walk (CodegenOptions.pdraw_walk, now top-p and/or min-p) on by
+  # default. The token GPU tests on it (their rejection-round cases with pdraw_walk false too), the
+  # sampling steps of the default against pdraw_walk false in alternation (top-p 0.5 and min-p rows
+  # included), the new default over greedy (paired), the peer and batch 1 beside it
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
+    > "$OUT/tests.log" 2>&1
+  echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+  timeout 150 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 \
+    --ab-options '{"pdraw_walk": false}' --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
+  echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 12
+  tokens_paired 80
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 \
+  MKC_AB="128@b1-atomic" OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 6 ]; then
   # (#13) the tile sums in fragment order (CodegenOptions.tile_sum_frag, the default) against the
   # row-major ones (-tsrow), alternated; the tensor-core tests and the same-bits test; the peer

@@ -108,10 +108,16 @@ def test_sources(trace: bool = False):
             tg = lower(shape_graph(m, b, 128), get_target("h200"), **kw)
             yield from kernels(f"test {m} b{b} atomic h_bf16 {kw} {opts}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                                CodegenOptions(**opts), sampling=False)
-    # test_walk_draws_the_exact_paths_token_on_a_full_vocabulary
+    # test_walk_draws_the_exact_paths_token_on_a_full_vocabulary; the rejection rounds' cases of
+    # test_sampling_matches_the_numpy_reference_draw_for_draw and
+    # test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference
     tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), **default_lower_kw(1, "atomic"))
-    yield from kernels("test llama-3.2-1b b1 atomic pdraw_walk", tg, rr_schedule(tg, "h200", "atomic"), "h200",
-                       CodegenOptions(pdraw_walk=True))
+    for walk in (True, False):
+        yield from kernels(f"test llama-3.2-1b b1 atomic pdraw_walk={walk}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                           CodegenOptions(pdraw_walk=walk))
+    tg = lower(shape_graph("tiny-llama", 4, 128), get_target("h200"), **default_lower_kw(4, "atomic"))
+    yield from kernels("test tiny-llama b4 atomic pdraw_walk=False", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                       CodegenOptions(pdraw_walk=False))
     # test_candidate_path_at_batch_8_with_a_warp_per_row
     tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"), **default_lower_kw(8, "atomic"))
     yield from kernels("test llama-3.2-1b b8 atomic lm_rows_at_once", tg, rr_schedule(tg, "h200", "atomic"), "h200",

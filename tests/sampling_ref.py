@@ -170,6 +170,7 @@ def mass_above_at_least(sums, zmax: float, zv: float, V: int) -> float:
 
 
 PD_M = 4  # CodegenOptions.pdraw_walk: each LM-head tile's best Gumbel scores per row
+PW_ROUNDS = 16  # sampling.cuh: the walk's candidates before it hands over to the exact path
 PD_HB_WALK = 64  # its bins (the room the candidates take in the tile's block)
 
 
@@ -178,7 +179,7 @@ def pwalk(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, t
     """sampling.cuh sample_pwalk (CodegenOptions.pdraw_walk), top-p and/or min-p without a top-k: walk
     the tiles' best Gumbel scores (PD_M a tile) from the top; the first token the mass bounds (or,
     where a token's bin straddles the threshold, a pass) put in the set is the draw: the exact path's
-    Gumbel-max over the set. None where the walk gives up (a tile's candidates run out, or PD_ROUNDS
+    Gumbel-max over the set. None where the walk gives up (a tile's candidates run out, or PW_ROUNDS
     tokens): the exact path then draws."""
     V, z, zmax, keys, m, use_p, mkey = _row(logits, temperature, top_p, min_p)
     p32 = float(np.float32(top_p))
@@ -193,7 +194,7 @@ def pwalk(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, t
         cands.append([(float(score[r0 + k]), int(r0 + k)) for k in order])
     ptr = [0] * len(tiles)
     target = None  # exact, once a pass ran
-    for _ in range(PD_ROUNDS):
+    for _ in range(PW_ROUNDS):
         if any(p >= len(c) for p, c in zip(ptr, cands) if len(c) == PD_M):
             return None  # a tile's next candidate is unknown
         live = [(c[p][0], -c[p][1], t_) for t_, (p, c) in enumerate(zip(ptr, cands)) if p < len(c)]
@@ -220,14 +221,14 @@ def sample_row(logits: np.ndarray, temperature: float, seed: int, pos: int, b: i
                **filters) -> int:
     """The kernel's draw for row b at position pos: greedy at temperature 0; without a top-k, with
     top-p and/or min-p, the rejection sampler (``pdraw``) first; else Gumbel-max of logit / T over
-    the allowed set. ``walk`` (CodegenOptions.pdraw_walk): top-p alone walks (``pwalk``), whose draw
-    is the exact path's, so there is no rejection sampler to model."""
+    the allowed set. ``walk`` (CodegenOptions.pdraw_walk): top-p and/or min-p walk (``pwalk``),
+    whose draw is the exact path's, so there is no rejection sampler to model."""
     logits = np.asarray(logits, dtype=np.float32)
     if temperature == 0:
         return int(np.argmax(logits))
     V = logits.shape[0]
     top_k, top_p, min_p = filters.get("top_k", 0), filters.get("top_p", 1.0), filters.get("min_p", 0.0)
-    walks = walk and min_p <= 0
+    walks = walk
     if not walks and not 0 < top_k < V and (np.float32(top_p) < np.float32(1.0) or min_p > 0):
         v = pdraw(logits, temperature, seed, pos, b, top_p=top_p, min_p=min_p)
         if v is not None:

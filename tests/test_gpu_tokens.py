@@ -16,8 +16,16 @@ import sampling_ref as ref
 from gpu_fixtures import cuda_ok, hf_models, megakernel, record
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_ok(), reason="needs a CUDA GPU")]
-# $MKC_TEST_OPTIONS with pdraw_walk: top-p alone draws the exact path's token (no rejection rounds)
-WALK = bool(json.loads(os.environ.get("MKC_TEST_OPTIONS") or "{}").get("pdraw_walk", False))
+
+
+def _walks(mk) -> bool:
+    """Whether mk's filtered sampler walks the Gumbel order (top-p and/or min-p draw the exact path's
+    token, no rejection rounds): CodegenOptions.pdraw_walk, on by default where a block has a
+    thread per LM-head tile."""
+    from mkc.codegen.render import pdraw_walks
+
+    c = dict(mk.cfg.consts)
+    return pdraw_walks(mk._options, c["NTILES"], c["NT"])
 
 
 def _rows(vocab: int, lengths, seed: int = 0) -> list[list[int]]:
@@ -134,15 +142,18 @@ def test_sampling_follows_the_torch_distribution(smp):
     record(dict(test="sampling_chi2", **smp, support=int((expected > 0).sum())))
 
 
-def test_sampling_matches_the_numpy_reference_draw_for_draw():
+@pytest.mark.parametrize("walk", [None, False])
+def test_sampling_matches_the_numpy_reference_draw_for_draw(walk):
     """The kernel's draw is the reference's (Philox, Gumbel, thresholds), up to last-place expf/logf
-    differences: at least 99 % of the draws agree exactly."""
+    differences: at least 99 % of the draws agree exactly. ``walk`` False: the rejection rounds
+    (CodegenOptions.pdraw_walk off, the MI300X's path) instead of the default walk."""
     import dataclasses
 
+    from mkc.codegen.render import CodegenOptions
     from mkc.sampling import Sampling
 
     hf = hf_models("tiny-llama")
-    mk = megakernel(hf, 4, "atomic")
+    mk = megakernel(hf, 4, "atomic", **({} if walk is None else dict(options=CodegenOptions(pdraw_walk=walk))))
     prompt = _rows(hf.vocab, [3], seed=7)[0]
     agree = total = 0
     for smp in (Sampling(temperature=0.9, seed=3), Sampling(temperature=1.0, top_k=10, top_p=0.8, seed=4),
@@ -153,24 +164,26 @@ def test_sampling_matches_the_numpy_reference_draw_for_draw():
             lg = mk.logits().float().cpu().numpy()
             for b in range(4):
                 want = ref.sample_row(lg[b], smp_s.temperature, smp_s.seed, pos=len(prompt) - 1, b=b,
-                                      top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p, walk=WALK)
+                                      top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p, walk=_walks(mk))
                 agree += int(out[b][0] == want)
                 total += 1
     assert agree >= 0.99 * total, f"{agree} of {total}"
 
 
-def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
+@pytest.mark.parametrize("walk", [None, False])
+def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference(walk):
     """llama-3.2-1b's LM-head tiles hold ~972 tokens each, so a top-k <= 64 takes the candidate path
-    with cut tiles (tiny models' tiles hold 8: nothing is cut), and without a top-k the rejection
-    sampler runs over 128,256 tokens (top-p 0.5 of a flat row: about half the draws come from its
-    later rounds): the draws equal the reference's over the whole row, up to last-place expf/logf
-    differences."""
+    with cut tiles (tiny models' tiles hold 8: nothing is cut), and without a top-k the walk (or,
+    ``walk`` False, the rejection sampler) runs over 128,256 tokens (top-p 0.5 of a flat row: about
+    half the draws are not the row's winner): the draws equal the reference's over the whole row,
+    up to last-place expf/logf differences."""
     import dataclasses
 
+    from mkc.codegen.render import CodegenOptions
     from mkc.sampling import Sampling
 
     hf = hf_models("llama-3.2-1b")
-    mk = megakernel(hf, 1, "atomic")
+    mk = megakernel(hf, 1, "atomic", **({} if walk is None else dict(options=CodegenOptions(pdraw_walk=walk))))
     prompt = _rows(hf.vocab, [3], seed=11)[0]
     agree = total = later = 0
     for smp in (Sampling(temperature=1.0, top_k=50, seed=5), Sampling(temperature=0.7, top_k=64, top_p=0.9, seed=6),
@@ -181,20 +194,20 @@ def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference():
             out = mk.decode([prompt], 1, sampling=smp_s)
             lg = mk.logits().float().cpu().numpy()
             want = ref.sample_row(lg[0], smp_s.temperature, smp_s.seed, pos=len(prompt) - 1, b=0,
-                                  top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p, walk=WALK)
+                                  top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p, walk=_walks(mk))
             agree += int(out[0][0] == want)
             total += 1
-            if smp_s.top_p == 0.5:  # drawn by a later round: not the row's Gumbel-max winner
+            if smp_s.top_p == 0.5:  # drawn by a later round or the walk: not the row's Gumbel-max winner
                 z = (lg[0] / np.float32(smp_s.temperature)).astype(np.float32)
                 winner = int(np.argmax(z + ref.gumbel(smp_s.seed, len(prompt) - 1, 0, np.arange(hf.vocab))))
                 later += int(want != winner)
     assert agree >= total - 1, f"{agree} of {total}"
-    assert later >= 2, f"only {later} of 12 top-p 0.5 draws came from the rejection rounds"
+    assert later >= 2, f"only {later} of 12 top-p 0.5 draws were not the row's winner"
 
 
 def test_walk_draws_the_exact_paths_token_on_a_full_vocabulary():
-    """CodegenOptions.pdraw_walk: top-p alone over llama-3.2-1b's 128,256 tokens draws the exact
-    path's token (Gumbel-max over the top-p set), including the draws where the row's winner lies
+    """CodegenOptions.pdraw_walk: top-p, min-p and both over llama-3.2-1b's 128,256 tokens draw the
+    exact path's token (Gumbel-max over the set), including the draws where the row's winner lies
     outside the set (top-p 0.5 on a flat row: about half), up to last-place expf/logf differences."""
     import dataclasses
 
@@ -205,13 +218,14 @@ def test_walk_draws_the_exact_paths_token_on_a_full_vocabulary():
     mk = megakernel(hf, 1, "atomic", options=CodegenOptions(pdraw_walk=True))
     prompt = _rows(hf.vocab, [3], seed=11)[0]
     agree = total = outside = 0
-    for smp in (Sampling(temperature=0.8, top_p=0.5, seed=8), Sampling(temperature=1.0, top_p=0.9, seed=3)):
+    for smp in (Sampling(temperature=0.8, top_p=0.5, seed=8), Sampling(temperature=1.0, top_p=0.9, seed=3),
+                Sampling(temperature=0.8, min_p=0.05, seed=5), Sampling(temperature=0.8, top_p=0.9, min_p=0.05, seed=2)):
         for s in range(12):
             smp_s = dataclasses.replace(smp, seed=smp.seed + 31 * s)
             out = mk.decode([prompt], 1, sampling=smp_s)
             lg = mk.logits().float().cpu().numpy()
             want = ref.sample_row(lg[0], smp_s.temperature, smp_s.seed, pos=len(prompt) - 1, b=0,
-                                  top_p=smp_s.top_p, walk=True)
+                                  top_p=smp_s.top_p, min_p=smp_s.min_p, walk=True)
             agree += int(out[0][0] == want)
             total += 1
             z = (lg[0] / np.float32(smp_s.temperature)).astype(np.float32)
@@ -280,7 +294,7 @@ def test_candidate_path_at_batch_8_with_a_warp_per_row():
             lg = mk.logits().float().cpu().numpy()
             for b in range(8):
                 want = ref.sample_row(lg[b], smp_s.temperature, smp_s.seed, pos=2, b=b,
-                                      top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p, walk=WALK)
+                                      top_k=smp_s.top_k, top_p=smp_s.top_p, min_p=smp_s.min_p, walk=_walks(mk))
                 agree += int(out[b][0] == want)
                 total += 1
     assert agree >= total - 2, f"{agree} of {total}"

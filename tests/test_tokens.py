@@ -103,26 +103,30 @@ def test_tile_mass_bounds_accept_only_draws_in_the_top_p_set(scale):
 
 @pytest.mark.parametrize("scale", [0.9, 2.0, 4.0])
 def test_walk_draws_the_exact_paths_token(scale):
-    """The walk down the tiles' best Gumbel scores (CodegenOptions.pdraw_walk, top-p alone) draws the
-    exact path's token (Gumbel-max over the top-p set) whenever it does not give up, and gives up
-    on few rows (a tile's candidates all taken)."""
+    """The walk down the tiles' best Gumbel scores (CodegenOptions.pdraw_walk: top-p, min-p, both)
+    draws the exact path's token (Gumbel-max over the set) whenever it does not give up, and gives
+    up on few rows (a tile's candidates all taken) where the set holds much of the mass; a tight
+    min-p set on a flat row (min-p 0.3: a few dozen tokens) gives up more often and is only checked
+    for exactness."""
     rng = np.random.default_rng(int(scale * 10))
     V, T_ = 12000, 0.8
     logits = (rng.standard_normal(V) * scale).astype(np.float32)
     tiles = [(a, min(V, a + 97)) for a in range(0, V, 97)]
     z = (logits / np.float32(T_)).astype(np.float32)
     walked = total = 0
-    for p in (0.5, 0.9, 0.99):
-        ok = ref.allowed(logits, T_, top_p=p)
+    for f in (dict(top_p=0.5), dict(top_p=0.9), dict(top_p=0.99), dict(min_p=0.05), dict(min_p=0.3),
+              dict(top_p=0.9, min_p=0.05), dict(top_p=0.5, min_p=0.2)):
+        ok = ref.allowed(logits, T_, **f)
+        wide = f.get("min_p", 0.0) <= 0.05
         for pos in range(40):
             score = (z + ref.gumbel(5, pos, 0, np.arange(V))).astype(np.float32)
             exact = int(np.argmax(np.where(ok, score, -np.inf)))
-            v = ref.pwalk(logits, T_, 5, pos, 0, tiles, top_p=p)
-            total += 1
+            v = ref.pwalk(logits, T_, 5, pos, 0, tiles, **f)
+            total += wide
             if v is not None:
-                assert v == exact, (p, pos, v, exact)
-                walked += 1
-            assert ref.sample_row(logits, T_, 5, pos, 0, walk=True, top_p=p) == exact
+                assert v == exact, (f, pos, v, exact)
+                walked += wide
+            assert ref.sample_row(logits, T_, 5, pos, 0, walk=True, **f) == exact
     assert walked >= 0.9 * total, (walked, total)
 
 
@@ -420,7 +424,7 @@ def test_rendered_kernel_has_the_token_end():
                    "st.relaxed.sys.global.b32", "if (step0 < 0) { step0 = (int)mk_ld_relaxed(ws + WS_CLK_STEP);",
                    "sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0,",
                    "SAMPLE_PDRAW && (flags & TOKF_PDRAW) != 0);",
-                   "const int tok = PDRAW_WALK && s.min_p <= 0.0f ? sample_pwalk(c, s, b, rawmax) : sample_pdraw(c, s, b, rawmax);",
+                   "const int tok = PDRAW_WALK ? sample_pwalk(c, s, b, rawmax) : sample_pdraw(c, s, b, rawmax);",
                    "if (flags & TOKF_GUMBEL)",
                    "out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):
         assert needle in src, needle

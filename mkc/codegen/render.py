@@ -184,15 +184,15 @@ class CodegenOptions:
     # top-p 0.9 took 1058.7 -> 1030.5 us a step on an H100 (-2.86 %), the same tokens (the twin: 0.157
     # passes a step instead of 0.357; a pass costs ~77 us in the trace)
     pdraw_bound: bool = True
-    # top-p without a top-k or min-p: walk down the Gumbel order instead of the rejection rounds.
+    # top-p and/or min-p without a top-k: walk down the Gumbel order instead of the rejection rounds.
     # Each LM-head tile also keeps its PD_M best Gumbel scores per row (its bins: 64, not 128, to
-    # make room in its block). Argmax takes the first candidate that the mass bounds put in the set,
-    # skipping those they put outside it; a pass runs only for a candidate whose bin straddles the
-    # threshold. The draw is the exact path's (Gumbel-max over the set); where a tile's candidates
-    # run out, the exact path draws. scripts/pdraw_passes.py: 0.043 passes a step instead of 0.157
-    # at top-p 0.9, 0.13 instead of 0.86 at top-p 0.5. Built on the CPU (twenty-seventh session), not
-    # yet run on a GPU: off
-    pdraw_walk: bool = False
+    # make room in its block). Argmax takes the first candidate in the set: below the min-p key it
+    # is out (exact), else the mass bounds put it in or out, and a pass runs only for a candidate
+    # whose bin straddles the top-p threshold. The draw is the exact path's (Gumbel-max over the
+    # set); where a tile's candidates run out, the exact path draws. scripts/pdraw_passes.py: 0.043
+    # passes a step instead of 0.157 at top-p 0.9, 0.13 instead of 0.86 at top-p 0.5. None: on
+    # where a block has a thread per LM-head tile (not the MI300X's 304 tiles: refused if asked)
+    pdraw_walk: bool | None = None
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
     # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
     # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls
@@ -346,6 +346,12 @@ def reg_split(consumer_regs: int, plan: DevicePlan, target: Target) -> tuple[int
 RESID_PF_MAX = 4
 
 
+def pdraw_walks(options: CodegenOptions, ntiles: int, nt: int) -> bool:
+    """Whether the filtered sampler walks the Gumbel order (CodegenOptions.pdraw_walk; None: where a
+    block has a thread per LM-head tile) rather than running sample_pdraw's rejection rounds."""
+    return options.pdraw_walk if options.pdraw_walk is not None else ntiles <= nt
+
+
 def resid_pf(tg: TaskGraph, B: int, NT: int, out_cap: int, epi_tiles: bool) -> int:
     """The residual values a thread of an o-proj or down task holds from its staged input to its
     epilogue (CodegenOptions.resid_early): enough for the largest such task of one block (rows up
@@ -470,6 +476,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     hold = o.mma_hold if o.mma_hold is not None else B >= 16
     if o.mma_hold_floats not in (16, 32, 64):
         raise IRCheckError(f"CodegenOptions.mma_hold_floats={o.mma_hold_floats}: 16, 32 or 64 accumulator floats a lane")
+    walk = pdraw_walks(o, NTILES, NT)
     if o.pdraw_walk and o.sampler and NTILES > NT:  # sampling.cuh sample_pwalk: a thread per LM-head tile
         raise IRCheckError(f"CodegenOptions.pdraw_walk needs a thread per LM-head tile: {NTILES} tiles, "
                            f"{NT} threads a block on {target.name}")
@@ -482,7 +489,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and o.pdraw_walk), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and walk), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

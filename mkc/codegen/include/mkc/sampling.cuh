@@ -938,20 +938,24 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
   return -1;
 }
 
-// ---- top-p alone (TOKF_PDRAW, PDRAW_WALK): a walk down the Gumbel order ----
-// The Gumbel-max over the top-p set is the first token, in the order of z + Gumbel noise, that lies
-// in the set. The LM-head tiles give their PD_M best scores (words 0-1 and from PD_CW); a thread per
-// tile holds them, and each round the block takes the largest head. The tiles' mass sums put it in
-// the set (mass above it at most U < target) or outside it (mass wholly above its bin at least the
-// largest target) or neither: then one pass over the row finds the exact target (once) and the
-// mass above it. Once a tile's candidates are all taken its next is unknown, so the walk gives up
-// (-1: the exact path draws the same token). tests/sampling_ref.py pwalk is the twin. Block-wide.
+// ---- top-p and/or min-p without a top-k (TOKF_PDRAW, PDRAW_WALK): a walk down the Gumbel order ----
+// The Gumbel-max over the set F is the first token, in the order of z + Gumbel noise, that lies in
+// F. The LM-head tiles give their PD_M best scores (words 0-1 and from PD_CW); a thread per tile
+// holds them, and each round the block takes the largest head. Below the min-p key it is outside F
+// (exact, from the row's largest z); else, with top-p, the tiles' mass sums put it in the set (mass
+// above it at most U < target) or outside it (mass wholly above its bin at least the largest
+// target) or neither: then one pass over the row finds the exact target (once) and the mass above
+// it. Once a tile's candidates are all taken its next is unknown, so the walk gives up (-1: the
+// exact path draws the same token). tests/sampling_ref.py pwalk is the twin. Block-wide.
+constexpr int PW_ROUNDS = 16;  // candidates taken (a min-p skip costs one load of the row's logits)
 __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, float rawmax) {
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
   const int* o = gptr<const int>(c, S_LM_CAND, 0) + ((size_t)b * NTILES + s_tid()) * LM_CAND_WORDS;
   float* part = reinterpret_cast<float*>(mk_smem + SM_PAIR);  // per warp: 2 floats, or a u64 max and a flag
   unsigned long long* wsum = reinterpret_cast<unsigned long long*>(mk_smem + SM_PAIR);
   const float temp = s.temperature, zmax = rawmax / temp;
+  const bool use_p = s.top_p < 1.0f;
+  const unsigned mkey = s.min_p > 0.0f ? order_key(zmax + logf(s.min_p)) : 0u;
   const int tid = s_tid(), lane = s_lane(), wid = s_warp();
   const bool mine = tid < NTILES;
   unsigned long long cand[PD_M];
@@ -989,7 +993,7 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
   const double L = l * M * (1.0 - 1e-3) - (double)V, Utot = l * M * (1.0 + 1e-3);
   double target = -1.0;  // exact once a pass ran
 #pragma unroll 1
-  for (int r = 0; r < PD_ROUNDS; ++r) {
+  for (int r = 0; r < PW_ROUNDS; ++r) {
     // the largest head, and whether a tile has run out (its next candidate unknown)
     unsigned long long head = 0ull;
 #pragma unroll
@@ -1012,6 +1016,8 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
     const int u = best_index(mx);
     const float zu = mk_ld_act(lg + u) / temp;
     const unsigned ku = order_key(zu);
+    if (ku < mkey) continue;  // below the min-p key: outside the set
+    if (!use_p) return u;
     // per tile the sum of the bins whose upper edge is above zu (j <= A - floor(8 zu)) and of those
     // wholly above it (one bin fewer; never the last, everything below the grid)
     float up = 0.0f, la = 0.0f;
@@ -1071,8 +1077,8 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
 __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b, float rawmax, bool cand, bool pdraw) {
   if constexpr (SAMPLE_PDRAW) {
     if (pdraw) {
-      // (PDRAW_WALK: top-p alone walks; its -1 leaves the exact path, which draws the same token)
-      const int tok = PDRAW_WALK && s.min_p <= 0.0f ? sample_pwalk(c, s, b, rawmax) : sample_pdraw(c, s, b, rawmax);
+      // (PDRAW_WALK: the walk; its -1 leaves the exact path, which draws the same token)
+      const int tok = PDRAW_WALK ? sample_pwalk(c, s, b, rawmax) : sample_pdraw(c, s, b, rawmax);
       if (tok >= 0) return tok;
     }
   }
