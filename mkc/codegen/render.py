@@ -190,7 +190,9 @@ class CodegenOptions:
     # is out (exact), else the mass bounds put it in or out, and a pass runs only for a candidate
     # whose bin straddles the top-p threshold. The draw is the exact path's (Gumbel-max over the
     # set); where a tile's candidates run out, the exact path draws. scripts/pdraw_passes.py: 0.043
-    # passes a step instead of 0.157 at top-p 0.9, 0.13 instead of 0.86 at top-p 0.5. None: on
+    # passes a step instead of 0.157 at top-p 0.9, 0.13 instead of 0.86 at top-p 0.5. Against the
+    # rejection rounds (H200, llama-3.2-1b b1, alternated): top-p 0.9 -1.0 %, top-p 0.5 -5.0 %,
+    # top-p 0.9 + min-p 0.05 -8.3 % a step (BENCHMARKS.md, twenty-eighth session). None: on
     # where a block has a thread per LM-head tile (not the MI300X's 304 tiles: refused if asked)
     pdraw_walk: bool | None = None
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
