@@ -170,39 +170,41 @@ def mass_above_at_least(sums, zmax: float, zv: float, V: int) -> float:
 
 
 PD_M = 4  # CodegenOptions.pdraw_walk: each LM-head tile's best Gumbel scores per row
-PW_ROUNDS = 16  # sampling.cuh: the walk's candidates before it hands over to the exact path
+PW_ROUNDS = 16  # sampling.cuh: the walk's candidates taken before it hands over to the exact path
 PD_HB_WALK = 64  # its bins (the room the candidates take in the tile's block)
 
 
 def pwalk(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, tiles, top_p: float = 1.0,
           min_p: float = 0.0) -> int | None:
     """sampling.cuh sample_pwalk (CodegenOptions.pdraw_walk), top-p and/or min-p without a top-k: walk
-    the tiles' best Gumbel scores (PD_M a tile) from the top; the first token the mass bounds (or,
-    where a token's bin straddles the threshold, a pass) put in the set is the draw: the exact path's
-    Gumbel-max over the set. None where the walk gives up (a tile's candidates run out, or PW_ROUNDS
-    tokens): the exact path then draws."""
+    the tiles' best Gumbel scores (PD_M a tile, those below the min-p key dropped) from the top; the
+    first token the mass bounds (or, where a token's bin straddles the threshold, a pass) put in the
+    set is the draw: the exact path's Gumbel-max over the set. None where the walk gives up (a tile
+    with no candidate left whose last one ranks above the largest head: its other tokens are unknown;
+    or PW_ROUNDS tokens): the exact path then draws."""
     V, z, zmax, keys, m, use_p, mkey = _row(logits, temperature, top_p, min_p)
     p32 = float(np.float32(top_p))
     sums = tile_mass_sums(logits, temperature, tiles, PD_HB_WALK)
     L, _ = mass_bounds(sums, float(zmax), float(zmax), V)
     u_tot = sum(c[-1] * np.exp(a / 8.0 - float(zmax)) for a, c in sums) * 2.0**32 * (1 + 1e-3)
     score = (z + gumbel(seed, pos, b, np.arange(V))).astype(np.float32)
-    cands = []  # per tile, its PD_M best in pack_best's order (score descending, then index)
+    kept, last = [], []  # per tile: its candidates at or above the min-p key; its PD_M-th (pack order)
     for r0, r1 in tiles:
         idx = np.arange(r0, r1)
         order = np.lexsort((idx, -score[r0:r1]))[:PD_M]
-        cands.append([(float(score[r0 + k]), int(r0 + k)) for k in order])
+        cands = [(float(score[r0 + k]), -int(r0 + k)) for k in order]
+        kept.append([c for c in cands if int(keys[-c[1]]) >= mkey])
+        last.append(cands[-1] if len(cands) == PD_M else None)
     ptr = [0] * len(tiles)
     target = None  # exact, once a pass ran
     for _ in range(PW_ROUNDS):
-        if any(p >= len(c) for p, c in zip(ptr, cands) if len(c) == PD_M):
-            return None  # a tile's next candidate is unknown
-        live = [(c[p][0], -c[p][1], t_) for t_, (p, c) in enumerate(zip(ptr, cands)) if p < len(c)]
-        _, neg, t_ = max(live)
+        heads = [(kc[p_], t_) for t_, (p_, kc) in enumerate(zip(ptr, kept)) if p_ < len(kc)]
+        gone = [lc for p_, kc, lc in zip(ptr, kept, last) if p_ >= len(kc) and lc is not None]
+        if not heads or (gone and max(gone) > max(heads)[0]):
+            return None  # nothing left, or an exhausted tile's next token may rank above the head
+        (_, neg), t_ = max(heads)
         u = -neg
         ptr[t_] += 1
-        if int(keys[u]) < mkey:
-            continue
         if not use_p:
             return u
         _, U = mass_bounds(sums, float(zmax), float(z[u]), V)

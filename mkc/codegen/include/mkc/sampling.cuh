@@ -406,7 +406,9 @@ struct CandScan {
   float temp;
   int per;          // the first ``per`` (sorted) candidates of each tile: LM_PREF or LM_CAND
   template <class F> __device__ __forceinline__ void operator()(F&& f) const {
-    constexpr int UNR = 4;  // slots in flight per thread: one at a time waited ~33 L2 round trips a pass
+    // slots in flight per thread (one at a time waited ~33 L2 round trips a pass): CAND_UNR, 4 or
+    // enough for a tile's first LM_PREF in one round trip
+    constexpr int UNR = CAND_UNR;
     for (int base = s_tid(); base < NTILES * per; base += NT * UNR) {
       float x[UNR];
       int v[UNR];
@@ -471,6 +473,7 @@ __device__ __forceinline__ void cand_write(int* o, const unsigned* ckey, const i
     o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);  // the logit's bits
     o[LM_CAND_HEAD + 1 + 2 * r] = v;
     if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;  // (then used >= LM_PREF: some slot ranks there)
+    if (r == LM_CAND - 1 && n > LM_CAND) o[1] = (int)k;  // the smallest kept key (then used == LM_CAND)
   } else {
     o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
   }
@@ -521,7 +524,10 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
         mk_barrier();
         cut |= res[0] << shift;
         need -= res[1];
+        // CAND_EARLY: the chosen bin holds exactly the rest: keep it whole (cut: its lowest key)
+        const bool whole = CAND_EARLY && hist[res[0]] == need;
         mk_barrier();
+        if (whole) break;
       }
     }
     if (b == 0) trace_mark(c, 3);  // row 0's cut
@@ -535,7 +541,8 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
     const int used = min((int)res[2], LM_CAND);
     for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(o, ckey, cidx, used, n, sl);
     if (tid == 0) {
-      o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
+      o[0] = used;
+      if (n <= LM_CAND) o[1] = 0;  // (else cand_write's, the key ranked last)
       if (n <= LM_PREF) o[2] = 0;
     }
   }
@@ -589,7 +596,9 @@ __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1
         mk_syncwarp();
         cut |= res[0] << shift;
         need -= res[1];
+        const bool whole = CAND_EARLY && hist[res[0]] == need;  // as in lm_candidates_block
         mk_syncwarp();
+        if (whole) break;
       }
     }
     if (lane == 0) res[2] = 0;
@@ -601,7 +610,8 @@ __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1
     const int used = min((int)res[2], LM_CAND);
     for (int sl = lane; sl < LM_CAND; sl += WARP) cand_write(o, ckey, cidx, used, n, sl);
     if (lane == 0) {
-      o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
+      o[0] = used;
+      if (n <= LM_CAND) o[1] = 0;
       if (n <= LM_PREF) o[2] = 0;
     }
     mk_syncwarp();  // the next row reuses the scratch
@@ -941,26 +951,33 @@ __device__ MK_OUTLINE int sample_pdraw(const Ctx& c, const Sampler& s, int b, fl
 // ---- top-p and/or min-p without a top-k (TOKF_PDRAW, PDRAW_WALK): a walk down the Gumbel order ----
 // The Gumbel-max over the set F is the first token, in the order of z + Gumbel noise, that lies in
 // F. The LM-head tiles give their PD_M best scores (words 0-1 and from PD_CW); a thread per tile
-// holds them, and each round the block takes the largest head. Below the min-p key it is outside F
-// (exact, from the row's largest z); else, with top-p, the tiles' mass sums put it in the set (mass
-// above it at most U < target) or outside it (mass wholly above its bin at least the largest
-// target) or neither: then one pass over the row finds the exact target (once) and the mass above
-// it. Once a tile's candidates are all taken its next is unknown, so the walk gives up (-1: the
-// exact path draws the same token). tests/sampling_ref.py pwalk is the twin. Block-wide.
-constexpr int PW_ROUNDS = 16;  // candidates taken (a min-p skip costs one load of the row's logits)
+// holds them with their z (one round trip for all), drops those below the min-p key (outside F,
+// exact), and each round the block takes the largest head. With top-p, the tiles' mass sums put it
+// in the set (mass above it at most U < target) or outside it (mass wholly above its bin at least
+// the largest target) or neither: then one pass over the row finds the exact target (once) and the
+// mass above it. A tile whose kept candidates are all taken has its other tokens below its last
+// candidate: once that ranks above the largest head, the walk gives up (-1: the exact path draws
+// the same token). tests/sampling_ref.py pwalk is the twin. Block-wide.
+constexpr int PW_ROUNDS = 16;  // candidates taken
+static_assert(20 * NW <= 512, "the walk's per-warp head, limit and z");
 __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, float rawmax) {
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
   const int* o = gptr<const int>(c, S_LM_CAND, 0) + ((size_t)b * NTILES + s_tid()) * LM_CAND_WORDS;
-  float* part = reinterpret_cast<float*>(mk_smem + SM_PAIR);  // per warp: 2 floats, or a u64 max and a flag
+  float* part = reinterpret_cast<float*>(mk_smem + SM_PAIR);  // per warp: 2 floats, or a u64 head, a u64 limit
   unsigned long long* wsum = reinterpret_cast<unsigned long long*>(mk_smem + SM_PAIR);
+  float* wz = reinterpret_cast<float*>(mk_smem + SM_PAIR + 16 * NW);  // per warp: its head's z
   const float temp = s.temperature, zmax = rawmax / temp;
   const bool use_p = s.top_p < 1.0f;
   const unsigned mkey = s.min_p > 0.0f ? order_key(zmax + logf(s.min_p)) : 0u;
   const int tid = s_tid(), lane = s_lane(), wid = s_warp();
   const bool mine = tid < NTILES;
   unsigned long long cand[PD_M];
-  int a = 0, ptr = 0;
+  float zc[PD_M];
+  unsigned live = 0u;  // bit k: candidate k not taken and not below the min-p key
+  int a = 0;
   float tot = 0.0f, sc = 0.0f, none = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PD_M; ++k) { cand[k] = 0ull; zc[k] = 0.0f; }
   if (mine) {  // one round trip: the winner and the grid top, the tile's mass, the other candidates
     const float4 h = mk_ld_act4(reinterpret_cast<const float*>(o));
     const float4 q = mk_ld_act4(reinterpret_cast<const float*>(o + PD_CW));
@@ -968,16 +985,20 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
     const int w1 = mk_ld_int(o + PD_CW + 5);
     tot = mk_ld_act(reinterpret_cast<const float*>(o + LM_CAND_HEAD + PD_HB - 1));
     a = (int)mk_f32_bits(h.z);
-    const int i0 = (int)mk_f32_bits(h.y), i1 = (int)mk_f32_bits(q.y), i2 = (int)mk_f32_bits(q.w);
-    cand[0] = i0 >= 0 && i0 < V ? pack_best(h.x, i0) : 0ull;
-    cand[1] = i1 >= 0 ? pack_best(q.x, i1) : 0ull;
-    cand[2] = i2 >= 0 ? pack_best(q.z, i2) : 0ull;
-    cand[3] = w1 >= 0 ? pack_best(w0, w1) : 0ull;
+    const int ix[PD_M] = {(int)mk_f32_bits(h.y), (int)mk_f32_bits(q.y), (int)mk_f32_bits(q.w), w1};
+    const float sx[PD_M] = {h.x, q.x, q.z, w0};
+    // then their logits, one round trip (PW_EAGER; else each round loads its head's)
+#pragma unroll
+    for (int k = 0; k < PD_M; ++k) {
+      if (ix[k] >= 0 && ix[k] < V) {
+        cand[k] = pack_best(sx[k], ix[k]);
+        if constexpr (PW_EAGER) zc[k] = mk_ld_act(lg + ix[k]) / temp;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < PD_M; ++k) live |= cand[k] != 0ull && (!PW_EAGER || order_key(zc[k]) >= mkey) ? 1u << k : 0u;
     if (a == PD_NOHIST) none = 1.0f;
     else sc = expf((float)a * 0.125f - zmax);  // A / 8 <= the row's largest z
-  } else {
-#pragma unroll
-    for (int k = 0; k < PD_M; ++k) cand[k] = 0ull;
   }
   float lo = tot * sc;
   for (int off = WARP / 2; off > 0; off >>= 1) { lo += mk_shfl_xor(lo, off); none += mk_shfl_xor(none, off); }
@@ -994,30 +1015,42 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
   double target = -1.0;  // exact once a pass ran
 #pragma unroll 1
   for (int r = 0; r < PW_ROUNDS; ++r) {
-    // the largest head, and whether a tile has run out (its next candidate unknown)
+    // the largest head (with its z), and the largest last candidate of a tile with none left
+    const int k0 = live ? mk_ffs(live) - 1 : PD_M;
     unsigned long long head = 0ull;
+    float zh = 0.0f;
 #pragma unroll
-    for (int k = 0; k < PD_M; ++k) head = k == ptr ? cand[k] : head;
-    unsigned long long mx = head;
-    int out_of = mine && ptr == PD_M && cand[PD_M - 1] != 0ull;
-    for (int off = WARP / 2; off > 0; off >>= 1) {
-      const unsigned long long y = shfl_xor_u64(mx, off);
-      mx = y > mx ? y : mx;
-      out_of |= mk_shfl_xor_i(out_of, off);
+    for (int k = 0; k < PD_M; ++k) {
+      head = k == k0 ? cand[k] : head;
+      zh = k == k0 ? zc[k] : zh;
     }
-    if (lane == 0) { wsum[2 * wid] = mx; wsum[2 * wid + 1] = (unsigned long long)out_of; }
+    unsigned long long mx = head, gone = live ? 0ull : cand[PD_M - 1];
+    for (int off = WARP / 2; off > 0; off >>= 1) {
+      const unsigned long long y = shfl_xor_u64(mx, off), g = shfl_xor_u64(gone, off);
+      mx = y > mx ? y : mx;
+      gone = g > gone ? g : gone;
+    }
+    if (lane == 0) { wsum[2 * wid] = mx; wsum[2 * wid + 1] = gone; }
+    if (head != 0ull && head == mx) wz[wid] = zh;  // packs are distinct: one lane
     mk_barrier();
     mx = 0ull;
-    out_of = 0;
-    for (int w = 0; w < NW; ++w) { mx = wsum[2 * w] > mx ? wsum[2 * w] : mx; out_of |= (int)wsum[2 * w + 1]; }
+    gone = 0ull;
+    float zu = 0.0f;
+    for (int w = 0; w < NW; ++w) {
+      if (wsum[2 * w] > mx) { mx = wsum[2 * w]; zu = wz[w]; }
+      gone = wsum[2 * w + 1] > gone ? wsum[2 * w + 1] : gone;
+    }
     mk_barrier();
-    if (out_of || mx == 0ull) return -1;
-    if (mine && head == mx) ++ptr;  // packs are distinct: one owner
+    // (!PW_EAGER: the walk gives up as soon as a tile's candidates are all taken)
+    if (mx == 0ull || (PW_EAGER ? gone > mx : gone != 0ull)) return -1;
+    if (mine && head == mx) live &= live - 1u;  // taken
     const int u = best_index(mx);
-    const float zu = mk_ld_act(lg + u) / temp;
+    if constexpr (!PW_EAGER) {
+      zu = mk_ld_act(lg + u) / temp;
+      if (order_key(zu) < mkey) continue;  // below the min-p key: outside the set
+    }
+    if (!use_p) return u;  // min-p alone: the first kept candidate
     const unsigned ku = order_key(zu);
-    if (ku < mkey) continue;  // below the min-p key: outside the set
-    if (!use_p) return u;
     // per tile the sum of the bins whose upper edge is above zu (j <= A - floor(8 zu)) and of those
     // wholly above it (one bin fewer; never the last, everything below the grid)
     float up = 0.0f, la = 0.0f;
