@@ -265,6 +265,25 @@ if [ "${CALL:-1}" = 17 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 18 ]; then
+  # twenty-eighth session, after CALL=17 (an H200): CodegenOptions walk_eager (the walk's candidates'
+  # logits at once, min-p's drops before it starts, a finer give-up), cand_early (the tiles'
+  # candidate select stops at an exact bin) and cand_unr (8 candidate loads in flight at batch 1) on
+  # by default. The token GPU tests, each change against the default in alternation, the default
+  # over greedy (paired), a top-k 50 step traced (out/carry/builds.tgz: .builds/llama-b1 at this
+  # tree), the peer and batch 1 beside it
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
+    > "$OUT/tests.log" 2>&1
+  echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+  timeout 200 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 \
+    --ab-options '{"walk_eager": false}' '{"cand_early": false, "cand_unr": 4}' --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
+  echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 14
+  tokens_paired 80
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
+  MKC_TRACE=llama-b1 MKC_TRACE_S=80 MKC_TRACE_RUNS="topk=--do-sample --top-k 50 --seed 1" OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 6 ]; then
   # (#13) the tile sums in fragment order (CodegenOptions.tile_sum_frag, the default) against the
   # row-major ones (-tsrow), alternated; the tensor-core tests and the same-bits test; the peer
