@@ -39,12 +39,15 @@ def test_default_model_compiles_cleanly(graphs, target, sync, sampler, tmp_path)
     # warpgroup that gives its registers to the consumers (CodegenOptions.consumer_regs: 200). The
     # greedy kernel spills nothing (2026-12-02). With the sampler inline (h200, atomic:
     # CodegenOptions.sampler_inline) one word of its prologue at 200 registers (at 168 none since
-    # CodegenOptions.sampler_lean; before it, 48 bytes: the layers' values, reloaded in their tasks).
+    # CodegenOptions.sampler_lean; before it, 48 bytes: the layers' values, reloaded in their tasks);
+    # since the walk down the Gumbel order (CodegenOptions.pdraw_walk, twenty-eighth session) two
+    # words of the prologue and one of sinf's slow path, 12 bytes, at this max-seq (4096) and at
+    # 1024 (none at 128, where its steps were timed; 8 bytes without the walk).
     # Elsewhere the kernel saves registers around the sampler's out-of-line calls (up to 48 bytes at
     # the entry, the functions themselves up to 4): more than 64 is a register blow-up. The
     # temperature-only kernel has its Gumbel-max inline: no spill.
     inline = target == "h200" and sync == "atomic"
-    assert spills and max(spills) <= (64 if sampler is True and not inline else 8 if sampler is True else 0), res.log
+    assert spills and max(spills) <= (64 if sampler is True and not inline else 12 if sampler is True else 0), res.log
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", res.log)]
     assert regs and max(regs) * cfg.threads <= 65536, res.log  # one block of NT threads fits an SM
 

@@ -192,22 +192,11 @@ class CodegenOptions:
     # set); where a tile's candidates run out, the exact path draws. scripts/pdraw_passes.py: 0.043
     # passes a step instead of 0.157 at top-p 0.9, 0.13 instead of 0.86 at top-p 0.5. Against the
     # rejection rounds (H200, llama-3.2-1b b1, alternated): top-p 0.9 -1.0 %, top-p 0.5 -5.0 %,
-    # top-p 0.9 + min-p 0.05 -8.3 % a step (BENCHMARKS.md, twenty-eighth session). None: on
+    # top-p 0.9 + min-p 0.05 -8.3 % a step (BENCHMARKS.md, twenty-eighth session). The tiles'
+    # candidates' logits are loaded at once and those below the min-p key dropped before the walk
+    # starts (not a load a round): top-p 0.9 + min-p 0.05 -3.1 % more (H100). None: on
     # where a block has a thread per LM-head tile (not the MI300X's 304 tiles: refused if asked)
     pdraw_walk: bool | None = None
-    # the walk loads its candidates' logits at once (one round trip, not one a round), drops those
-    # below the min-p key before it starts, and gives up only where a tile with none left ranks its
-    # last candidate above the largest head (not as soon as a tile's candidates are all taken)
-    walk_eager: bool = True
-    # the LM-head tiles' candidate select stops at the first digit whose bin holds exactly the
-    # candidates still needed (after 2 of its 4 passes on most of llama-3.2-1b's tiles), not always
-    # after 4
-    cand_early: bool = True
-    # the argmax task's scans over the tiles' candidates keep this many loads in flight per thread;
-    # None: at batch 1 up to 8, else 4 (llama-3.2-1b's 132 x 16 first candidates: 2 round trips a
-    # pass, not 3; 9, one round trip, spilled one more word at max-seq 1024 and 4096, and at batch 8
-    # took the sampling kernel's spills from 68/336 to 84/368 bytes)
-    cand_unr: int | None = None
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
     # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
     # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls
@@ -492,9 +481,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if o.mma_hold_floats not in (16, 32, 64):
         raise IRCheckError(f"CodegenOptions.mma_hold_floats={o.mma_hold_floats}: 16, 32 or 64 accumulator floats a lane")
     walk = pdraw_walks(o, NTILES, NT)
-    cand_unr = o.cand_unr if o.cand_unr is not None else (min(8, -(-NTILES * LM_PREF // NT)) if B == 1 else 4)
-    if not 1 <= cand_unr <= 32:
-        raise IRCheckError(f"CodegenOptions.cand_unr={o.cand_unr}: 1 to 32 loads in flight a thread")
     if o.pdraw_walk and o.sampler and NTILES > NT:  # sampling.cuh sample_pwalk: a thread per LM-head tile
         raise IRCheckError(f"CodegenOptions.pdraw_walk needs a thread per LM-head tile: {NTILES} tiles, "
                            f"{NT} threads a block on {target.name}")
@@ -507,7 +493,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and walk), PW_EAGER=int(o.walk_eager), CAND_EARLY=int(o.cand_early), CAND_UNR=cand_unr, TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and walk), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
