@@ -284,6 +284,18 @@ if [ "${CALL:-1}" = 18 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 19 ]; then
+  # twenty-eighth session, last: the final tree (the walk's eager candidates; cand_early and cand_unr
+  # gone). The token GPU tests, the sampling steps over greedy (paired), the peer and batch 1
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
+    > "$OUT/tests.log" 2>&1
+  echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+  tokens_paired 80
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
+  OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 6 ]; then
   # (#13) the tile sums in fragment order (CodegenOptions.tile_sum_frag, the default) against the
   # row-major ones (-tsrow), alternated; the tensor-core tests and the same-bits test; the peer
