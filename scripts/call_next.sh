@@ -1,6 +1,18 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Twenty-eighth session: CALL=15 and 16 ran on an H100, CALL=17 on an H200, CALL=18 and 19 on an
+# H100 (BENCHMARKS.md, "Twenty-eighth session"). The walk down the Gumbel order (top-p and/or min-p)
+# is the default, with its candidates' logits loaded at once (walk_eager, measured, then made the
+# only path); cand_early and cand_unr did not pay and are gone. Next: the sampling steps on an H200
+# (CALL=19 there: tokens_paired; top-k 50 was +4.46 % of the H200's step in CALL=17). Leads (#16,
+# top-k): the argmax task takes ~23 us over greedy's ~2.5 (trace, CALL=18): two passes over the
+# 2,112 first candidates (~8 us each, ~4 dependent L2 round trips and 4 block barriers each; more
+# loads in flight did not help); try LM_PREF 8 (half the candidates; every tile's 8th key is still
+# below a flat row's top-50 threshold), keeping the first pass's candidates for the collect pass,
+# or one pass that counts and collects the top bins at once. out/carry/cache.tgz holds CALL=19's
+# kernels at c881c0b's headers.
+#
 # Twenty-seventh session: the H200 was refused all session; CALL=12, 13 and 14 ran on an H100
 # (BENCHMARKS.md, "Twenty-seventh session"): top-p's bounds from the tiles' mass sums paid and are the
 # only bounds now (CALL=12's `--ab-options '{"pdraw_mass": true}'` ran at a03c386; the option is
