@@ -60,7 +60,7 @@ class Sampling:
         if flags == T.TOKF_FILTER and 0 < self.top_k <= LM_CAND and self.top_k < vocab:
             flags |= T.TOKF_CAND  # the top-k set lies among the LM-head tiles' candidates
         elif flags == T.TOKF_FILTER and not 0 < self.top_k < vocab:
-            flags |= T.TOKF_PDRAW  # top-p / min-p alone: the tiles' Gumbel winner, checked, then rejection
+            flags |= T.TOKF_PDRAW  # top-p / min-p alone: the walk down the tiles' Gumbel candidates (or rejection rounds)
         bits = [int(np.array(x, dtype=np.float32).view(np.uint32)) for x in (self.temperature, self.top_p, self.min_p)]
         k = self.top_k if self.top_k < vocab else 0
         return flags, [bits[0], int(k), bits[1], bits[2], self.seed & 0xFFFFFFFF, self.seed >> 32]

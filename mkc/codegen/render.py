@@ -175,8 +175,9 @@ class CodegenOptions:
     # and the weight pipeline (sm_90+); elsewhere it spills (118 bytes at batch 1 in nan mode, more
     # on the tensor-core kernels, 168 registers under the pipeline), so they keep the calls
     sampler_inline: bool | None = None
-    # top-p / min-p without a top-k: the LM-head tiles' Gumbel winner checked, then rejection rounds
-    # (sampling.cuh sample_pdraw); False: the exact path alone (other draws: for measurements)
+    # top-p / min-p without a top-k: the LM-head tiles' Gumbel candidates first, the walk below
+    # (pdraw_walk) or the winner checked, then rejection rounds (sampling.cuh sample_pdraw); False:
+    # the exact path alone (the same draws as the walk's: for measurements)
     sample_pdraw: bool = True
     # its checks from the LM-head tiles' mass sums where they decide them (sample_pdraw's bounds)
     # before a pass over the row; False: always the pass. The bins held counts until the twenty-
