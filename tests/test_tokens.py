@@ -130,6 +130,25 @@ def test_walk_draws_the_exact_paths_token(scale):
     assert walked >= 0.9 * total, (walked, total)
 
 
+@pytest.mark.parametrize("size", [3, 4, 5])
+def test_walk_on_tiles_of_at_most_a_few_tokens(size):
+    """Tiles of fewer than PD_M tokens hand the walk all of theirs (no unknown token behind their
+    last), tiles of PD_M or a few more run out early: the walk still draws the exact path's token,
+    and with every token known (size 3) it does not give up on these rows."""
+    rng = np.random.default_rng(size)
+    V, T_ = 600, 0.8
+    logits = (rng.standard_normal(V) * 2).astype(np.float32)
+    z = (logits / np.float32(T_)).astype(np.float32)
+    tiles = [(a, min(V, a + size)) for a in range(0, V, size)]
+    for f in (dict(top_p=0.5), dict(min_p=0.1), dict(top_p=0.9, min_p=0.05)):
+        ok = ref.allowed(logits, T_, **f)
+        for pos in range(30):
+            score = (z + ref.gumbel(5, pos, 0, np.arange(V))).astype(np.float32)
+            exact = int(np.argmax(np.where(ok, score, -np.inf)))
+            v = ref.pwalk(logits, T_, 5, pos, 0, tiles, **f)
+            assert v == exact or (v is None and size > 3), (f, pos, v, exact)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_filtered_sets_equal_the_hugging_face_warpers(seed):
     rng = np.random.default_rng(seed)
