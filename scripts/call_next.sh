@@ -112,6 +112,12 @@ tokens_paired() {
     --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
   echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
 }
+# tests/test_gpu_tokens.py on the call's default, bounded at $1 s
+tokens_tests() {
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
+    > "$OUT/tests.log" 2>&1
+  echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+}
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
@@ -211,9 +217,7 @@ if [ "${CALL:-1}" = 13 ]; then
   # twenty-seventh session, after CALL=12 (an H100): CodegenOptions.pdraw_mass on by default. The
   # token GPU tests on the new default, the sampling steps over greedy (paired), #13's main rows and
   # the peer beside them
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
-    > "$OUT/tests.log" 2>&1
-  echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+  tokens_tests 150
   tokens_paired 120
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=130 MKC_AB_MAXSEQ=1024 \
   MKC_AB="128@b1-atomic,b8-atomic,b32-atomic,q8-b1-atomic,q8-b8-atomic" OUT=$OUT bash scripts/gpu_final.sh
@@ -265,9 +269,7 @@ if [ "${CALL:-1}" = 17 ]; then
   # default. The token GPU tests on it (their rejection-round cases with pdraw_walk false too), the
   # sampling steps of the default against pdraw_walk false in alternation (top-p 0.5 and min-p rows
   # included), the new default over greedy (paired), the peer and batch 1 beside it
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
-    > "$OUT/tests.log" 2>&1
-  echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+  tokens_tests 200
   timeout 150 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 \
     --ab-options '{"pdraw_walk": false}' --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
   echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 12
@@ -284,9 +286,7 @@ if [ "${CALL:-1}" = 18 ]; then
   # by default. The token GPU tests, each change against the default in alternation, the default
   # over greedy (paired), a top-k 50 step traced (out/carry/builds.tgz: .builds/llama-b1 at this
   # tree), the peer and batch 1 beside it
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
-    > "$OUT/tests.log" 2>&1
-  echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+  tokens_tests 200
   timeout 200 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 \
     --ab-options '{"walk_eager": false}' '{"cand_early": false, "cand_unr": 4}' --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
   echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 14
@@ -299,9 +299,7 @@ fi
 if [ "${CALL:-1}" = 19 ]; then
   # twenty-eighth session, last: the final tree (the walk's eager candidates; cand_early and cand_unr
   # gone). The token GPU tests, the sampling steps over greedy (paired), the peer and batch 1
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
-    > "$OUT/tests.log" 2>&1
-  echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+  tokens_tests 200
   tokens_paired 80
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
   OUT=$OUT bash scripts/gpu_final.sh
