@@ -281,6 +281,42 @@ def _tile_candidates(logits, tiles, C, rng, P=None):
     return np.concatenate(vals), np.concatenate(idx), cuts
 
 
+def _held_kth(keys, cut: int, k: int, ways: int = 2) -> int:
+    """sampling.cuh held_kth (ways 2, halving) and held_kth_ways (CodegenOptions.kth_ways) in numpy:
+    the top-k threshold by a search over the keys above the cut (0: fewer than k keys there)."""
+    keys = np.asarray(keys, np.uint64)
+    if cut == 0xFFFFFFFF:
+        return 0
+    lo, hi = cut + 1, int(keys.max(initial=0))
+    if int((keys >= lo).sum()) < k:
+        return 0
+    steps = 0
+    while lo < hi:
+        r = hi - lo + 1
+        t = [lo + r * j // ways for j in range(ways)]
+        jb = max(j for j in range(ways) if j == 0 or int((keys >= t[j]).sum()) >= k)
+        lo, hi = t[jb], (t[jb + 1] - 1 if jb + 1 < ways else hi)
+        steps += 1
+    assert steps <= {2: 32, 8: 12}[ways]
+    return lo
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_held_search_finds_the_kth_largest_key_above_the_cut(seed):
+    """held_kth's twin against a sort: narrow and wide key ranges, ties, unused slots (0), a cut."""
+    rng = np.random.default_rng(seed)
+    span = [3, 40, 1 << 12, 1 << 24, 1 << 31, 1 << 32][seed]
+    base = 0 if span == 1 << 32 else int(rng.integers(1, (1 << 32) - span))
+    keys = (base + rng.integers(0, span, 2112, dtype=np.uint64)) % (1 << 32)
+    keys[rng.random(2112) < 0.05] = 0  # unused slots
+    srt = np.sort(keys)[::-1]
+    for k in (1, 2, 7, 50, 300, 2000):
+        for cut in (0, int(srt[min(k + 5, len(srt) - 1)]), int(srt[max(k - 3, 0)])):
+            want = int(srt[k - 1]) if int(srt[k - 1]) > cut else 0
+            for ways in (2, 8):
+                assert _held_kth(keys, cut, k, ways) == want, (span, k, cut, ways)
+
+
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("prefix", [False, True])
 def test_candidate_path_gives_the_row_thresholds_or_falls_back(seed, prefix):
@@ -306,6 +342,9 @@ def test_candidate_path_gives_the_row_thresholds_or_falls_back(seed, prefix):
     for k in (1, 7, 16, 50, LM_CAND):
         tk = ref.radix_select(ck, np.ones(len(ck), np.uint64), 0, k, None)
         want = ref.radix_select(ref.order_key(z), np.ones(V, np.uint64), 0, k, None)
+        # the search (CodegenOptions.cand_bisect): the same threshold where trusted, else none
+        for ways in (2, 8):
+            assert _held_kth(ck, cut, k, ways) == (tk if tk > cut else 0), (k, tk, cut, ways)
         if tk > cut:  # trusted: the same threshold as the whole row, and top-p over the top-k set too
             trusted.append(k)
             assert tk == want, (k, tk, want)

@@ -198,6 +198,22 @@ class CodegenOptions:
     # starts (not a load a round): top-p 0.9 + min-p 0.05 -3.1 % more (H100). None: on
     # where a block has a thread per LM-head tile (not the MI300X's 304 tiles: refused if asked)
     pdraw_walk: bool | None = None
+    # the top-k path's first candidates (LM_PREF a tile) loaded once into registers by the argmax
+    # task, in flight with the tiles' header words, and every pass over them reading them there,
+    # not loaded again by each pass. None: at batch 1 (at batch 8 they took the sampling kernel's
+    # spills from 12 to 40 bytes)
+    cand_held: bool | None = None
+    # with cand_held, a top-k without a top-p finds its threshold over the held candidates by an
+    # 8-way search over the keys (sampling.cuh held_kth, one block barrier a step) and draws over
+    # the set gathered from them, not with the histogram select's passes, collect and sort
+    # (top-k 50 -0.77 % a step on an H200 with halving, BENCHMARKS.md twenty-ninth session)
+    cand_bisect: bool = True
+    # that search's ways: 2 halves [lo, hi] a step (~24 steps, measured); more count at ways - 1
+    # keys a step (~8 steps at 8; built on the CPU in the twenty-ninth session, never run on a GPU)
+    kth_ways: int = 2
+    # the search's draw gathers the set first (a warp's slots at once) and draws a token's noise a
+    # thread, not a warp's held slots one after another (never run on a GPU yet)
+    cand_gather: bool = False
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
     # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
     # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls
@@ -482,6 +498,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if o.mma_hold_floats not in (16, 32, 64):
         raise IRCheckError(f"CodegenOptions.mma_hold_floats={o.mma_hold_floats}: 16, 32 or 64 accumulator floats a lane")
     walk = pdraw_walks(o, NTILES, NT)
+    if not 2 <= o.kth_ways <= 16:
+        raise IRCheckError(f"CodegenOptions.kth_ways={o.kth_ways}: 2 to 16 ways a step of the top-k search")
     if o.pdraw_walk and o.sampler and NTILES > NT:  # sampling.cuh sample_pwalk: a thread per LM-head tile
         raise IRCheckError(f"CodegenOptions.pdraw_walk needs a thread per LM-head tile: {NTILES} tiles, "
                            f"{NT} threads a block on {target.name}")
@@ -494,7 +512,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and walk), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and walk), CAND_HELD_ON=int(o.cand_held if o.cand_held is not None else B == 1), CAND_BISECT=int(o.cand_bisect), KTH_WAYS=o.kth_ways, CAND_GATHER=int(o.cand_gather), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

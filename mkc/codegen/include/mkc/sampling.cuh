@@ -172,6 +172,8 @@ __device__ __forceinline__ unsigned radix_select(const float* lg, float temp, fl
 // radix select is the fallback (a crowded open-ended last bin, or ties no split separates).
 constexpr float SDMAX = 32.0f;
 constexpr int SLEVELS = 3;  // SM_LVL holds 3
+// the top-k path's first candidates a thread holds in registers (CandScan::held: slots tid, tid + NT, ...)
+constexpr int CAND_HELD = (NTILES * LM_PREF + NT - 1) / NT;
 
 __device__ __forceinline__ int sbin(float d, float lo, float sc) {
   const float x = floorf((d - lo) * sc);
@@ -295,16 +297,39 @@ __device__ __forceinline__ unsigned hist_select(const Scan& scan, unsigned pos, 
     // registers, the others with shared-memory adds (integers: the order of the adds does not matter)
     unsigned last_n = 0;
     unsigned long long last_w = 0;
-    scan([&](int, float z) {
-      if (order_key(z) < lo) return;
+    // token z in this level's bins and not in the last: its bin b and weight w
+    auto bin_of = [&](float z, int& b, unsigned long long& w) {
+      if (order_key(z) < lo) return false;
       const float d = zmax - z;
-      if (rank(d, nl) != 0) return;
-      const int b = sbin(d, cur_lo, cur_sc);
-      const unsigned long long w = by_mass ? mass_of(z, zmax) : 1ull;
-      if (b == SNB - 1) { ++last_n; last_w += w; return; }
-      mk_smem_add_u32(bcnt + b, 1u);
-      if (by_mass) mk_smem_add_u64(bmass + b, w);
-    });
+      if (rank(d, nl) != 0) return false;
+      b = sbin(d, cur_lo, cur_sc);
+      w = by_mass ? mass_of(z, zmax) : 1ull;
+      if (b == SNB - 1) { ++last_n; last_w += w; return false; }
+      return true;
+    };
+    bool counted = false;
+    if constexpr (!ROW) {
+      if (scan.held) {  // the held candidates crowd a few bins near the top: a warp's adds per bin at once
+#pragma unroll
+        for (int u = 0; u < CAND_HELD; ++u) {
+          int b = 0;
+          unsigned long long w = 0;
+          const bool in = scan.hv[u] >= 0 && bin_of(scan.hz[u] / scan.temp, b, w);
+          mk_warp_count(bcnt, (unsigned)b, in);
+          if (by_mass && in) mk_smem_add_u64(bmass + b, w);
+        }
+        counted = true;
+      }
+    }
+    if (!counted) {
+      scan([&](int, float z) {
+        int b = 0;
+        unsigned long long w = 0;
+        if (!bin_of(z, b, w)) return;
+        mk_smem_add_u32(bcnt + b, 1u);
+        if (by_mass) mk_smem_add_u64(bmass + b, w);
+      });
+    }
     for (int off = WARP / 2; off > 0; off >>= 1) {
       last_n += (unsigned)mk_shfl_xor_i((int)last_n, off);
       last_w += shfl_xor_u64(last_w, off);
@@ -342,17 +367,38 @@ __device__ __forceinline__ unsigned hist_select(const Scan& scan, unsigned pos, 
       const unsigned keep = max(lo, mkey);
       float best = -INFINITY;
       int bi = 0x7fffffff;
-      scan([&](int v, float z) {
-        const unsigned key = order_key(z);
-        if (key < lo) return;
-        const int r = rank(zmax - z, nl + 1);
-        if (r == 0) {
-          const unsigned sl = mk_smem_add_u32(ncol, 1u);
-          if (sl < (unsigned)SNB) { cz[sl] = z; cv[sl] = v; }
-        } else if (r < 0 && drawing && key >= keep) {
-          argmax_merge(best, bi, z + gumbel_at(pos, seed_lo, seed_hi, row, v), v);
+      bool collected = false;
+      if constexpr (!ROW) {
+        if (scan.held) {  // a warp's slots at once (mk_warp_slot)
+#pragma unroll
+          for (int u = 0; u < CAND_HELD; ++u) {
+            const int v = scan.hv[u];
+            const float z = scan.hz[u] / scan.temp;
+            const unsigned key = order_key(z);
+            const int r = v >= 0 && key >= lo ? rank(zmax - z, nl + 1) : 1;
+            const unsigned sl = mk_warp_slot(ncol, r == 0);
+            if (r == 0) {
+              if (sl < (unsigned)SNB) { cz[sl] = z; cv[sl] = v; }
+            } else if (r < 0 && drawing && key >= keep) {
+              argmax_merge(best, bi, z + gumbel_at(pos, seed_lo, seed_hi, row, v), v);
+            }
+          }
+          collected = true;
         }
-      });
+      }
+      if (!collected) {
+        scan([&](int v, float z) {
+          const unsigned key = order_key(z);
+          if (key < lo) return;
+          const int r = rank(zmax - z, nl + 1);
+          if (r == 0) {
+            const unsigned sl = mk_smem_add_u32(ncol, 1u);
+            if (sl < (unsigned)SNB) { cz[sl] = z; cv[sl] = v; }
+          } else if (r < 0 && drawing && key >= keep) {
+            argmax_merge(best, bi, z + gumbel_at(pos, seed_lo, seed_hi, row, v), v);
+          }
+        });
+      }
       mk_barrier();
       mark(3);  // the bin collected (and the tokens above it drawn over)
       const int n = min((int)*ncol, SNB);
@@ -405,7 +451,34 @@ struct CandScan {
   const float* cw;  // row b's NTILES blocks of LM_CAND_WORDS words (lm_candidates)
   float temp;
   int per;          // the first ``per`` (sorted) candidates of each tile: LM_PREF or LM_CAND
+  // held (CAND_HELD_ON, per == LM_PREF): the thread's slots were loaded once (load_held) and every
+  // pass reads them from registers; else each pass loads them (two passes over the first
+  // candidates took ~16 us of the argmax task at batch 1)
+  bool held;
+  float hz[CAND_HELD];
+  int hv[CAND_HELD];
+  // every slot's (logit bits, index) pair in flight at once (8-byte aligned: LM_CAND_HEAD is even)
+  __device__ __forceinline__ void load_held() {
+#pragma unroll
+    for (int u = 0; u < CAND_HELD; ++u) {
+      const int sl = s_tid() + u * NT;
+      hv[u] = -1;
+      hz[u] = 0.0f;
+      if (sl < NTILES * LM_PREF) {
+        const uint2 w = mk_ld_cache_word2(reinterpret_cast<const unsigned*>(
+            cw + (sl / LM_PREF) * LM_CAND_WORDS + LM_CAND_HEAD + 2 * (sl % LM_PREF)));
+        hz[u] = mk_bits_f32(w.x);
+        hv[u] = (int)w.y;
+      }
+    }
+  }
   template <class F> __device__ __forceinline__ void operator()(F&& f) const {
+    if (held) {
+#pragma unroll
+      for (int u = 0; u < CAND_HELD; ++u)
+        if (hv[u] >= 0) f(hv[u], hz[u] / temp);
+      return;
+    }
     constexpr int UNR = 4;  // slots in flight per thread: one at a time waited ~33 L2 round trips a pass
     for (int base = s_tid(); base < NTILES * per; base += NT * UNR) {
       float x[UNR];
@@ -1087,6 +1160,94 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
   return -1;
 }
 
+// The top-k threshold over the held candidates (CandScan::held, CAND_BISECT): the largest key t
+// above ``cut`` whose count over the keys >= t reaches k (hist_select's result where it is above the
+// cut), by bisection over the keys, one block barrier a step (the counts summed a warp at once, a
+// word a warp, two copies by step parity); 0 where fewer than k keys lie above the cut (then the
+// held candidates may miss a token at or above the threshold). kz: the thread's slots' order keys
+// (0: an unused slot). Block-wide; every thread returns the same key.
+__device__ __forceinline__ unsigned held_kth(const unsigned (&kz)[CAND_HELD], unsigned cut, unsigned k) {
+  unsigned* wc = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);  // 2 x NW counts, then NW maxima
+  int par = 0;
+  // the count at t (and, with ``first``, the largest key) over the block
+  auto count = [&](unsigned t, bool first, unsigned& kmax) {
+    unsigned n = 0u, m = 0u;
+#pragma unroll
+    for (int u = 0; u < CAND_HELD; ++u) { n += kz[u] >= t ? 1u : 0u; m = max(m, kz[u]); }
+    n = mk_warp_sum_u32(n);
+    if (first) m = mk_warp_max_u32(m);
+    if (s_lane() == 0) { wc[par * NW + s_warp()] = n; if (first) wc[2 * NW + s_warp()] = m; }
+    mk_barrier();
+    unsigned tot = 0u;
+    for (int w = 0; w < NW; ++w) tot += wc[par * NW + w];
+    if (first) for (int w = 0; w < NW; ++w) kmax = max(kmax, wc[2 * NW + w]);
+    par ^= 1;
+    return tot;
+  };
+  if (cut == 0xffffffffu) return 0u;
+  unsigned lo = cut + 1u, hi = 0u;  // count(>= lo) >= k, count(> hi) = 0 < k
+  if (count(lo, true, hi) < k) return 0u;
+  while (lo < hi) {  // uniform: every thread holds the same lo and hi
+    const unsigned mid = lo + (hi - lo + 1u) / 2u;
+    unsigned unused = 0u;
+    if (count(mid, false, unused) >= k) lo = mid;
+    else hi = mid - 1u;
+  }
+  return lo;
+}
+
+// held_kth's result by a KTH_WAYS-way search (CodegenOptions.kth_ways > 2; built on the CPU, never
+// run on a GPU yet): each step counts at KTH_WAYS - 1 keys splitting [lo, hi] (a warp's sum at
+// once, a word a warp and key, two copies by step parity), one block barrier a step: ~8 steps over
+// llama-3.2-1b's candidates at 8 ways, where halving takes ~24 (6.4 us on an H200). Block-wide.
+static_assert((2 * KTH_WAYS + 1) * NW * 4 <= 4 * SNB, "the search's counts fit the bins' counts (SM_BCNT)");
+__device__ __forceinline__ unsigned held_kth_ways(const unsigned (&kz)[CAND_HELD], unsigned cut, unsigned k) {
+  unsigned* wc = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);  // [2][KTH_WAYS][NW] counts, then NW maxima
+  const int lane = s_lane(), wid = s_warp();
+  if (cut == 0xffffffffu) return 0u;
+  unsigned lo = cut + 1u, hi = 0u;  // count(>= lo) >= k, count(> hi) < k
+  {
+    unsigned n = 0u, m = 0u;
+#pragma unroll
+    for (int u = 0; u < CAND_HELD; ++u) { n += kz[u] >= lo ? 1u : 0u; m = max(m, kz[u]); }
+    n = mk_warp_sum_u32(n);
+    m = mk_warp_max_u32(m);
+    if (lane == 0) { wc[wid] = n; wc[2 * KTH_WAYS * NW + wid] = m; }
+    mk_barrier();
+    unsigned tot = 0u;
+    for (int w = 0; w < NW; ++w) { tot += wc[w]; hi = max(hi, wc[2 * KTH_WAYS * NW + w]); }
+    if (tot < k) return 0u;
+  }
+  int par = 1;
+  while (lo < hi) {  // uniform: every thread holds the same lo and hi
+    const unsigned long long r = (unsigned long long)(hi - lo) + 1ull;
+    auto split = [&](int j) { return lo + (unsigned)(r * (unsigned long long)j / KTH_WAYS); };  // j = 0..KTH_WAYS - 1
+    unsigned* wp = wc + par * KTH_WAYS * NW;
+#pragma unroll
+    for (int j = 1; j < KTH_WAYS; ++j) {
+      const unsigned tj = split(j);
+      unsigned n = 0u;
+#pragma unroll
+      for (int u = 0; u < CAND_HELD; ++u) n += kz[u] >= tj ? 1u : 0u;
+      n = mk_warp_sum_u32(n);
+      if (lane == 0) wp[j * NW + wid] = n;
+    }
+    mk_barrier();
+    int jb = 0;  // the last split whose count reaches k (the counts fall with j)
+#pragma unroll
+    for (int j = 1; j < KTH_WAYS; ++j) {
+      unsigned tot = 0u;
+      for (int w = 0; w < NW; ++w) tot += wp[j * NW + w];
+      if (tot >= k) jb = j;
+    }
+    const unsigned nlo = split(jb);
+    hi = jb + 1 < KTH_WAYS ? split(jb + 1) - 1u : hi;
+    lo = nlo;
+    par ^= 1;
+  }
+  return lo;
+}
+
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.
@@ -1118,14 +1279,60 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
     // tile's smallest kept key (word 1); else the whole row
 #pragma unroll 1
     for (int wide = 0; wide < (cand && use_k ? 2 : 0); ++wide) {
-      const CandScan cs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp,
-                        wide ? LM_CAND : LM_PREF};
+      CandScan cs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp,
+                  wide ? LM_CAND : LM_PREF, CAND_HELD_ON && !wide};
+      if (cs.held) cs.load_held();  // in flight with the header words below
+      unsigned hmax = 0u;  // (every order key of a float is above 0)
       for (int t = tid; t < NTILES; t += NT) {
         const unsigned hk = mk_f32_bits(mk_ld_act(cs.cw + t * LM_CAND_WORDS + (wide ? 1 : 2)));
-        if (hk != 0u) atomicMax(cutw, order_key(mk_bits_f32(key_bits(hk)) / temp));
+        if (hk != 0u) hmax = max(hmax, order_key(mk_bits_f32(key_bits(hk)) / temp));
       }
+      if (cs.held) hmax = mk_warp_max_u32(hmax);  // one add a warp, not one a tile (held: every lane is here)
+      if (hmax != 0u && (!cs.held || s_lane() == 0)) atomicMax(cutw, hmax);
       mk_barrier();
       const unsigned cut = *cutw;
+      if constexpr (CAND_BISECT != 0) {
+        if (cs.held && !use_p) {  // top-k (and min-p): bisection, then the draw over the held slots
+          unsigned kz[CAND_HELD];
+#pragma unroll
+          for (int u = 0; u < CAND_HELD; ++u) kz[u] = cs.hv[u] >= 0 ? order_key(cs.hz[u] / temp) : 0u;
+          unsigned* ncol = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32);
+          if (CAND_GATHER && tid == 0) *ncol = 0u;  // (behind the search's barriers)
+          const unsigned thr = KTH_WAYS > 2 ? held_kth_ways(kz, cut, (unsigned)s.top_k) : held_kth(kz, cut, (unsigned)s.top_k);
+          trace_mark(c, 4);  // the threshold
+          if (thr != 0u) {
+            const unsigned keep = max(thr, mkey);
+            float best = -INFINITY;
+            int bi = 0x7fffffff;
+            if constexpr (CAND_GATHER != 0) {
+              // (CodegenOptions.cand_gather; never run on a GPU yet) the set gathered, a warp's
+              // slots at once, then a thread a token draws its noise, not a warp's slots one
+              // after another, each a Philox chain
+              float* cz = reinterpret_cast<float*>(mk_smem + SM_CZ);
+              int* cv = reinterpret_cast<int*>(mk_smem + SM_CV);
+#pragma unroll
+              for (int u = 0; u < CAND_HELD; ++u) {
+                const bool in = kz[u] >= keep;
+                const unsigned sl = mk_warp_slot(ncol, in);
+                if (in && sl < (unsigned)SNB) { cz[sl] = mk_bits_f32(key_bits(kz[u])); cv[sl] = cs.hv[u]; }  // (z = logit / T)
+              }
+              mk_barrier();
+              const unsigned n = *ncol;
+              if (n <= (unsigned)SNB) {
+                for (int i = tid; i < (int)n; i += NT) argmax_merge(best, bi, cz[i] + gumbel(c, s, b, cv[i]), cv[i]);
+                return block_argmax(best, bi);
+              }
+            }
+#pragma unroll
+            for (int u = 0; u < CAND_HELD; ++u)
+              if (kz[u] >= keep) argmax_merge(best, bi, cs.hz[u] / temp + gumbel(c, s, b, cs.hv[u]), cs.hv[u]);
+            return block_argmax(best, bi);
+          }
+          if (tid == 0) *cutw = 0;  // the next set's cut
+          mk_barrier();
+          continue;
+        }
+      }
       unsigned thr = hist_select<false>(cs, (unsigned)c.pos, s.seed_lo, s.seed_hi, b, lg, temp, zmax, 0u, false,
                                         (unsigned long long)s.top_k, s.top_p, mkey, MKC_SAMPLE_FUSED_DRAW && !use_p,
                                         wide ? nullptr : &c);

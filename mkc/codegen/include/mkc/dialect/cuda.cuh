@@ -108,6 +108,35 @@ __device__ __forceinline__ void mk_warp_count(unsigned* hist, unsigned bin, bool
   const unsigned m = __match_any_sync(0xffffffffu, valid ? bin : 0xffffffffu);
   if (valid && (int)(threadIdx.x & 31u) == __ffs((int)m) - 1) atomicAdd(hist + bin, (unsigned)__popc(m));
 }
+// a slot of *ctr for every lane with `want` (consecutive in lane order) from one add a warp, not one
+// a lane (lanes taking slots of one counter serialise on it). Every lane of the warp calls it
+// together; the lanes without `want` get a value they do not use.
+__device__ __forceinline__ unsigned mk_warp_slot(unsigned* ctr, bool want) {
+  const unsigned m = __ballot_sync(0xffffffffu, want);
+  const int lane = (int)(threadIdx.x & 31u), lead = m != 0u ? __ffs((int)m) - 1 : 0;
+  unsigned base = 0u;
+  if (lane == lead && m != 0u) base = atomicAdd(ctr, (unsigned)__popc(m));
+  base = __shfl_sync(0xffffffffu, base, lead);
+  return base + (unsigned)__popc(m & ((1u << lane) - 1u));
+}
+// the sum of the warp's values, in every lane
+__device__ __forceinline__ unsigned mk_warp_sum_u32(unsigned v) {
+#if MKC_SM >= 80
+  return __reduce_add_sync(0xffffffffu, v);
+#else
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+#endif
+}
+// the largest of the warp's values, in every lane
+__device__ __forceinline__ unsigned mk_warp_max_u32(unsigned v) {
+#if MKC_SM >= 80
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+  for (int off = 16; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+#endif
+}
 __device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) { atomicMax(p, v); }
 // the same, returning the word before the max
 __device__ __forceinline__ unsigned long long mk_smem_fetch_max_u64(unsigned long long* p, unsigned long long v) { return atomicMax(p, v); }

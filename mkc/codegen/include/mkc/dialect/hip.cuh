@@ -119,6 +119,22 @@ __device__ __forceinline__ void mk_smem_add_f32(float* p, float v) {
 __device__ __forceinline__ void mk_warp_count(unsigned* hist, unsigned bin, bool valid) {
   if (valid) (void)mk_smem_add_u32(hist + bin, 1u);
 }
+// mk_warp_slot's contract (a slot of *ctr per lane with `want`; the wavefront calls it together):
+// one add a lane here
+__device__ __forceinline__ unsigned mk_warp_slot(unsigned* ctr, bool want) {
+  return want ? mk_smem_add_u32(ctr, 1u) : 0u;
+}
+__device__ __forceinline__ unsigned mk_warp_sum_u32(unsigned v) {
+  for (int off = MKC_WARP / 2; off > 0; off >>= 1) v += (unsigned)__shfl_xor((int)v, off, MKC_WARP);
+  return v;
+}
+__device__ __forceinline__ unsigned mk_warp_max_u32(unsigned v) {
+  for (int off = MKC_WARP / 2; off > 0; off >>= 1) {
+    const unsigned o = (unsigned)__shfl_xor((int)v, off, MKC_WARP);
+    v = o > v ? o : v;
+  }
+  return v;
+}
 __device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) {
   (void)__hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 }
