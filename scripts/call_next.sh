@@ -1,6 +1,21 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Twenty-ninth session: CALL=20 (H100), two experiment calls (H100, an x_twice patch that did not
+# land: the sampler's time is not cold code) and CALL=23 (an H200) ran (BENCHMARKS.md, "Twenty-ninth
+# session"). CodegenOptions.cand_held (the top-k path's first candidates in registers at batch 1) and
+# cand_bisect (top-k's threshold over them by halving the key range, one block barrier a step) are
+# the default: top-k 50 +4.46 % -> +3.48 % of the H200's step. cand_lean (the LM-head tiles'
+# collect slots a warp at a time, two barriers a radix pass) did not pay and is gone, so CALL=20 as
+# written fails now. The device was refused for the rest of the session: kth_ways=8 and cand_gather
+# (~8 search steps, not ~24; the draw's noise a thread a token: trace, CALL=23: the halving took
+# ~6.4 us and the draw ~3.7 of the argmax task's 12.45 us) are built and not run: CALL=24.
+# out/carry/cache.tgz holds CALL=24's kernels at the session's last headers.
+# Leads (#16): the LM-head tile's tail after its epilogues is ~11.4 us on the H200 (radix cut 5.4
+# us, then ~6: collect passes, rank loop, stores, signal), the same warm as cold (x_twice); the same
+# search over a tile's ~4 keys a thread could replace its four radix passes (each count a
+# __match_any_sync); top-p 0.5 +3.74 % on the H200 (the walk).
+#
 # Twenty-eighth session: CALL=15 and 16 ran on an H100, CALL=17 on an H200, CALL=18 and 19 on an
 # H100 (BENCHMARKS.md, "Twenty-eighth session"). The walk down the Gumbel order (top-p and/or min-p)
 # is the default, with its candidates' logits loaded at once (walk_eager, measured, then made the
@@ -117,6 +132,18 @@ tokens_tests() {
   timeout "$1" python3 -m pytest -q -p no:cacheprovider -p instafail -m gpu --timeout=120 -rfE tests/test_gpu_tokens.py \
     > "$OUT/tests.log" 2>&1
   echo "tokens tests rc=$?: $(tail -n 1 "$OUT/tests.log" | cut -c1-200)"
+}
+# the sampling steps at batch 1, the default against each CodegenOptions spec in alternation, bounded at $1 s
+tokens_ab() {
+  local t="$1"; shift
+  timeout "$t" python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --ab-options "$@" \
+    --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
+  echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n $((6 * $#))
+}
+# the peer and batch 1 beside it, and a top-k 50 step of .builds/llama-b1 traced
+peer_b1_topk_trace() {
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
+  MKC_TRACE=llama-b1 MKC_TRACE_S=80 MKC_TRACE_RUNS="topk=--do-sample --top-k 50 --seed 1" OUT=$OUT bash scripts/gpu_final.sh
 }
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
@@ -303,6 +330,51 @@ if [ "${CALL:-1}" = 19 ]; then
   tokens_paired 80
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
   OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 20 ]; then
+  # twenty-ninth session (#16): CodegenOptions.cand_held (the top-k path's first candidates loaded
+  # once into registers, every select pass reading them there, a warp's bin counts and collected
+  # slots added at once, the tiles' cut keys maxed a warp at a time) on by default at batch 1, and
+  # cand_lean (the LM-head tiles' collect passes take a warp's slots with one add; their radix passes
+  # two block barriers each, not four). The token GPU
+  # tests, the default against cand_held false and against cand_lean false in alternation,
+  # the default over greedy (paired), a top-k 50 step traced, the peer and batch 1 beside it
+  tokens_tests 200
+  tokens_ab 150 '{"cand_held": false}' '{"cand_lean": false}'
+  tokens_paired 80
+  peer_b1_topk_trace
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 23 ]; then
+  # twenty-ninth session (#16), after CALL=20-22 (H100s): cand_bisect on by default (a top-k
+  # without a top-p: its threshold over the held candidates by bisection, one block barrier a step,
+  # then the draw over them). The token GPU tests, the default against cand_bisect false (the held
+  # candidates through the histogram select) and against cand_held false (the candidates loaded by
+  # every pass) in alternation, the default over greedy (paired), a top-k 50 step traced, the peer
+  # and batch 1 beside it
+  tokens_tests 200
+  tokens_ab 200 '{"cand_bisect": false}' '{"cand_held": false}'
+  tokens_paired 80
+  peer_b1_topk_trace
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 24 ]; then
+  # next session (#16), on an H200: CodegenOptions kth_ways=8 (the top-k search counts at 7 keys a
+  # step, ~8 barriers, not ~24 halvings) and cand_gather (the draw gathers the set, a thread a
+  # token's noise), built on the CPU in the twenty-ninth session and never run: their draw-for-draw
+  # tests, each against the default in alternation, the default over greedy (paired), a top-k step
+  # traced, the peer and batch 1. If they pay, make them the default and run tokens_tests on it.
+  MKC_TEST_OPTIONS='{"kth_ways": 8, "cand_gather": true}' timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
+    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw" \
+    "tests/test_gpu_tokens.py::test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference" > "$OUT/tests-kth.log" 2>&1
+  echo "kth_ways 8 + cand_gather tests rc=$?: $(tail -n 1 "$OUT/tests-kth.log" | cut -c1-200)"
+  tokens_ab 240 '{"kth_ways": 8}' '{"cand_gather": true}' '{"kth_ways": 8, "cand_gather": true}'
+  tokens_paired 80
+  peer_b1_topk_trace
   pack_out
   exit 0
 fi
