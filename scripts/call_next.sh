@@ -7,14 +7,15 @@
 # cand_bisect (top-k's threshold over them by halving the key range, one block barrier a step) are
 # the default: top-k 50 +4.46 % -> +3.48 % of the H200's step. cand_lean (the LM-head tiles'
 # collect slots a warp at a time, two barriers a radix pass) did not pay and is gone, so CALL=20 as
-# written fails now. The device was refused for the rest of the session: kth_ways=8 and cand_gather
+# written fails now. The device was refused for the rest of the session: kth_ways=8, cand_gather
 # (~8 search steps, not ~24; the draw's noise a thread a token: trace, CALL=23: the halving took
-# ~6.4 us and the draw ~3.7 of the argmax task's 12.45 us) are built and not run: CALL=24.
+# ~6.4 us and the draw ~3.7 of the argmax task's 12.45 us) and tile_search (the LM-head tiles' cut
+# by the same search) are built and not run: CALL=24.
 # out/carry/cache.tgz holds CALL=24's kernels at the session's last headers.
 # Leads (#16): the LM-head tile's tail after its epilogues is ~11.4 us on the H200 (radix cut 5.4
-# us, then ~6: collect passes, rank loop, stores, signal), the same warm as cold (x_twice); the same
-# search over a tile's ~4 keys a thread could replace its four radix passes (each count a
-# __match_any_sync); top-p 0.5 +3.74 % on the H200 (the walk).
+# us, then ~6: collect passes, rank loop, stores, signal), the same warm as cold (x_twice):
+# tile_search replaces its four radix passes (each count a __match_any_sync); the ~6 us after the
+# cut are not understood yet (finer marks there next); top-p 0.5 +3.74 % on the H200 (the walk).
 #
 # Twenty-eighth session: CALL=15 and 16 ran on an H100, CALL=17 on an H200, CALL=18 and 19 on an
 # H100 (BENCHMARKS.md, "Twenty-eighth session"). The walk down the Gumbel order (top-p and/or min-p)
@@ -364,15 +365,16 @@ if [ "${CALL:-1}" = 23 ]; then
 fi
 if [ "${CALL:-1}" = 24 ]; then
   # next session (#16), on an H200: CodegenOptions kth_ways=8 (the top-k search counts at 7 keys a
-  # step, ~8 barriers, not ~24 halvings) and cand_gather (the draw gathers the set, a thread a
-  # token's noise), built on the CPU in the twenty-ninth session and never run: their draw-for-draw
-  # tests, each against the default in alternation, the default over greedy (paired), a top-k step
+  # step, ~8 barriers, not ~24 halvings), cand_gather (the draw gathers the set, a thread a token's
+  # noise) and tile_search (the LM-head tiles' cut by the same search, not four radix passes), built
+  # on the CPU in the twenty-ninth session and never run: their draw-for-draw tests, each added to
+  # kth_ways=8 against the default in alternation, the default over greedy (paired), a top-k step
   # traced, the peer and batch 1. If they pay, make them the default and run tokens_tests on it.
-  MKC_TEST_OPTIONS='{"kth_ways": 8, "cand_gather": true}' timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
+  MKC_TEST_OPTIONS='{"kth_ways": 8, "cand_gather": true, "tile_search": true}' timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
     "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw" \
     "tests/test_gpu_tokens.py::test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference" > "$OUT/tests-kth.log" 2>&1
-  echo "kth_ways 8 + cand_gather tests rc=$?: $(tail -n 1 "$OUT/tests-kth.log" | cut -c1-200)"
-  tokens_ab 240 '{"kth_ways": 8}' '{"cand_gather": true}' '{"kth_ways": 8, "cand_gather": true}'
+  echo "kth_ways 8 + cand_gather + tile_search tests rc=$?: $(tail -n 1 "$OUT/tests-kth.log" | cut -c1-200)"
+  tokens_ab 240 '{"kth_ways": 8}' '{"kth_ways": 8, "cand_gather": true}' '{"kth_ways": 8, "tile_search": true}'
   tokens_paired 80
   peer_b1_topk_trace
   pack_out

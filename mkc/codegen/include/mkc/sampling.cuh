@@ -500,6 +500,59 @@ struct CandScan {
   }
 };
 
+// The largest key t >= lo whose count over the block's keys >= t reaches k (0 where the keys >= lo
+// number fewer than k), by a KTH_WAYS-way search: each step counts at KTH_WAYS - 1 keys splitting
+// [lo, hi] (a warp's sum at once, a word a warp and key in wc, two copies by step parity), one
+// block barrier a step: ~8 steps over llama-3.2-1b's 132 x 16 candidates at 8 ways, where halving
+// (held_kth) takes ~24 (6.4 us on an H200). kz: the thread's NK keys (0: none, below every lo >= 1);
+// wc: (2 KTH_WAYS + 1) NW words of shared memory. Block-wide; every thread returns the same key.
+// (CodegenOptions.kth_ways, tile_search: built on the CPU, never run on a GPU yet.)
+template <int NK>
+__device__ __forceinline__ unsigned kth_search(const unsigned (&kz)[NK], unsigned lo, unsigned k, unsigned* wc) {
+  const int lane = s_lane(), wid = s_warp();
+  unsigned hi = 0u;  // count(>= lo) >= k, count(> hi) < k
+  {
+    unsigned n = 0u, m = 0u;
+#pragma unroll
+    for (int u = 0; u < NK; ++u) { n += kz[u] >= lo ? 1u : 0u; m = max(m, kz[u]); }
+    n = mk_warp_sum_u32(n);
+    m = mk_warp_max_u32(m);
+    if (lane == 0) { wc[wid] = n; wc[2 * KTH_WAYS * NW + wid] = m; }
+    mk_barrier();
+    unsigned tot = 0u;
+    for (int w = 0; w < NW; ++w) { tot += wc[w]; hi = max(hi, wc[2 * KTH_WAYS * NW + w]); }
+    if (tot < k) return 0u;
+  }
+  int par = 1;
+  while (lo < hi) {  // uniform: every thread holds the same lo and hi
+    const unsigned long long r = (unsigned long long)(hi - lo) + 1ull;
+    auto split = [&](int j) { return lo + (unsigned)(r * (unsigned long long)j / KTH_WAYS); };  // j = 0..KTH_WAYS - 1
+    unsigned* wp = wc + par * KTH_WAYS * NW;
+#pragma unroll
+    for (int j = 1; j < KTH_WAYS; ++j) {
+      const unsigned tj = split(j);
+      unsigned n = 0u;
+#pragma unroll
+      for (int u = 0; u < NK; ++u) n += kz[u] >= tj ? 1u : 0u;
+      n = mk_warp_sum_u32(n);
+      if (lane == 0) wp[j * NW + wid] = n;
+    }
+    mk_barrier();
+    int jb = 0;  // the last split whose count reaches k (the counts fall with j)
+#pragma unroll
+    for (int j = 1; j < KTH_WAYS; ++j) {
+      unsigned tot = 0u;
+      for (int w = 0; w < NW; ++w) tot += wp[j * NW + w];
+      if (tot >= k) jb = j;
+    }
+    const unsigned nlo = split(jb);
+    hi = jb + 1 < KTH_WAYS ? split(jb + 1) - 1u : hi;
+    lo = nlo;
+    par ^= 1;
+  }
+  return lo;
+}
+
 // One step of the candidates' radix select, run by one warp (all lanes): over the 256 bins from the
 // top, the digit where the count reaches need -> res[0], and the count above that digit -> res[1].
 __device__ __forceinline__ void cand_digit(const unsigned* hist, unsigned need, unsigned* res, int lane) {
@@ -571,7 +624,16 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
 #pragma unroll 4
     for (int i = tid; i < n; i += NT) keys[i] = order_key(lgb[(size_t)b * V + r0 + i]);
     unsigned cut = 0;
-    if (n > LM_CAND) {
+    if (TILE_SEARCH != 0 && n > LM_CAND) {
+      // (CodegenOptions.tile_search) the same cut, the LM_CAND-th largest key, by kth_search over the
+      // thread's keys (its own stores above) in registers, not four radix passes of counts
+      constexpr int TK = (LM_ROWS + NT - 1) / NT;
+      static_assert((2 * KTH_WAYS + 1) * NW <= 256, "the search's counts fit the tile's bins");
+      unsigned tk[TK];
+#pragma unroll
+      for (int j = 0; j < TK; ++j) tk[j] = tid + j * NT < n ? keys[tid + j * NT] : 0u;
+      cut = kth_search(tk, 1u, (unsigned)LM_CAND, hist);
+    } else if (n > LM_CAND) {
       unsigned need = LM_CAND;
 #pragma unroll 1
       for (int shift = 24; shift >= 0; shift -= 8) {
@@ -1196,56 +1258,12 @@ __device__ __forceinline__ unsigned held_kth(const unsigned (&kz)[CAND_HELD], un
   return lo;
 }
 
-// held_kth's result by a KTH_WAYS-way search (CodegenOptions.kth_ways > 2; built on the CPU, never
-// run on a GPU yet): each step counts at KTH_WAYS - 1 keys splitting [lo, hi] (a warp's sum at
-// once, a word a warp and key, two copies by step parity), one block barrier a step: ~8 steps over
-// llama-3.2-1b's candidates at 8 ways, where halving takes ~24 (6.4 us on an H200). Block-wide.
+// held_kth's result by kth_search (CodegenOptions.kth_ways > 2; built on the CPU, never run on a
+// GPU yet). Block-wide.
 static_assert((2 * KTH_WAYS + 1) * NW * 4 <= 4 * SNB, "the search's counts fit the bins' counts (SM_BCNT)");
 __device__ __forceinline__ unsigned held_kth_ways(const unsigned (&kz)[CAND_HELD], unsigned cut, unsigned k) {
-  unsigned* wc = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);  // [2][KTH_WAYS][NW] counts, then NW maxima
-  const int lane = s_lane(), wid = s_warp();
   if (cut == 0xffffffffu) return 0u;
-  unsigned lo = cut + 1u, hi = 0u;  // count(>= lo) >= k, count(> hi) < k
-  {
-    unsigned n = 0u, m = 0u;
-#pragma unroll
-    for (int u = 0; u < CAND_HELD; ++u) { n += kz[u] >= lo ? 1u : 0u; m = max(m, kz[u]); }
-    n = mk_warp_sum_u32(n);
-    m = mk_warp_max_u32(m);
-    if (lane == 0) { wc[wid] = n; wc[2 * KTH_WAYS * NW + wid] = m; }
-    mk_barrier();
-    unsigned tot = 0u;
-    for (int w = 0; w < NW; ++w) { tot += wc[w]; hi = max(hi, wc[2 * KTH_WAYS * NW + w]); }
-    if (tot < k) return 0u;
-  }
-  int par = 1;
-  while (lo < hi) {  // uniform: every thread holds the same lo and hi
-    const unsigned long long r = (unsigned long long)(hi - lo) + 1ull;
-    auto split = [&](int j) { return lo + (unsigned)(r * (unsigned long long)j / KTH_WAYS); };  // j = 0..KTH_WAYS - 1
-    unsigned* wp = wc + par * KTH_WAYS * NW;
-#pragma unroll
-    for (int j = 1; j < KTH_WAYS; ++j) {
-      const unsigned tj = split(j);
-      unsigned n = 0u;
-#pragma unroll
-      for (int u = 0; u < CAND_HELD; ++u) n += kz[u] >= tj ? 1u : 0u;
-      n = mk_warp_sum_u32(n);
-      if (lane == 0) wp[j * NW + wid] = n;
-    }
-    mk_barrier();
-    int jb = 0;  // the last split whose count reaches k (the counts fall with j)
-#pragma unroll
-    for (int j = 1; j < KTH_WAYS; ++j) {
-      unsigned tot = 0u;
-      for (int w = 0; w < NW; ++w) tot += wp[j * NW + w];
-      if (tot >= k) jb = j;
-    }
-    const unsigned nlo = split(jb);
-    hi = jb + 1 < KTH_WAYS ? split(jb + 1) - 1u : hi;
-    lo = nlo;
-    par ^= 1;
-  }
-  return lo;
+  return kth_search(kz, cut + 1u, k, reinterpret_cast<unsigned*>(mk_smem + SM_BCNT));
 }
 
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
