@@ -473,6 +473,27 @@ def test_walk_is_refused_where_a_block_has_fewer_threads_than_lm_head_tiles():
     assert "PDRAW_WALK = 1" in src
 
 
+@pytest.mark.parametrize("batch", [1, 8])
+def test_held_candidates_and_their_search_are_rendered_where_they_were_measured(batch):
+    """CodegenOptions.cand_held (None: batch 1 only; at batch 8 the held slots raised the sampling
+    kernel's spills) and cand_bisect reach the kernel as constants; kth_ways outside 2..16 is
+    refused by name."""
+    from mkc.codegen.render import CodegenOptions, generate
+    from mkc.errors import IRCheckError
+    from mkc.target import get_target
+    from mkc.taskgraph import lower
+
+    tg = lower(shape_graph("llama-3.2-1b", batch, 128), get_target("h200"))
+    sched = rr_schedule(tg, "h200", "atomic")
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
+    assert f"CAND_HELD_ON = {int(batch == 1)}" in src and "CAND_BISECT = 1" in src and "KTH_WAYS = 2" in src
+    assert "held_kth(kz, cut, (unsigned)s.top_k)" in src
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_held=True, kth_ways=8, tile_search=True))
+    assert "CAND_HELD_ON = 1" in src and "KTH_WAYS = 8" in src and "TILE_SEARCH = 1" in src
+    with pytest.raises(IRCheckError, match="kth_ways=1"):
+        generate(tg, sched, "h200", CodegenOptions(sampler=True, kth_ways=1))
+
+
 def test_rendered_kernel_has_the_token_end():
     from mkc.codegen.render import generate
 
