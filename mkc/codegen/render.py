@@ -203,13 +203,15 @@ class CodegenOptions:
     # not loaded again by each pass. None: at batch 1 (at batch 8 they took the sampling kernel's
     # spills from 12 to 40 bytes)
     cand_held: bool | None = None
-    # with cand_held, a top-k without a top-p finds its threshold over the held candidates by an
-    # 8-way search over the keys (sampling.cuh held_kth, one block barrier a step) and draws over
-    # the set gathered from them, not with the histogram select's passes, collect and sort
-    # (top-k 50 -0.77 % a step on an H200 with halving, BENCHMARKS.md twenty-ninth session)
+    # with cand_held, a top-k without a top-p finds its threshold over the held candidates by
+    # halving the key range (sampling.cuh held_kth, one block barrier a step; kth_ways below) and
+    # draws over the held slots (cand_gather below), not with the histogram select's passes,
+    # collect and sort (top-k 50 -0.77 % a step on an H200, BENCHMARKS.md twenty-ninth session)
     cand_bisect: bool = True
     # that search's ways: 2 halves [lo, hi] a step (~24 steps, measured); more count at ways - 1
-    # keys a step (~8 steps at 8; built on the CPU in the twenty-ninth session, never run on a GPU)
+    # keys a step (~8 steps at 8; built on the CPU in the twenty-ninth session, never run on a GPU).
+    # sampling.cuh kth_search at 2 ways is held_kth's halving: held_kth stays the default because it
+    # is the code the GPU ran (CALL=23); once kth_ways is measured, one of the two goes
     kth_ways: int = 2
     # the search's draw gathers the set first (a warp's slots at once) and draws a token's noise a
     # thread, not a warp's held slots one after another (never run on a GPU yet)
