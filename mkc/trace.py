@@ -74,10 +74,13 @@ STAGING = "input staging, all chunks"
 MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT, STAGING), "oproj": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          "gateup": GEMV_MARKS + (None, PIPE_WAIT, STAGING), "down": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          "downk": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
-         "lmhead": GEMV_MARKS + ("candidates: row 0's cut", PIPE_WAIT, STAGING),
+         "lmhead": GEMV_MARKS + ("candidates: row 0's cut | top-p: mass sums", PIPE_WAIT, STAGING),
          "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax"),
-         # the filtered sampler's select over the LM-head tiles' candidates (its first, LM_PREF a tile)
-         "argmax": ("tiles' partials merged", "select: bins counted", "select: reaching bin", "select: bin collected",
+         # the filtered sampler's select over the LM-head tiles' candidates (its first, LM_PREF a tile);
+         # a top-k over the held candidates (sampling.cuh held_kth) marks its draw in marks 1 and 2, the
+         # walk (top-p and/or min-p) its start and end
+         "argmax": ("tiles' partials merged", "select: bins counted | held: the slots' scores | walk: sums read",
+                    "select: reaching bin | held: the winner | walk: end", "select: bin collected",
                     "select: threshold")}
 
 

@@ -1,6 +1,15 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Thirtieth session: CALL=24 ran on an H100 (asked for an H200): kth_ways=8, cand_gather and
+# tile_search measured +0.21 / +0.29 / +0.38 % on top-k 50 against the default and are gone (CALL=24
+# as written fails now); the sampling steps over greedy and `mkc bench llama-3.2-1b:1` beside the
+# peer (BENCHMARKS.md, "Thirtieth session"). Built next: kth_exit (the held search ends on a count
+# of exactly k: ~9 steps, not ~24) and cand_noise (the tiles write their first 16 candidates'
+# Gumbel noise; the held draw reads it), both off: CALL=25. The trace's argmax marks 1 and 2 on the
+# held path are now the slots' scores and the winner (the draw's ~6 us on the H100, not understood).
+# out/carry/cache.tgz holds CALL=25's kernels at the session's last headers.
+#
 # Twenty-ninth session: CALL=20 (H100), two experiment calls (H100, an x_twice patch that did not
 # land: the sampler's time is not cold code) and CALL=23 (an H200) ran (BENCHMARKS.md, "Twenty-ninth
 # session"). CodegenOptions.cand_held (the top-k path's first candidates in registers at batch 1) and
@@ -144,7 +153,7 @@ tokens_ab() {
 # the peer and batch 1 beside it, and a top-k 50 step of .builds/llama-b1 traced
 peer_b1_topk_trace() {
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
-  MKC_TRACE=llama-b1 MKC_TRACE_S=80 MKC_TRACE_RUNS="topk=--do-sample --top-k 50 --seed 1" OUT=$OUT bash scripts/gpu_final.sh
+  MKC_TRACE=llama-b1 MKC_TRACE_S=80 MKC_TRACE_RUNS="${TRACE_RUNS:-topk=--do-sample --top-k 50 --seed 1}" OUT=$OUT bash scripts/gpu_final.sh
 }
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
@@ -229,7 +238,7 @@ if [ "${CALL:-1}" = 12 ]; then
     --ab-options '{"pdraw_mass": true}' --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
   echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 12
   MKC_TEST_OPTIONS='{"pdraw_mass": true}' timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu \
-    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw" \
+    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw[None]" \
     "tests/test_gpu_tokens.py::test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference" > "$OUT/tests-pm.log" 2>&1
   echo "pdraw_mass tests rc=$?: $(tail -n 1 "$OUT/tests-pm.log")"
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_AB=none MKC_PEER_S=90 MKC_TRACE=llama-b1 MKC_TRACE_S=80 \
@@ -283,7 +292,7 @@ if [ "${CALL:-1}" = 16 ]; then
     "tests/test_gpu_tokens.py::test_walk_draws_the_exact_paths_token_on_a_full_vocabulary" > "$OUT/tests-walk.log" 2>&1
   echo "walk test rc=$?: $(tail -n 1 "$OUT/tests-walk.log" | cut -c1-200)"
   MKC_TEST_OPTIONS='{"pdraw_walk": true}' timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu \
-    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw" \
+    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw[None]" \
     "tests/test_gpu_tokens.py::test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference" > "$OUT/tests-walk2.log" 2>&1
   echo "draw-for-draw on the walk's kernels rc=$?: $(tail -n 1 "$OUT/tests-walk2.log" | cut -c1-200)"
   timeout 170 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 \
@@ -320,7 +329,7 @@ if [ "${CALL:-1}" = 18 ]; then
   echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 14
   tokens_paired 80
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
-  MKC_TRACE=llama-b1 MKC_TRACE_S=80 MKC_TRACE_RUNS="topk=--do-sample --top-k 50 --seed 1" OUT=$OUT bash scripts/gpu_final.sh
+  MKC_TRACE=llama-b1 MKC_TRACE_S=80 MKC_TRACE_RUNS="${TRACE_RUNS:-topk=--do-sample --top-k 50 --seed 1}" OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi
@@ -371,12 +380,29 @@ if [ "${CALL:-1}" = 24 ]; then
   # kth_ways=8 against the default in alternation, the default over greedy (paired), a top-k step
   # traced, the peer and batch 1. If they pay, make them the default and run tokens_tests on it.
   MKC_TEST_OPTIONS='{"kth_ways": 8, "cand_gather": true, "tile_search": true}' timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
-    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw" \
+    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw[None]" \
     "tests/test_gpu_tokens.py::test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference" > "$OUT/tests-kth.log" 2>&1
   echo "kth_ways 8 + cand_gather + tile_search tests rc=$?: $(tail -n 1 "$OUT/tests-kth.log" | cut -c1-200)"
   tokens_ab 240 '{"kth_ways": 8}' '{"kth_ways": 8, "cand_gather": true}' '{"kth_ways": 8, "tile_search": true}'
   tokens_paired 80
-  peer_b1_topk_trace
+  MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=170 peer_b1_topk_trace  # and `mkc bench` (torch.compile + CUDA graph)
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 25 ]; then
+  # thirtieth session (#16), after CALL=24 (an H100): CodegenOptions kth_exit and cand_noise
+  # (built on the CPU, never run): their draw-for-draw tests, the token GPU tests on the default
+  # (the candidate blocks grew by the noise words), kth_exit alone and with cand_noise against the
+  # default in alternation, the default over greedy (paired), a top-k and a top-p 0.5 step traced
+  # (the draw's marks; the walk's and the tiles' mass sums'), the peer and batch 1
+  MKC_TEST_OPTIONS='{"kth_exit": true, "cand_noise": true}' timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu \
+    "tests/test_gpu_tokens.py::test_sampling_matches_the_numpy_reference_draw_for_draw[None]" \
+    "tests/test_gpu_tokens.py::test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference[None]" > "$OUT/tests-exit.log" 2>&1
+  echo "kth_exit + cand_noise tests rc=$?: $(tail -n 1 "$OUT/tests-exit.log" | cut -c1-200)"
+  tokens_tests 150
+  tokens_ab 200 '{"kth_exit": true}' '{"kth_exit": true, "cand_noise": true}'
+  tokens_paired 80
+  TRACE_RUNS="topk=--do-sample --top-k 50 --seed 1;topp5=--do-sample --top-p 0.5 --seed 1" peer_b1_topk_trace
   pack_out
   exit 0
 fi

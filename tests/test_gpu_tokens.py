@@ -264,7 +264,7 @@ def test_lmhead_tiles_candidates_are_their_largest_logits(batch):
     for t, r0, r1 in tiles:
         for row in range(batch):
             blk = cand[row, LM_CAND_WORDS * t: LM_CAND_WORDS * (t + 1)]
-            pairs = blk[LM_CAND_HEAD:].view(LM_CAND, 2)
+            pairs = blk[LM_CAND_HEAD:LM_CAND_HEAD + 2 * LM_CAND].view(LM_CAND, 2)
             kept = pairs[:, 0].contiguous().view(torch.float32)
             want = lg[row, r0:r1].topk(LM_CAND)
             assert int(blk[0]) == LM_CAND, (t, row)

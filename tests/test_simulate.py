@@ -143,7 +143,7 @@ def test_lmhead_candidates_are_each_tiles_largest_logits(sms):
         blk = cand[:, LM_CAND_WORDS * t: LM_CAND_WORDS * (t + 1)]
         n = min(LM_CAND, r1 - r0)
         for b in range(3):
-            pairs = blk[b, LM_CAND_HEAD:].view(LM_CAND, 2)
+            pairs = blk[b, LM_CAND_HEAD:LM_CAND_HEAD + 2 * LM_CAND].view(LM_CAND, 2)
             idx = pairs[:, 1]
             assert int(blk[b, 0]) == n and (idx[:n] >= r0).all() and (idx[:n] < r1).all() and (idx[n:] == -1).all()
             kept = pairs[:n, 0].contiguous().view(torch.float32)

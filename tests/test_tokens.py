@@ -281,24 +281,30 @@ def _tile_candidates(logits, tiles, C, rng, P=None):
     return np.concatenate(vals), np.concatenate(idx), cuts
 
 
-def _held_kth(keys, cut: int, k: int, ways: int = 2) -> int:
-    """sampling.cuh held_kth (ways 2, halving) and held_kth_ways (CodegenOptions.kth_ways) in numpy:
-    the top-k threshold by a search over the keys above the cut (0: fewer than k keys there)."""
+def _held_kth(keys, cut: int, k: int, exit_: bool = False) -> tuple[int, int]:
+    """sampling.cuh held_kth in numpy: the top-k threshold by a search over the keys above the cut
+    (0: fewer than k keys there), halving [lo, hi]; with ``exit_`` (CodegenOptions.kth_exit) each
+    step also takes the smallest key at or above the split, ends on a count of exactly k and raises
+    lo to that key on a larger count. Returns (threshold, block barriers)."""
     keys = np.asarray(keys, np.uint64)
     if cut == 0xFFFFFFFF:
-        return 0
+        return 0, 0
     lo, hi = cut + 1, int(keys.max(initial=0))
     if int((keys >= lo).sum()) < k:
-        return 0
-    steps = 0
+        return 0, 1
+    steps = 1
     while lo < hi:
-        r = hi - lo + 1
-        t = [lo + r * j // ways for j in range(ways)]
-        jb = max(j for j in range(ways) if j == 0 or int((keys >= t[j]).sum()) >= k)
-        lo, hi = t[jb], (t[jb + 1] - 1 if jb + 1 < ways else hi)
+        mid = lo + (hi - lo + 1) // 2
+        above = keys[keys >= mid]
         steps += 1
-    assert steps <= {2: 32, 8: 12}[ways]
-    return lo
+        if exit_ and len(above) == k:
+            return int(above.min()), steps
+        if len(above) >= k:
+            lo = int(above.min()) if exit_ else mid
+        else:
+            hi = mid - 1
+    assert steps <= 34
+    return lo, steps
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -313,8 +319,8 @@ def test_held_search_finds_the_kth_largest_key_above_the_cut(seed):
     for k in (1, 2, 7, 50, 300, 2000):
         for cut in (0, int(srt[min(k + 5, len(srt) - 1)]), int(srt[max(k - 3, 0)])):
             want = int(srt[k - 1]) if int(srt[k - 1]) > cut else 0
-            for ways in (2, 8):
-                assert _held_kth(keys, cut, k, ways) == want, (span, k, cut, ways)
+            for exit_ in (False, True):
+                assert _held_kth(keys, cut, k, exit_)[0] == want, (span, k, cut, exit_)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -343,8 +349,8 @@ def test_candidate_path_gives_the_row_thresholds_or_falls_back(seed, prefix):
         tk = ref.radix_select(ck, np.ones(len(ck), np.uint64), 0, k, None)
         want = ref.radix_select(ref.order_key(z), np.ones(V, np.uint64), 0, k, None)
         # the search (CodegenOptions.cand_bisect): the same threshold where trusted, else none
-        for ways in (2, 8):
-            assert _held_kth(ck, cut, k, ways) == (tk if tk > cut else 0), (k, tk, cut, ways)
+        for exit_ in (False, True):
+            assert _held_kth(ck, cut, k, exit_)[0] == (tk if tk > cut else 0), (k, tk, cut, exit_)
         if tk > cut:  # trusted: the same threshold as the whole row, and top-p over the top-k set too
             trusted.append(k)
             assert tk == want, (k, tk, want)
@@ -476,22 +482,40 @@ def test_walk_is_refused_where_a_block_has_fewer_threads_than_lm_head_tiles():
 @pytest.mark.parametrize("batch", [1, 8])
 def test_held_candidates_and_their_search_are_rendered_where_they_were_measured(batch):
     """CodegenOptions.cand_held (None: batch 1 only; at batch 8 the held slots raised the sampling
-    kernel's spills) and cand_bisect reach the kernel as constants; kth_ways outside 2..16 is
-    refused by name."""
+    kernel's spills), cand_bisect, kth_exit and cand_noise reach the kernel as constants."""
     from mkc.codegen.render import CodegenOptions, generate
-    from mkc.errors import IRCheckError
     from mkc.target import get_target
     from mkc.taskgraph import lower
 
     tg = lower(shape_graph("llama-3.2-1b", batch, 128), get_target("h200"))
     sched = rr_schedule(tg, "h200", "atomic")
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
-    assert f"CAND_HELD_ON = {int(batch == 1)}" in src and "CAND_BISECT = 1" in src and "KTH_WAYS = 2" in src
+    assert f"CAND_HELD_ON = {int(batch == 1)}" in src and "CAND_BISECT = 1" in src
+    assert "KTH_EXIT = 0" in src and "CAND_NOISE = 0" in src
     assert "held_kth(kz, cut, (unsigned)s.top_k)" in src
-    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_held=True, kth_ways=8, tile_search=True))
-    assert "CAND_HELD_ON = 1" in src and "KTH_WAYS = 8" in src and "TILE_SEARCH = 1" in src
-    with pytest.raises(IRCheckError, match="kth_ways=1"):
-        generate(tg, sched, "h200", CodegenOptions(sampler=True, kth_ways=1))
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_held=True, kth_exit=True, cand_noise=True))
+    assert "CAND_HELD_ON = 1" in src and "KTH_EXIT = 1" in src and "CAND_NOISE = 1" in src
+
+
+def test_held_search_with_the_exit_takes_fewer_steps_on_tile_candidates():
+    """kth_exit's point: on llama-3.2-1b's shape (132 tiles of ~971 logits, each tile's 16 largest
+    held), top-k 50's search ends in well under half the halving's block barriers, with the same
+    threshold (the sort's)."""
+    rng = np.random.default_rng(5)
+    V, T_ = 128256, 132
+    per = V // T_  # (the last tile a few logits longer in the kernel)
+    plain, early = [], []
+    for trial in range(6):
+        logits = (rng.standard_normal(V) * [1.0, 3.0, 0.05][trial % 3]).astype(np.float32)
+        tiles = np.sort(logits[: T_ * per].reshape(T_, per), axis=1)[:, ::-1]
+        keys = ref.order_key(np.ascontiguousarray(tiles[:, :16]).ravel())
+        cut = int(ref.order_key(np.ascontiguousarray(tiles[:, 15])).max())
+        want = int(np.sort(keys)[::-1][49])
+        for exit_, out in ((False, plain), (True, early)):
+            thr, steps = _held_kth(keys, cut, 50, exit_)
+            assert thr == want
+            out.append(steps)
+    assert np.mean(early) < 0.6 * np.mean(plain), (early, plain)
 
 
 def test_rendered_kernel_has_the_token_end():

@@ -29,7 +29,7 @@ from mkc.target import Target, get_target
 from mkc.taskgraph import names
 from mkc.taskgraph.ir import TaskGraph
 from mkc.taskgraph.kinds import args_of
-from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
+from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_NOISE, LM_CAND_WORDS, LM_PREF
 from mkc.taskgraph.plan import (PIPE_KS_FLUSH, DevicePlan, PlanKnobs, attn_preload, device_plan, sample_region,
                                sample_sizes, sample_smem)
 from mkc.codegen import tables as T
@@ -204,22 +204,20 @@ class CodegenOptions:
     # spills from 12 to 40 bytes)
     cand_held: bool | None = None
     # with cand_held, a top-k without a top-p finds its threshold over the held candidates by
-    # halving the key range (sampling.cuh held_kth, one block barrier a step; kth_ways below) and
-    # draws over the held slots (cand_gather below), not with the histogram select's passes,
-    # collect and sort (top-k 50 -0.77 % a step on an H200, BENCHMARKS.md twenty-ninth session)
+    # halving the key range (sampling.cuh held_kth, one block barrier a step) and draws over the
+    # held slots, not with the histogram select's passes, collect and sort (top-k 50 -0.77 % a step
+    # on an H200, BENCHMARKS.md twenty-ninth session). An 8-way search, a draw that gathered the set
+    # first and the tiles' cut by the same search measured +0.2 to +0.4 % on an H100 (thirtieth
+    # session) and are gone.
     cand_bisect: bool = True
-    # that search's ways: 2 halves [lo, hi] a step (~24 steps, measured); more count at ways - 1
-    # keys a step (~8 steps at 8; built on the CPU in the twenty-ninth session, never run on a GPU).
-    # sampling.cuh kth_search at 2 ways is held_kth's halving: held_kth stays the default because it
-    # is the code the GPU ran (CALL=23); once kth_ways is measured, one of the two goes
-    kth_ways: int = 2
-    # the search's draw gathers the set first (a warp's slots at once) and draws a token's noise a
-    # thread, not a warp's held slots one after another (never run on a GPU yet)
-    cand_gather: bool = False
-    # the LM-head tiles' candidate cut (their LM_CAND-th largest logit) by the same search over
-    # their keys in registers (kth_ways ways a step), not four radix passes of counts (never run on a
-    # GPU yet)
-    tile_search: bool = False
+    # that search also takes the smallest key at or above each split: a count of exactly k ends it
+    # (~9 steps instead of ~24 at top-k 50), a larger count raises its floor to that key (built in
+    # the thirtieth session; measured against False before it becomes the default)
+    kth_exit: bool = False
+    # the LM-head tiles write the Gumbel noise of their first LM_PREF candidates beside them
+    # (lower.LM_CAND_NOISE), and the held draw reads it instead of a Philox chain a slot in the set
+    # (built in the thirtieth session; measured against False before it becomes the default)
+    cand_noise: bool = False
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
     # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
     # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls
@@ -504,8 +502,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if o.mma_hold_floats not in (16, 32, 64):
         raise IRCheckError(f"CodegenOptions.mma_hold_floats={o.mma_hold_floats}: 16, 32 or 64 accumulator floats a lane")
     walk = pdraw_walks(o, NTILES, NT)
-    if not 2 <= o.kth_ways <= 16:
-        raise IRCheckError(f"CodegenOptions.kth_ways={o.kth_ways}: 2 to 16 ways a step of the top-k search")
+    held = o.cand_held if o.cand_held is not None else B == 1  # (the noise's only reader is the held draw)
     if o.pdraw_walk and o.sampler and NTILES > NT:  # sampling.cuh sample_pwalk: a thread per LM-head tile
         raise IRCheckError(f"CodegenOptions.pdraw_walk needs a thread per LM-head tile: {NTILES} tiles, "
                            f"{NT} threads a block on {target.name}")
@@ -518,11 +515,11 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and walk), CAND_HELD_ON=int(o.cand_held if o.cand_held is not None else B == 1), CAND_BISECT=int(o.cand_bisect), KTH_WAYS=o.kth_ways, CAND_GATHER=int(o.cand_gather), TILE_SEARCH=int(o.tile_search), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and walk), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,
-        LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
+        LM_CAND=LM_CAND, LM_PREF=LM_PREF, LM_CAND_HEAD=LM_CAND_HEAD, LM_CAND_NOISE=LM_CAND_NOISE, LM_CAND_WORDS=LM_CAND_WORDS, LM_ROWS=max(lm_rows, 1), CAND_OK=cand_ok,
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),

@@ -38,11 +38,14 @@ SMALL_SMEM = 1024  # embed and argmax stage nothing but a few reduction slots
 # LM_CAND largest logits as (fp32 bits, vocabulary index) pairs sorted by key after the header
 # words (how many, the order key of the smallest kept logit when the tile had more, that of the
 # LM_PREF-th when it had more than LM_PREF: argmax tries the first LM_PREF of each tile first;
-# sampling.cuh lm_candidates)
+# sampling.cuh lm_candidates), then LM_PREF words: the Gumbel noise of the first LM_PREF, in
+# their order, where the kernel's tiles write it (CodegenOptions.cand_noise; else unused)
 LM_CAND = 64
 LM_PREF = 16
 LM_CAND_HEAD = 4  # three header words and one unused: the pairs and blocks 16-byte aligned
-LM_CAND_WORDS = LM_CAND_HEAD + 2 * LM_CAND
+LM_CAND_NOISE = LM_CAND_HEAD + 2 * LM_CAND
+LM_CAND_WORDS = LM_CAND_NOISE + LM_PREF
+assert LM_CAND_WORDS % 4 == 0  # the blocks 16-byte aligned
 # what argmax reads only when it samples with a filter (not in the cost model's bytes)
 SAMPLER_ONLY = frozenset({"logits", names.LM_CAND})
 

@@ -345,7 +345,8 @@ class _Sim:
                             key_of(LM_PREF - 1) if r1 - r0 > LM_PREF else zero]
                            + [zero] * (LM_CAND_HEAD - 3), 1)
         head = torch.where(head >= 1 << 31, head - (1 << 32), head).int()
-        block = torch.cat([head, cand.reshape(B, 2 * C)], 1)
+        # (the noise words after the pairs: the kernel's tiles write them only with cand_noise)
+        block = torch.cat([head, cand.reshape(B, 2 * C), torch.zeros((B, LM_PREF), dtype=torch.int32)], 1)
         self.write(t, names.LM_CAND, ((0, B), (LM_CAND_WORDS * k, LM_CAND_WORDS * (k + 1))), block)
 
     def _argmax(self, t: Task, a: BatchArgs) -> None:

@@ -457,6 +457,7 @@ struct CandScan {
   bool held;
   float hz[CAND_HELD];
   int hv[CAND_HELD];
+  float hg[CAND_NOISE ? CAND_HELD : 1];  // (CAND_NOISE) the slots' Gumbel noise, as the tiles wrote it
   // every slot's (logit bits, index) pair in flight at once (8-byte aligned: LM_CAND_HEAD is even)
   __device__ __forceinline__ void load_held() {
 #pragma unroll
@@ -464,11 +465,15 @@ struct CandScan {
       const int sl = s_tid() + u * NT;
       hv[u] = -1;
       hz[u] = 0.0f;
+      if constexpr (CAND_NOISE != 0) hg[u] = 0.0f;
       if (sl < NTILES * LM_PREF) {
         const uint2 w = mk_ld_cache_word2(reinterpret_cast<const unsigned*>(
             cw + (sl / LM_PREF) * LM_CAND_WORDS + LM_CAND_HEAD + 2 * (sl % LM_PREF)));
         hz[u] = mk_bits_f32(w.x);
         hv[u] = (int)w.y;
+        if constexpr (CAND_NOISE != 0)
+          hg[u] = mk_bits_f32(mk_ld_cache_word(reinterpret_cast<const unsigned*>(
+              cw + (sl / LM_PREF) * LM_CAND_WORDS + LM_CAND_NOISE + sl % LM_PREF)));
       }
     }
   }
@@ -499,59 +504,6 @@ struct CandScan {
     }
   }
 };
-
-// The largest key t >= lo whose count over the block's keys >= t reaches k (0 where the keys >= lo
-// number fewer than k), by a KTH_WAYS-way search: each step counts at KTH_WAYS - 1 keys splitting
-// [lo, hi] (a warp's sum at once, a word a warp and key in wc, two copies by step parity), one
-// block barrier a step: ~8 steps over llama-3.2-1b's 132 x 16 candidates at 8 ways, where halving
-// (held_kth) takes ~24 (6.4 us on an H200). kz: the thread's NK keys (0: none, below every lo >= 1);
-// wc: (2 KTH_WAYS + 1) NW words of shared memory. Block-wide; every thread returns the same key.
-// (CodegenOptions.kth_ways, tile_search: built on the CPU, never run on a GPU yet.)
-template <int NK>
-__device__ __forceinline__ unsigned kth_search(const unsigned (&kz)[NK], unsigned lo, unsigned k, unsigned* wc) {
-  const int lane = s_lane(), wid = s_warp();
-  unsigned hi = 0u;  // count(>= lo) >= k, count(> hi) < k
-  {
-    unsigned n = 0u, m = 0u;
-#pragma unroll
-    for (int u = 0; u < NK; ++u) { n += kz[u] >= lo ? 1u : 0u; m = max(m, kz[u]); }
-    n = mk_warp_sum_u32(n);
-    m = mk_warp_max_u32(m);
-    if (lane == 0) { wc[wid] = n; wc[2 * KTH_WAYS * NW + wid] = m; }
-    mk_barrier();
-    unsigned tot = 0u;
-    for (int w = 0; w < NW; ++w) { tot += wc[w]; hi = max(hi, wc[2 * KTH_WAYS * NW + w]); }
-    if (tot < k) return 0u;
-  }
-  int par = 1;
-  while (lo < hi) {  // uniform: every thread holds the same lo and hi
-    const unsigned long long r = (unsigned long long)(hi - lo) + 1ull;
-    auto split = [&](int j) { return lo + (unsigned)(r * (unsigned long long)j / KTH_WAYS); };  // j = 0..KTH_WAYS - 1
-    unsigned* wp = wc + par * KTH_WAYS * NW;
-#pragma unroll
-    for (int j = 1; j < KTH_WAYS; ++j) {
-      const unsigned tj = split(j);
-      unsigned n = 0u;
-#pragma unroll
-      for (int u = 0; u < NK; ++u) n += kz[u] >= tj ? 1u : 0u;
-      n = mk_warp_sum_u32(n);
-      if (lane == 0) wp[j * NW + wid] = n;
-    }
-    mk_barrier();
-    int jb = 0;  // the last split whose count reaches k (the counts fall with j)
-#pragma unroll
-    for (int j = 1; j < KTH_WAYS; ++j) {
-      unsigned tot = 0u;
-      for (int w = 0; w < NW; ++w) tot += wp[j * NW + w];
-      if (tot >= k) jb = j;
-    }
-    const unsigned nlo = split(jb);
-    hi = jb + 1 < KTH_WAYS ? split(jb + 1) - 1u : hi;
-    lo = nlo;
-    par ^= 1;
-  }
-  return lo;
-}
 
 // One step of the candidates' radix select, run by one warp (all lanes): over the 256 bins from the
 // top, the digit where the count reaches need -> res[0], and the count above that digit -> res[1].
@@ -588,15 +540,20 @@ __device__ __forceinline__ void cand_collect(int pass, int i0, int step, int n, 
 }
 // Slot sl of the collected candidates into the tile's block o at its rank (keys above it, and equal
 // keys at lower indices), or an unused slot cleared.
-__device__ __forceinline__ void cand_write(int* o, const unsigned* ckey, const int* cidx, int used, int n, int sl) {
+// CAND_NOISE: a slot ranked among the first LM_PREF also writes its token's Gumbel noise (row b's,
+// this step's) at word LM_CAND_NOISE + rank, for argmax's draw over the held candidates.
+__device__ __forceinline__ void cand_write(const Ctx& c, int b, int* o, const unsigned* ckey, const int* cidx, int used,
+                                           int n, int sl) {
   if (sl < used) {
     const unsigned k = ckey[sl];
     const int v = cidx[sl];
+    const float g = CAND_NOISE != 0 ? gumbel(c, tok_sampler(c), b, v) : 0.0f;  // (its chain beside the rank's loop)
     int r = 0;
     for (int j = 0; j < used; ++j) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
     o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);  // the logit's bits
     o[LM_CAND_HEAD + 1 + 2 * r] = v;
     if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;  // (then used >= LM_PREF: some slot ranks there)
+    if (CAND_NOISE != 0 && r < LM_PREF) o[LM_CAND_NOISE + r] = (int)mk_f32_bits(g);
   } else {
     o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
   }
@@ -624,16 +581,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
 #pragma unroll 4
     for (int i = tid; i < n; i += NT) keys[i] = order_key(lgb[(size_t)b * V + r0 + i]);
     unsigned cut = 0;
-    if (TILE_SEARCH != 0 && n > LM_CAND) {
-      // (CodegenOptions.tile_search) the same cut, the LM_CAND-th largest key, by kth_search over the
-      // thread's keys (its own stores above) in registers, not four radix passes of counts
-      constexpr int TK = (LM_ROWS + NT - 1) / NT;
-      static_assert((2 * KTH_WAYS + 1) * NW <= 256, "the search's counts fit the tile's bins");
-      unsigned tk[TK];
-#pragma unroll
-      for (int j = 0; j < TK; ++j) tk[j] = tid + j * NT < n ? keys[tid + j * NT] : 0u;
-      cut = kth_search(tk, 1u, (unsigned)LM_CAND, hist);
-    } else if (n > LM_CAND) {
+    if (n > LM_CAND) {
       unsigned need = LM_CAND;
 #pragma unroll 1
       for (int shift = 24; shift >= 0; shift -= 8) {
@@ -668,7 +616,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
       mk_barrier();
     }
     const int used = min((int)res[2], LM_CAND);
-    for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(o, ckey, cidx, used, n, sl);
+    for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(c, b, o, ckey, cidx, used, n, sl);
     if (tid == 0) {
       o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
       if (n <= LM_PREF) o[2] = 0;
@@ -734,7 +682,7 @@ __device__ __forceinline__ void lm_candidates_warps(const Ctx& c, int r0, int r1
       mk_syncwarp();
     }
     const int used = min((int)res[2], LM_CAND);
-    for (int sl = lane; sl < LM_CAND; sl += WARP) cand_write(o, ckey, cidx, used, n, sl);
+    for (int sl = lane; sl < LM_CAND; sl += WARP) cand_write(c, b, o, ckey, cidx, used, n, sl);
     if (lane == 0) {
       o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
       if (n <= LM_PREF) o[2] = 0;
@@ -846,6 +794,7 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
       cand[((size_t)(b0 + tid) * NTILES + tile) * LM_CAND_WORDS + 2] = ok ? (int)top : PD_NOHIST;
     }
   }
+  trace_mark(c, 3);  // the mass sums written (thread 0's)
 }
 
 // ---- top-p and/or min-p without a top-k (TOKF_PDRAW): the row's winner checked, then rejection ----
@@ -1135,6 +1084,7 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
   for (int w = 0; w < NW; ++w) { l += part[2 * w]; any_none |= part[2 * w + 1] != 0.0f; }
   mk_barrier();
   if (any_none) return -1;
+  trace_mark(c, 1);  // the tiles' sums read
   const double M = 4294967296.0, p = (double)s.top_p;
   const double L = l * M * (1.0 - 1e-3) - (double)V, Utot = l * M * (1.0 + 1e-3);
   double target = -1.0;  // exact once a pass ran
@@ -1227,43 +1177,53 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
 // cut), by bisection over the keys, one block barrier a step (the counts summed a warp at once, a
 // word a warp, two copies by step parity); 0 where fewer than k keys lie above the cut (then the
 // held candidates may miss a token at or above the threshold). kz: the thread's slots' order keys
-// (0: an unused slot). Block-wide; every thread returns the same key.
+// (0: an unused slot). KTH_EXIT (CodegenOptions.kth_exit): each step also takes the smallest key at
+// or above the split; a count of exactly k ends the search there (that key is the k-th largest),
+// a larger count raises lo to it. ~9 steps instead of ~24 on llama-3.2-1b's 132 x 16 candidates
+// (tests/test_tokens.py's twin). Block-wide; every thread returns the same key.
+static_assert(5 * NW <= SNB, "the search's counts, maxima and minima fit the bins' counts (SM_BCNT)");
 __device__ __forceinline__ unsigned held_kth(const unsigned (&kz)[CAND_HELD], unsigned cut, unsigned k) {
-  unsigned* wc = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);  // 2 x NW counts, then NW maxima
+  // 2 x NW counts, NW maxima, 2 x NW minima (KTH_EXIT)
+  unsigned* wc = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);
   int par = 0;
-  // the count at t (and, with ``first``, the largest key) over the block
-  auto count = [&](unsigned t, bool first, unsigned& kmax) {
-    unsigned n = 0u, m = 0u;
+  // the count at t (and, with ``first``, the largest key; with KTH_EXIT, the smallest key >= t in
+  // kmin) over the block
+  auto count = [&](unsigned t, bool first, unsigned& kmax, unsigned& kmin) {
+    unsigned n = 0u, m = 0u, mn = 0xffffffffu;
 #pragma unroll
-    for (int u = 0; u < CAND_HELD; ++u) { n += kz[u] >= t ? 1u : 0u; m = max(m, kz[u]); }
+    for (int u = 0; u < CAND_HELD; ++u) {
+      n += kz[u] >= t ? 1u : 0u;
+      m = max(m, kz[u]);
+      if (KTH_EXIT) mn = min(mn, kz[u] >= t ? kz[u] : 0xffffffffu);
+    }
     n = mk_warp_sum_u32(n);
     if (first) m = mk_warp_max_u32(m);
-    if (s_lane() == 0) { wc[par * NW + s_warp()] = n; if (first) wc[2 * NW + s_warp()] = m; }
+    if (KTH_EXIT && !first) mn = mk_warp_min_u32(mn);
+    if (s_lane() == 0) {
+      wc[par * NW + s_warp()] = n;
+      if (first) wc[2 * NW + s_warp()] = m;
+      if (KTH_EXIT && !first) wc[(3 + par) * NW + s_warp()] = mn;
+    }
     mk_barrier();
     unsigned tot = 0u;
     for (int w = 0; w < NW; ++w) tot += wc[par * NW + w];
     if (first) for (int w = 0; w < NW; ++w) kmax = max(kmax, wc[2 * NW + w]);
+    if (KTH_EXIT && !first) for (int w = 0; w < NW; ++w) kmin = min(kmin, wc[(3 + par) * NW + w]);
     par ^= 1;
     return tot;
   };
   if (cut == 0xffffffffu) return 0u;
-  unsigned lo = cut + 1u, hi = 0u;  // count(>= lo) >= k, count(> hi) = 0 < k
-  if (count(lo, true, hi) < k) return 0u;
+  unsigned lo = cut + 1u, hi = 0u, unused = 0xffffffffu;  // count(>= lo) >= k, count(> hi) = 0 < k
+  if (count(lo, true, hi, unused) < k) return 0u;
   while (lo < hi) {  // uniform: every thread holds the same lo and hi
     const unsigned mid = lo + (hi - lo + 1u) / 2u;
-    unsigned unused = 0u;
-    if (count(mid, false, unused) >= k) lo = mid;
+    unsigned kmax = 0u, kmin = 0xffffffffu;
+    const unsigned n = count(mid, false, kmax, kmin);
+    if (KTH_EXIT && n == k) return kmin;  // the keys >= mid are the k largest
+    if (n >= k) lo = KTH_EXIT ? kmin : mid;  // (the k-th largest is a key >= mid)
     else hi = mid - 1u;
   }
   return lo;
-}
-
-// held_kth's result by kth_search (CodegenOptions.kth_ways > 2; built on the CPU, never run on a
-// GPU yet). Block-wide.
-static_assert((2 * KTH_WAYS + 1) * NW * 4 <= 4 * SNB, "the search's counts fit the bins' counts (SM_BCNT)");
-__device__ __forceinline__ unsigned held_kth_ways(const unsigned (&kz)[CAND_HELD], unsigned cut, unsigned k) {
-  if (cut == 0xffffffffu) return 0u;
-  return kth_search(kz, cut + 1u, k, reinterpret_cast<unsigned*>(mk_smem + SM_BCNT));
 }
 
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
@@ -1276,6 +1236,7 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
     if (pdraw) {
       // (PDRAW_WALK: the walk; its -1 leaves the exact path, which draws the same token)
       const int tok = PDRAW_WALK ? sample_pwalk(c, s, b, rawmax) : sample_pdraw(c, s, b, rawmax);
+      trace_mark(c, 2);  // the walk's (or the rounds') end
       if (tok >= 0) return tok;
     }
   }
@@ -1314,37 +1275,22 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
           unsigned kz[CAND_HELD];
 #pragma unroll
           for (int u = 0; u < CAND_HELD; ++u) kz[u] = cs.hv[u] >= 0 ? order_key(cs.hz[u] / temp) : 0u;
-          unsigned* ncol = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32);
-          if (CAND_GATHER && tid == 0) *ncol = 0u;  // (behind the search's barriers)
-          const unsigned thr = KTH_WAYS > 2 ? held_kth_ways(kz, cut, (unsigned)s.top_k) : held_kth(kz, cut, (unsigned)s.top_k);
+          const unsigned thr = held_kth(kz, cut, (unsigned)s.top_k);
           trace_mark(c, 4);  // the threshold
           if (thr != 0u) {
             const unsigned keep = max(thr, mkey);
             float best = -INFINITY;
             int bi = 0x7fffffff;
-            if constexpr (CAND_GATHER != 0) {
-              // (CodegenOptions.cand_gather; never run on a GPU yet) the set gathered, a warp's
-              // slots at once, then a thread a token draws its noise, not a warp's slots one
-              // after another, each a Philox chain
-              float* cz = reinterpret_cast<float*>(mk_smem + SM_CZ);
-              int* cv = reinterpret_cast<int*>(mk_smem + SM_CV);
-#pragma unroll
-              for (int u = 0; u < CAND_HELD; ++u) {
-                const bool in = kz[u] >= keep;
-                const unsigned sl = mk_warp_slot(ncol, in);
-                if (in && sl < (unsigned)SNB) { cz[sl] = mk_bits_f32(key_bits(kz[u])); cv[sl] = cs.hv[u]; }  // (z = logit / T)
-              }
-              mk_barrier();
-              const unsigned n = *ncol;
-              if (n <= (unsigned)SNB) {
-                for (int i = tid; i < (int)n; i += NT) argmax_merge(best, bi, cz[i] + gumbel(c, s, b, cv[i]), cv[i]);
-                return block_argmax(best, bi);
-              }
-            }
+            // the noise the tiles wrote beside their first candidates (CAND_NOISE), else drawn here
+            // (a warp's slots in the set one after another, each a Philox chain)
 #pragma unroll
             for (int u = 0; u < CAND_HELD; ++u)
-              if (kz[u] >= keep) argmax_merge(best, bi, cs.hz[u] / temp + gumbel(c, s, b, cs.hv[u]), cs.hv[u]);
-            return block_argmax(best, bi);
+              if (kz[u] >= keep)
+                argmax_merge(best, bi, cs.hz[u] / temp + (CAND_NOISE ? cs.hg[u] : gumbel(c, s, b, cs.hv[u])), cs.hv[u]);
+            trace_mark(c, 1);  // the held slots' scores
+            const int tok = block_argmax(best, bi);
+            trace_mark(c, 2);  // the winner
+            return tok;
           }
           if (tid == 0) *cutw = 0;  // the next set's cut
           mk_barrier();

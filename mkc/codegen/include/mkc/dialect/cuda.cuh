@@ -137,6 +137,15 @@ __device__ __forceinline__ unsigned mk_warp_max_u32(unsigned v) {
   return v;
 #endif
 }
+// the smallest of the warp's values, in every lane
+__device__ __forceinline__ unsigned mk_warp_min_u32(unsigned v) {
+#if MKC_SM >= 80
+  return __reduce_min_sync(0xffffffffu, v);
+#else
+  for (int off = 16; off > 0; off >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+#endif
+}
 __device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) { atomicMax(p, v); }
 // the same, returning the word before the max
 __device__ __forceinline__ unsigned long long mk_smem_fetch_max_u64(unsigned long long* p, unsigned long long v) { return atomicMax(p, v); }

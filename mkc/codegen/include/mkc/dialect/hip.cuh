@@ -135,6 +135,13 @@ __device__ __forceinline__ unsigned mk_warp_max_u32(unsigned v) {
   }
   return v;
 }
+__device__ __forceinline__ unsigned mk_warp_min_u32(unsigned v) {
+  for (int off = MKC_WARP / 2; off > 0; off >>= 1) {
+    const unsigned o = (unsigned)__shfl_xor((int)v, off, MKC_WARP);
+    v = o < v ? o : v;
+  }
+  return v;
+}
 __device__ __forceinline__ void mk_smem_max_u64(unsigned long long* p, unsigned long long v) {
   (void)__hip_atomic_fetch_max(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
 }
