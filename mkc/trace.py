@@ -74,7 +74,9 @@ STAGING = "input staging, all chunks"
 MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT, STAGING), "oproj": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          "gateup": GEMV_MARKS + (None, PIPE_WAIT, STAGING), "down": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          "downk": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
-         "lmhead": GEMV_MARKS + ("candidates: row 0's cut | top-p: mass sums", PIPE_WAIT, STAGING),
+         # (its sixth: on the FMA path, batch 1, row 0's candidates collected, sampling.cuh lm_candidates_block)
+         "lmhead": GEMV_MARKS + ("candidates: row 0's cut | top-p: mass sums", PIPE_WAIT,
+                                 STAGING + " | candidates: collected"),
          "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax"),
          # the filtered sampler's select over the LM-head tiles' candidates (its first, LM_PREF a tile);
          # a top-k over the held candidates (sampling.cuh held_kth) marks its draw in marks 1 and 2, the

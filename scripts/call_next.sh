@@ -8,7 +8,11 @@
 # of exactly k: ~9 steps, not ~24) and cand_noise (the tiles write their first 16 candidates'
 # Gumbel noise; the held draw reads it), both off: CALL=25. The trace's argmax marks 1 and 2 on the
 # held path are now the slots' scores and the winner (the draw's ~6 us on the H100, not understood).
-# out/carry/cache.tgz holds CALL=25's kernels at the session's last headers.
+# CALL=25 ran on an H200: kth_exit +0.11 % (gone), kth_exit + cand_noise -0.27 % on top-k 50;
+# cand_noise is the default: CALL=26 (its tests, against cand_noise false, over greedy, the traces
+# of a top-k and a top-p 0.5 step (--top-k 0: `mkc run` takes HF's default top-k 50 otherwise, so
+# CALL=25's "topp5" trace was top-k 50 + top-p 0.5), `mkc bench`, the peer).
+# out/carry/cache.tgz holds CALL=26's kernels at the session's last headers.
 #
 # Twenty-ninth session: CALL=20 (H100), two experiment calls (H100, an x_twice patch that did not
 # land: the sampler's time is not cold code) and CALL=23 (an H200) ran (BENCHMARKS.md, "Twenty-ninth
@@ -153,7 +157,7 @@ tokens_ab() {
 # the peer and batch 1 beside it, and a top-k 50 step of .builds/llama-b1 traced
 peer_b1_topk_trace() {
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
-  MKC_TRACE=llama-b1 MKC_TRACE_S=80 MKC_TRACE_RUNS="${TRACE_RUNS:-topk=--do-sample --top-k 50 --seed 1}" OUT=$OUT bash scripts/gpu_final.sh
+  MKC_TRACE=llama-b1 MKC_TRACE_S=${TRACE_S:-80} MKC_TRACE_RUNS="${TRACE_RUNS:-topk=--do-sample --top-k 50 --seed 1}" OUT=$OUT bash scripts/gpu_final.sh
 }
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
@@ -329,7 +333,7 @@ if [ "${CALL:-1}" = 18 ]; then
   echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n 14
   tokens_paired 80
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
-  MKC_TRACE=llama-b1 MKC_TRACE_S=80 MKC_TRACE_RUNS="${TRACE_RUNS:-topk=--do-sample --top-k 50 --seed 1}" OUT=$OUT bash scripts/gpu_final.sh
+  MKC_TRACE=llama-b1 MKC_TRACE_S=${TRACE_S:-80} MKC_TRACE_RUNS="${TRACE_RUNS:-topk=--do-sample --top-k 50 --seed 1}" OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi
@@ -403,6 +407,24 @@ if [ "${CALL:-1}" = 25 ]; then
   tokens_ab 200 '{"kth_exit": true}' '{"kth_exit": true, "cand_noise": true}'
   tokens_paired 80
   TRACE_RUNS="topk=--do-sample --top-k 50 --seed 1;topp5=--do-sample --top-p 0.5 --seed 1" peer_b1_topk_trace
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 26 ]; then
+  # thirtieth session (#16), after CALL=25 (an H200): cand_noise on by default (the tiles write
+  # their first candidates' Gumbel noise, the held draw reads it). The token GPU tests on it, the
+  # marks of a top-k 50 step under three specs (scripts/trace_marks.py: the default, kth_exit on,
+  # cand_noise off), the default against cand_noise false in alternation, the default over greedy
+  # (paired), batch 1, the peer, a top-p 0.5 step traced (--top-k 0: `mkc run` takes HF's default
+  # top-k 50 otherwise), then `mkc bench` at batch 1
+  tokens_tests 90
+  timeout 100 python3 scripts/trace_marks.py .builds/llama-b1 --specs '{}' '{"kth_exit": true}' '{"cand_noise": false}' \
+    > "$OUT/marks.log" 2>&1
+  echo "trace_marks rc=$?"; grep -v "^\[" "$OUT/marks.log" | tail -n 12
+  tokens_paired 70
+  TRACE_S=50 TRACE_RUNS="topp5=--do-sample --top-k 0 --top-p 0.5 --seed 1" peer_b1_topk_trace
+  tokens_ab 100 '{"cand_noise": false}'
+  MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi

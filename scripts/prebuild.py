@@ -5,7 +5,9 @@
 
 ``--trace`` adds the CodegenOptions(trace=True) kernels: those of the gpu trace test (with --tests)
 and, for every --bench model and batch, the one `mkc run DIR --trace OUT.json` loads for a build
-made by `mkc compile MODEL --batch B --max-seq-len N` (the same pipeline options).
+made by `mkc compile MODEL --batch B --max-seq-len N` (the same pipeline options); for
+--build-dirs also those of each spec in $MKC_TRACE_SPECS (';'-separated CodegenOptions JSON,
+scripts/trace_marks.py's).
 
 Cubins land in the cache keyed by a hash of source and flags (mkc.targets.nvidia.compiler); carry
 ``.cache`` to the device machine and point MKC_CACHE_DIR there. Build directories go to /tmp.
@@ -162,6 +164,10 @@ def build_dir_sources(dirs, trace: bool = False):
             tg, sched = TaskGraph.load(sub), Schedule.load(sub.parent / "schedule.json")
             for opts in [None] + ([CodegenOptions(trace=True)] if trace else []):
                 yield from kernels(f"dir {sub.parent}{' trace' if opts else ''}", tg, sched, get_target(tg.target), opts)
+            # $MKC_TRACE_SPECS (';'-separated CodegenOptions JSON): scripts/trace_marks.py's kernels
+            for spec in [x for x in os.environ.get("MKC_TRACE_SPECS", "").split(";") if x.strip()] if trace else ():
+                yield from kernels(f"dir {sub.parent} trace {spec}", tg, sched, get_target(tg.target),
+                                   CodegenOptions(trace=True, **json.loads(spec)))
 
 
 def folder_sources():

@@ -210,14 +210,18 @@ class CodegenOptions:
     # first and the tiles' cut by the same search measured +0.2 to +0.4 % on an H100 (thirtieth
     # session) and are gone.
     cand_bisect: bool = True
-    # that search also takes the smallest key at or above each split: a count of exactly k ends it
-    # (~9 steps instead of ~24 at top-k 50), a larger count raises its floor to that key (built in
-    # the thirtieth session; measured against False before it becomes the default)
-    kth_exit: bool = False
     # the LM-head tiles write the Gumbel noise of their first LM_PREF candidates beside them
-    # (lower.LM_CAND_NOISE), and the held draw reads it instead of a Philox chain a slot in the set
-    # (built in the thirtieth session; measured against False before it becomes the default)
-    cand_noise: bool = False
+    # (lower.LM_CAND_NOISE; the Philox chain runs beside the rank loop of their candidates' write),
+    # and the held draw reads it, not a Philox chain a slot in the set, one after another in a warp
+    # (the draw took 2.2 us of the argmax task on an H200; top-k 50 -0.27 % a step there, measured
+    # with kth_exit below on too, which alone measured +0.11 %: BENCHMARKS.md, thirtieth session).
+    # Only where the held draw runs (cand_held, cand_bisect)
+    cand_noise: bool = True
+    # the held search also takes the smallest key at or above each split: a count of exactly k ends
+    # it (~9 steps instead of ~24 at top-k 50), a larger count raises its floor to that key. Measured
+    # +0.11 % on top-k 50 (H200, CALL=25, within the call's +-0.4 % spread): off until a trace of its
+    # threshold mark (scripts/trace_marks.py) says whether it pays
+    kth_exit: bool = False
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
     # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
     # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls

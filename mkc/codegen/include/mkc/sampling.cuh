@@ -615,6 +615,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
       cand_collect(pass, tid, NT, n, cut, r0, res, ckey, cidx, [&](int i) { return keys[i]; });
       mk_barrier();
     }
+    if (b == 0) trace_mark(c, 5);  // row 0's candidates collected
     const int used = min((int)res[2], LM_CAND);
     for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(c, b, o, ckey, cidx, used, n, sl);
     if (tid == 0) {
@@ -1179,7 +1180,7 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
 // held candidates may miss a token at or above the threshold). kz: the thread's slots' order keys
 // (0: an unused slot). KTH_EXIT (CodegenOptions.kth_exit): each step also takes the smallest key at
 // or above the split; a count of exactly k ends the search there (that key is the k-th largest),
-// a larger count raises lo to it. ~9 steps instead of ~24 on llama-3.2-1b's 132 x 16 candidates
+// a larger count raises lo to it: ~9 steps instead of ~24 on llama-3.2-1b's 132 x 16 candidates
 // (tests/test_tokens.py's twin). Block-wide; every thread returns the same key.
 static_assert(5 * NW <= SNB, "the search's counts, maxima and minima fit the bins' counts (SM_BCNT)");
 __device__ __forceinline__ unsigned held_kth(const unsigned (&kz)[CAND_HELD], unsigned cut, unsigned k) {
