@@ -492,10 +492,11 @@ def test_held_candidates_and_their_search_are_rendered_where_they_were_measured(
     sched = rr_schedule(tg, "h200", "atomic")
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
     assert f"CAND_HELD_ON = {int(batch == 1)}" in src and "CAND_BISECT = 1" in src
-    assert f"CAND_NOISE = {int(batch == 1)}" in src and "held_kth(kz, cut, (unsigned)s.top_k)" in src
-    assert "KTH_EXIT = 0" in src
-    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_held=True, cand_noise=False, kth_exit=True))
-    assert "CAND_HELD_ON = 1" in src and "CAND_NOISE = 0" in src and "KTH_EXIT = 1" in src
+    assert "CAND_NOISE = 0" in src and "KTH_EXIT = 0" in src and "held_kth(kz, cut, (unsigned)s.top_k)" in src
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_noise=True, kth_exit=True))
+    assert f"CAND_NOISE = {int(batch == 1)}" in src and "KTH_EXIT = 1" in src  # (the noise: where the held draw runs)
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_held=True, cand_noise=True))
+    assert "CAND_HELD_ON = 1" in src and "CAND_NOISE = 1" in src
 
 
 def test_held_search_with_the_exit_takes_fewer_steps_on_tile_candidates():

@@ -213,10 +213,11 @@ class CodegenOptions:
     # the LM-head tiles write the Gumbel noise of their first LM_PREF candidates beside them
     # (lower.LM_CAND_NOISE; the Philox chain runs beside the rank loop of their candidates' write),
     # and the held draw reads it, not a Philox chain a slot in the set, one after another in a warp
-    # (the draw took 2.2 us of the argmax task on an H200; top-k 50 -0.27 % a step there, measured
-    # with kth_exit below on too, which alone measured +0.11 %: BENCHMARKS.md, thirtieth session).
-    # Only where the held draw runs (cand_held, cand_bisect)
-    cand_noise: bool = True
+    # (the draw took 2.2 us of the argmax task on an H200). With kth_exit below also on: top-k 50
+    # -0.27 % a step on an H200, within that call's spread, and its draw-for-draw tests passed
+    # (BENCHMARKS.md, thirtieth session, CALL=25). Off until it has run alone (the token tests and
+    # its marks: scripts/call_next.sh CALL=26); only where the held draw runs (cand_held, cand_bisect)
+    cand_noise: bool = False
     # the held search also takes the smallest key at or above each split: a count of exactly k ends
     # it (~9 steps instead of ~24 at top-k 50), a larger count raises its floor to that key. Measured
     # +0.11 % on top-k 50 (H200, CALL=25, within the call's +-0.4 % spread): off until a trace of its
