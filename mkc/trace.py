@@ -74,7 +74,8 @@ STAGING = "input staging, all chunks"
 MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT, STAGING), "oproj": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          "gateup": GEMV_MARKS + (None, PIPE_WAIT, STAGING), "down": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          "downk": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
-         # (its sixth: on the FMA path, batch 1, row 0's candidates collected, sampling.cuh lm_candidates_block)
+         # (its sixth at batch 1, where the LM head runs on the FMA path: its candidates collected,
+         # sampling.cuh lm_candidates_block)
          "lmhead": GEMV_MARKS + ("candidates: row 0's cut | top-p: mass sums", PIPE_WAIT,
                                  STAGING + " | candidates: collected"),
          "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax"),

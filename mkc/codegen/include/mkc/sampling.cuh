@@ -615,7 +615,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
       cand_collect(pass, tid, NT, n, cut, r0, res, ckey, cidx, [&](int i) { return keys[i]; });
       mk_barrier();
     }
-    if (b == 0) trace_mark(c, 5);  // row 0's candidates collected
+    if (B == 1) trace_mark(c, 5);  // the candidates collected (batch 1: the FMA path's tasks leave stamp 8 free)
     const int used = min((int)res[2], LM_CAND);
     for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(c, b, o, ckey, cidx, used, n, sl);
     if (tid == 0) {
