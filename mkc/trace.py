@@ -81,7 +81,8 @@ MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT, STAGING), "oproj": GEMV_MARKS +
          "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax"),
          # the filtered sampler's select over the LM-head tiles' candidates (its first, LM_PREF a tile);
          # a top-k over the held candidates (sampling.cuh held_kth) marks its draw in marks 1 and 2, the
-         # walk (top-p and/or min-p) its start and end
+         # walk (top-p and/or min-p) its start and end (where the walk hands over to the select, the
+         # select's marks overwrite them)
          "argmax": ("tiles' partials merged", "select: bins counted | held: the slots' scores | walk: sums read",
                     "select: reaching bin | held: the winner | walk: end", "select: bin collected",
                     "select: threshold")}

@@ -412,18 +412,22 @@ if [ "${CALL:-1}" = 25 ]; then
   pack_out
   exit 0
 fi
-if [ "${CALL:-1}" = 26 ]; then
-  # next session (#16), on an H200: cand_noise (the tiles write their first candidates' Gumbel
-  # noise, the held draw reads it; ran only with kth_exit in CALL=25). The token GPU tests on it,
-  # the marks of a top-k 50 step under three specs (scripts/trace_marks.py: the default,
-  # cand_noise, cand_noise + kth_exit), cand_noise against the default in alternation, the default
-  # over greedy (paired), batch 1, the peer, a top-p 0.5 step traced (--top-k 0: `mkc run` takes
-  # HF's default top-k 50 otherwise), then `mkc bench` at batch 1. If cand_noise pays, make it the
-  # default (its kernels are these: no rebuild) and run tokens_tests on it.
+# cand_noise's token tests, then the marks of a top-k 50 step under three specs (scripts/trace_marks.py)
+noise_tests_marks() {
   MKC_TEST_OPTIONS='{"cand_noise": true}' tokens_tests 90
   timeout 100 python3 scripts/trace_marks.py .builds/llama-b1 --specs '{}' '{"cand_noise": true}' \
     '{"cand_noise": true, "kth_exit": true}' > "$OUT/marks.log" 2>&1
   echo "trace_marks rc=$?"; grep -v "^\[" "$OUT/marks.log" | tail -n 12
+}
+if [ "${CALL:-1}" = 26 ]; then
+  # next session (#16), on an H200: cand_noise (the tiles write their first candidates' Gumbel
+  # noise, the held draw reads it; ran only with kth_exit in CALL=25). The token GPU tests on it,
+  # the marks of a top-k 50 step under three specs (the default, cand_noise, cand_noise +
+  # kth_exit), the default over greedy (paired), batch 1, the peer, a top-p 0.5 step traced
+  # (--top-k 0: `mkc run` takes HF's default top-k 50 otherwise), cand_noise against the default in
+  # alternation, then `mkc bench` at batch 1. If cand_noise pays, make it the default (its kernels
+  # are these: no rebuild) and run tokens_tests on it.
+  noise_tests_marks
   tokens_paired 70
   TRACE_S=50 TRACE_RUNS="topp5=--do-sample --top-k 0 --top-p 0.5 --seed 1" peer_b1_topk_trace
   tokens_ab 100 '{"cand_noise": true}'
@@ -432,11 +436,8 @@ if [ "${CALL:-1}" = 26 ]; then
   exit 0
 fi
 if [ "${CALL:-1}" = 27 ]; then
-  # CALL=26 cut to ~200 s of device time: cand_noise's token tests and the marks
-  MKC_TEST_OPTIONS='{"cand_noise": true}' tokens_tests 90
-  timeout 100 python3 scripts/trace_marks.py .builds/llama-b1 --specs '{}' '{"cand_noise": true}' \
-    '{"cand_noise": true, "kth_exit": true}' > "$OUT/marks.log" 2>&1
-  echo "trace_marks rc=$?"; grep -v "^\[" "$OUT/marks.log" | tail -n 12
+  # CALL=26 cut to ~200 s of device time
+  noise_tests_marks
   pack_out
   exit 0
 fi

@@ -41,9 +41,11 @@ def main() -> int:
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--steps", type=int, default=24)
     a = ap.parse_args()
-    bdir = next(p.parent for p in sorted(Path(a.build_dir).glob("b*/tasks.json")))
-    model = json.loads((Path(a.build_dir) / "manifest.json").read_text())["model"] \
-        if (Path(a.build_dir) / "manifest.json").exists() else "llama-3.2-1b"
+    subs = sorted(Path(a.build_dir).glob("b*/tasks.json"))
+    manifest = Path(a.build_dir) / "manifest.json"
+    if not subs or not manifest.exists():
+        sys.exit(f"{a.build_dir}: not an `mkc compile` directory (no b*/tasks.json or manifest.json)")
+    bdir, model = subs[0].parent, json.loads(manifest.read_text())["model"]
     weights = load_weights(model, torch.bfloat16, device="cuda", notify=lambda m: None)
     smp = Sampling(temperature=1.0, top_k=a.top_k, top_p=a.top_p, seed=1)
     print(f"{bdir}: top-k {a.top_k}, top-p {a.top_p}; mean us after each task's waits end, traced steps 1..")
