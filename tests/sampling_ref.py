@@ -43,6 +43,30 @@ def mass_of(z, zmax) -> np.ndarray:
     return (e * np.float32(4294967296.0)).astype(np.uint64)
 
 
+def tile_bin(zmax, z) -> np.ndarray:
+    """sampling.cuh tile_bin: the bin of |zmax - z| (fp32), 16 an octave from 2^-8, 0 below it,
+    255 from ~2^8 up."""
+    d = (np.float32(zmax) - np.asarray(z, dtype=np.float32)).astype(np.float32)
+    u = (d.view(np.uint32) & np.uint32(0x7FFFFFFF)).astype(np.int64)
+    lo = 0x3B800000
+    return np.where(u < lo, 0, np.minimum(1 + ((u - lo) >> 19), 255))
+
+
+def tile_hist_cut(z: np.ndarray, cand: int = 64, pref: int = 16) -> int | None:
+    """How many of an LM-head tile's logits z the histogram cut keeps (CodegenOptions.tile_hist):
+    those of the bins above the first whose count from the top passes ``cand``; None where the
+    kernel falls back to the radix select (fewer than ``pref`` kept, or a maximum that is not
+    finite). Only for tiles of more than ``cand`` logits."""
+    z = np.asarray(z, dtype=np.float32)
+    zmax = z.max()
+    if not np.isfinite(zmax):
+        return None
+    cum = np.cumsum(np.bincount(tile_bin(zmax, z), minlength=256))
+    c = int(np.argmax(cum > cand))
+    kept = int(cum[c - 1]) if c > 0 else 0
+    return kept if kept >= pref else None
+
+
 def radix_select(keys: np.ndarray, weights: np.ndarray, lo: int, target_k: int | None, p: float | None) -> int:
     """The largest key t (keys >= lo) whose weight over keys >= t reaches the target: k, or
     max(1, floor(p * total)) for masses (the device's four 8-bit passes give exactly this)."""

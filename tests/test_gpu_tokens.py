@@ -235,21 +235,23 @@ def test_walk_draws_the_exact_paths_token_on_a_full_vocabulary():
     assert outside >= 2, f"only {outside} of {total} draws had the row's winner outside the set"
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-def test_lmhead_tiles_candidates_are_their_largest_logits(batch):
+@pytest.mark.parametrize("batch,hist", [(1, False), (2, False), (1, True), (2, True)])
+def test_lmhead_tiles_candidates_are_their_largest_logits(batch, hist):
     """The candidate block every LM-head tile writes for a top-k step (sampling.cuh
     lm_candidates_block: a row at a time below batch 4, with block barriers) on llama-3.2-1b's
     ~972-token tiles: how many, the tile's 64 largest logits sorted (their bits and indices), the
-    order keys of the 64th and the 16th."""
+    order keys of the 64th and the 16th. With CodegenOptions.tile_hist the count is its numpy
+    twin's (16 to 64, sampling_ref.tile_hist_cut), those largest, word 1 the last one's key."""
     import torch
 
+    from mkc.codegen.render import CodegenOptions
     from mkc.sampling import Sampling
     from mkc.taskgraph import names
     from mkc.taskgraph.kinds import args_of
     from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
 
     hf = hf_models("llama-3.2-1b")
-    mk = megakernel(hf, batch, "atomic")
+    mk = megakernel(hf, batch, "atomic", **({"options": CodegenOptions(tile_hist=True)} if hist else {}))
     mk.decode(_rows(hf.vocab, [3] * batch, seed=17), 1, sampling=Sampling(temperature=1.0, top_k=50, seed=3))
     lg = mk.logits().float().cpu()
     b = mk.plan[names.LM_CAND]
@@ -265,11 +267,14 @@ def test_lmhead_tiles_candidates_are_their_largest_logits(batch):
         for row in range(batch):
             blk = cand[row, LM_CAND_WORDS * t: LM_CAND_WORDS * (t + 1)]
             pairs = blk[LM_CAND_HEAD:LM_CAND_HEAD + 2 * LM_CAND].view(LM_CAND, 2)
-            kept = pairs[:, 0].contiguous().view(torch.float32)
-            want = lg[row, r0:r1].topk(LM_CAND)
-            assert int(blk[0]) == LM_CAND, (t, row)
+            m = ref.tile_hist_cut(lg[row, r0:r1].numpy(), LM_CAND, LM_PREF) if hist else None
+            m = LM_CAND if m is None else m  # (the radix select where the cut falls back)
+            kept = pairs[:m, 0].contiguous().view(torch.float32)
+            want = lg[row, r0:r1].topk(m)
+            assert int(blk[0]) == m, (t, row)
             assert torch.equal(kept, want.values), (t, row)  # sorted, largest first
-            assert torch.equal(kept, lg[row, pairs[:, 1].long()]), (t, row)  # the bits are the logits at those indices
+            assert torch.equal(kept, lg[row, pairs[:m, 1].long()]), (t, row)  # the bits are the logits at those indices
+            assert bool((pairs[m:, 1] == -1).all()), (t, row)  # unused slots
             assert int(blk[1]) & 0xFFFFFFFF == key(kept[-1]) and int(blk[2]) & 0xFFFFFFFF == key(kept[LM_PREF - 1]), (t, row)
 
 

@@ -520,6 +520,52 @@ def test_held_search_with_the_exit_takes_fewer_steps_on_tile_candidates():
     assert np.mean(early) < 0.6 * np.mean(plain), (early, plain)
 
 
+def test_tile_hist_cut_keeps_each_tiles_largest_logits_without_splitting_ties():
+    """CodegenOptions.tile_hist's cut (its numpy twin, sampling_ref.tile_hist_cut): on ~972-logit
+    tiles at logit scales from 0.01 to 10 it keeps between LM_PREF and LM_CAND logits, always the
+    tile's largest, and the first logit left out is strictly below the last kept (equal logits, +0
+    and -0 included, share a bin); a scale below the bins' range falls back to the radix select."""
+    from mkc.taskgraph.lower import LM_CAND, LM_PREF
+
+    rng = np.random.default_rng(11)
+    for scale in (0.01, 0.1, 1.0, 3.0, 10.0):
+        kept_counts = []
+        for _ in range(40):
+            z = (rng.standard_normal(972) * scale).astype(np.float32)
+            z[rng.integers(0, 972, 30)] = z.max()  # ties at the top
+            z[:8] = np.float32(-0.0) if scale > 5 else z[:8]
+            m = ref.tile_hist_cut(z, LM_CAND, LM_PREF)
+            assert m is not None, scale
+            srt = np.sort(z)[::-1]
+            assert LM_PREF <= m <= LM_CAND and srt[m] < srt[m - 1], (scale, m)
+            kept_counts.append(m)
+        assert np.mean(kept_counts) > 48, (scale, np.mean(kept_counts))
+    # ties that fill more than LM_CAND - LM_PREF slots at the cut, and a row of zeros (+0 and -0)
+    z = np.concatenate([np.linspace(1.0, 0.9, 10), np.full(100, 0.5), rng.standard_normal(800) * 0.1]).astype(np.float32)
+    assert ref.tile_hist_cut(z, LM_CAND, LM_PREF) is None
+    z = np.zeros(972, np.float32)
+    z[::2] = -0.0
+    assert ref.tile_hist_cut(z, LM_CAND, LM_PREF) is None
+    z = (rng.standard_normal(972) * 1e-4).astype(np.float32)  # below 2^-8 from the top: one bin
+    assert ref.tile_hist_cut(z, LM_CAND, LM_PREF) is None
+    z[5] = np.float32(np.nan)
+    assert ref.tile_hist_cut(z, LM_CAND, LM_PREF) is None
+
+
+def test_tile_hist_and_walk_scan_reach_the_kernel():
+    """CodegenOptions.tile_hist and walk_scan (both off by default) as the kernel's constants."""
+    from mkc.codegen.render import CodegenOptions, generate
+    from mkc.target import get_target
+    from mkc.taskgraph import lower
+
+    tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"))
+    sched = rr_schedule(tg, "h200", "atomic")
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
+    assert "TILE_HIST = 0" in src and "WALK_SCAN = 0" in src
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, tile_hist=True, walk_scan=True))
+    assert "TILE_HIST = 1" in src and "WALK_SCAN = 1" in src
+
+
 def test_rendered_kernel_has_the_token_end():
     from mkc.codegen.render import generate
 

@@ -542,8 +542,9 @@ __device__ __forceinline__ void cand_collect(int pass, int i0, int step, int n, 
 // keys at lower indices), or an unused slot cleared.
 // CAND_NOISE: a slot ranked among the first LM_PREF also writes its token's Gumbel noise (row b's,
 // this step's) at word LM_CAND_NOISE + rank, for argmax's draw over the held candidates.
+// hist (TILE_HIST's cut): the slot ranked last also writes its key as word 1, the smallest kept.
 __device__ __forceinline__ void cand_write(const Ctx& c, int b, int* o, const unsigned* ckey, const int* cidx, int used,
-                                           int n, int sl) {
+                                           int n, int sl, bool hist = false) {
   if (sl < used) {
     const unsigned k = ckey[sl];
     const int v = cidx[sl];
@@ -553,6 +554,7 @@ __device__ __forceinline__ void cand_write(const Ctx& c, int b, int* o, const un
     o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);  // the logit's bits
     o[LM_CAND_HEAD + 1 + 2 * r] = v;
     if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;  // (then used >= LM_PREF: some slot ranks there)
+    if (hist && r == used - 1) o[1] = (int)k;
     if (CAND_NOISE != 0 && r < LM_PREF) o[LM_CAND_NOISE + r] = (int)mk_f32_bits(g);
   } else {
     o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
@@ -566,6 +568,23 @@ __device__ __forceinline__ void cand_write(const Ctx& c, int b, int* o, const un
 // index) pairs sorted by key (descending; ties by index; -1: unused). Ties at the cut are kept
 // while slots remain: argmax trusts the candidates only above every cut tile's smallest kept key,
 // and the first LM_PREF of each tile above every tile's LM_PREF-th key. Block-wide.
+// TILE_HIST: the bin of d = zmax - z (|d|: zmax - zmax may be -0), 16 bins an octave from 2^-8 (bin 0
+// below it, bin 255 from ~2^8 up): monotone in z, equal logits in one bin
+__device__ __forceinline__ unsigned tile_bin(float zmax, float z) {
+  constexpr unsigned LO = 0x3b800000u;  // 2^-8
+  const unsigned u = mk_f32_bits(zmax - z) & 0x7fffffffu;
+  return u < LO ? 0u : min(1u + ((u - LO) >> 19), 255u);
+}
+// The tile's logits: the GEMV's output rows in shared memory (OFF_OUT, row j of batch row b at j * B
+// + b) where the tile is one row block, else its stores read back through the L2
+__device__ __forceinline__ float tile_logit(const float* lgb, int r0, int b, int i) {
+  if constexpr (LM_ROWS <= RESID_RB) return smem_f(OFF_OUT)[i * B + b];
+  else return lgb[(size_t)b * V + r0 + i];
+}
+static_assert(!TILE_HIST || OFF_BEST >= SM_A + 4 * (LM_ROWS + 260 + 2 * LM_CAND) || OFF_BEST + 16 * B <= SM_A,
+              "the tile's maxima clear of the candidates' scratch");
+static_assert(!TILE_HIST || OFF_OUT >= SM_A + 4 * (LM_ROWS + 260 + 2 * LM_CAND) || OFF_OUT + 4 * B * LM_ROWS <= SM_A,
+              "the tile's logits clear of the candidates' scratch");
 __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1, int tile) {
   unsigned* keys = reinterpret_cast<unsigned*>(mk_smem + SM_A);
   unsigned* hist = keys + LM_ROWS;
@@ -578,8 +597,57 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
   for (int b = 0; b < B; ++b) {
     int* o = out + ((size_t)b * NTILES + tile) * LM_CAND_WORDS;
     mk_barrier();  // the tile's logits stores are visible to the block; the last row's readers are done
+    if constexpr (TILE_HIST) {
+      // one count over the bins of tile_bin, then the tokens of the bins above the first bin where
+      // the count from the top passes LM_CAND: at most LM_CAND, ties never split, so every logit
+      // above the smallest kept one is kept (word 1: that key). Fewer than LM_PREF kept (a crowded
+      // bin), or a maximum that is not finite: the radix select below.
+      const float zmax = smem_f(OFF_BEST)[b];
+      if (n > LM_CAND && isfinite(zmax)) {
+        for (int i = tid; i < 256; i += NT) hist[i] = 0;
+        if (tid == 0) res[2] = 0;
+        mk_barrier();
+        for (int i = tid; i < n; i += NT) mk_smem_add_u32(hist + tile_bin(zmax, tile_logit(lgb, r0, b, i)), 1u);
+        mk_barrier();
+        if (s_warp() == 0) {  // the first bin whose count from the top passes LM_CAND, and the count above it
+          constexpr int PER = 256 / WARP;
+          unsigned own = 0;
+          for (int j = 0; j < PER; ++j) own += hist[lane * PER + j];
+          unsigned incl = own;
+          for (int off = 1; off < WARP; off <<= 1) {
+            const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
+            if (lane >= off) incl += o2;
+          }
+          unsigned acc = incl - own;
+          if (acc <= (unsigned)LM_CAND && incl > (unsigned)LM_CAND) {
+            for (int j = 0; j < PER; ++j) {
+              const unsigned h = hist[lane * PER + j];
+              if (acc + h > (unsigned)LM_CAND) { res[0] = (unsigned)(lane * PER + j); res[1] = acc; break; }
+              acc += h;
+            }
+          }
+        }
+        mk_barrier();
+        if (b == 0) trace_mark(c, 3);  // row 0's cut
+        const unsigned cbin = res[0], used = res[1];
+        if (used >= (unsigned)LM_PREF) {
+          for (int i0 = tid - lane; i0 < n; i0 += NT) {  // whole warps (mk_warp_slot)
+            const int i = i0 + lane;
+            const float z = i < n ? tile_logit(lgb, r0, b, i) : 0.0f;
+            const bool take = i < n && tile_bin(zmax, z) < cbin;
+            const unsigned sl = mk_warp_slot(res + 2, take);
+            if (take) { ckey[sl] = order_key(z); cidx[sl] = r0 + i; }
+          }
+          mk_barrier();
+          if (B == 1) trace_mark(c, 5);
+          for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(c, b, o, ckey, cidx, (int)used, n, sl, true);
+          if (tid == 0) o[0] = (int)used;
+          continue;
+        }
+      }
+    }
 #pragma unroll 4
-    for (int i = tid; i < n; i += NT) keys[i] = order_key(lgb[(size_t)b * V + r0 + i]);
+    for (int i = tid; i < n; i += NT) keys[i] = order_key(TILE_HIST ? tile_logit(lgb, r0, b, i) : lgb[(size_t)b * V + r0 + i]);
     unsigned cut = 0;
     if (n > LM_CAND) {
       unsigned need = LM_CAND;
@@ -721,6 +789,8 @@ constexpr int PD_RA = SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 
 constexpr int PD_RB0 = !LM_ROWS_AT_ONCE ? 1 : B < PD_RA / PD_ROWB ? B : PD_RA / PD_ROWB;
 constexpr int PD_RB = (OFF_BEST >= SM_A && OFF_BEST < SM_A + PD_ROWB * PD_RB0) ? (OFF_BEST - SM_A) / PD_ROWB : PD_RB0;
 static_assert(PD_RB >= 1, "a row's histogram fits region A");
+static_assert(!TILE_HIST || LM_ROWS > RESID_RB || OFF_OUT >= SM_A + PD_RA || OFF_OUT + 4 * B * LM_ROWS <= SM_A,
+              "(TILE_HIST) the tile's logits in shared memory clear of the histogram's bins");
 __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, int n, float& top) {
   top = floorf(rawmax[b] / temp * 8.0f);
   return n <= 65535 && fabsf(top) < 1.0e6f;
@@ -745,7 +815,7 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
       const int r = idx / n, i = idx - r * n;
       float top;
       if (!pd_top(rawmax, b0 + r, temp, n, top)) continue;
-      const float z = lgb[(size_t)(b0 + r) * V + r0 + i] / temp;
+      const float z = (TILE_HIST ? tile_logit(lgb, r0, b0 + r, i) : lgb[(size_t)(b0 + r) * V + r0 + i]) / temp;
       const float j = top - floorf(z * 8.0f);
       const float m = expf(z - top * 0.125f);  // <= e^(1/8): z < (A + 1) / 8
       if (m > 0.0f) mk_smem_add_f32(hm + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), m);
@@ -1145,16 +1215,26 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
     if (LA >= (target < 0.0 ? p * Utot : target)) continue;  // outside the set
     // the pass: the row's mass (for the target) and the mass ranked above u, integer sums
     unsigned long long tt = 0, ab = 0;
-    float x[4 * PD_K];
-    for (int sg = wid; sg < PD_NSEG; sg += NW) {
-      pd_load(lg, sg, x);
-#pragma unroll
-      for (int e = 0; e < 4 * PD_K; ++e) {
-        if (pd_index(sg, e) >= V) continue;
-        const float z = x[e] / temp;
+    if constexpr (WALK_SCAN) {
+      // (WALK_SCAN) the row a block-wide 16-byte chunk at a time, the next chunk's loads in flight
+      // (row_scan); integer sums, so the same totals in any order
+      row_scan(lg, temp, [&](int, float z) {
         const unsigned long long w = mass_of(z, zmax);
         tt += w;
         if (order_key(z) > ku) ab += w;
+      });
+    } else {
+      float x[4 * PD_K];
+      for (int sg = wid; sg < PD_NSEG; sg += NW) {
+        pd_load(lg, sg, x);
+#pragma unroll
+        for (int e = 0; e < 4 * PD_K; ++e) {
+          if (pd_index(sg, e) >= V) continue;
+          const float z = x[e] / temp;
+          const unsigned long long w = mass_of(z, zmax);
+          tt += w;
+          if (order_key(z) > ku) ab += w;
+        }
       }
     }
     tt = warp_sum_u64(tt);
