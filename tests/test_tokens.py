@@ -307,6 +307,31 @@ def _held_kth(keys, cut: int, k: int, exit_: bool = False) -> tuple[int, int]:
     return lo, steps
 
 
+def _held_hist_kth(keys, cut: int, k: int, warp: int = 32) -> tuple[int, str]:
+    """sampling.cuh held_hist_kth in numpy (CodegenOptions.held_hist): one count over 256 bins of
+    the key range above the cut, from the top, then the reaching bin's keys ranked; a bin of more
+    than ``warp`` keys takes the halving. Returns (threshold, "bins" or "halving")."""
+    keys = np.asarray(keys, np.uint64)
+    if cut == 0xFFFFFFFF:
+        return 0, "bins"
+    lo = cut + 1
+    live = keys[keys >= lo]
+    if len(live) < k:
+        return 0, "bins"
+    kmax = int(keys.max())
+    r = kmax - lo
+    sh = 0 if r < 256 else 24 - (32 - r.bit_length())
+    tb = (np.uint64(kmax) - live) >> np.uint64(sh)
+    assert int(tb.max()) <= 255
+    cum = np.cumsum(np.bincount(tb.astype(np.int64), minlength=256))
+    cb = int(np.argmax(cum >= k))
+    above = int(cum[cb - 1]) if cb > 0 else 0
+    mem = np.sort(live[tb == cb])[::-1]
+    if len(mem) > warp:
+        return _held_kth(keys, cut, k)[0], "halving"
+    return int(mem[k - above - 1]), "bins"
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_held_search_finds_the_kth_largest_key_above_the_cut(seed):
     """held_kth's twin against a sort: narrow and wide key ranges, ties, unused slots (0), a cut."""
@@ -321,6 +346,24 @@ def test_held_search_finds_the_kth_largest_key_above_the_cut(seed):
             want = int(srt[k - 1]) if int(srt[k - 1]) > cut else 0
             for exit_ in (False, True):
                 assert _held_kth(keys, cut, k, exit_)[0] == want, (span, k, cut, exit_)
+            assert _held_hist_kth(keys, cut, k)[0] == want, (span, k, cut)
+
+
+def test_held_count_takes_the_bins_on_tile_candidates():
+    """held_hist's point: on llama-3.2-1b's shape (132 tiles of ~971 logits, each tile's 16 largest
+    held) at logit scales 0.05 to 3, top-k 50's threshold (the sort's) comes from the bins without
+    the halving's fallback."""
+    rng = np.random.default_rng(7)
+    V, T_ = 128256, 132
+    per = V // T_
+    for trial in range(9):
+        logits = (rng.standard_normal(V) * [1.0, 3.0, 0.05][trial % 3]).astype(np.float32)
+        tiles = np.sort(logits[: T_ * per].reshape(T_, per), axis=1)[:, ::-1]
+        keys = ref.order_key(np.ascontiguousarray(tiles[:, :16]).ravel())
+        cut = int(ref.order_key(np.ascontiguousarray(tiles[:, 15])).max())
+        for k in (1, 20, 50):
+            want = int(np.sort(keys)[::-1][k - 1])
+            assert _held_hist_kth(keys, cut, k) == (want, "bins"), (trial, k)
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -576,15 +576,19 @@ __device__ __forceinline__ unsigned tile_bin(float zmax, float z) {
   return u < LO ? 0u : min(1u + ((u - LO) >> 19), 255u);
 }
 // The tile's logits: the GEMV's output rows in shared memory (OFF_OUT, row j of batch row b at j * B
-// + b) where the tile is one row block, else its stores read back through the L2
+// + b) where ``smem`` (TILE_HIST, the tile one row block, clear of the caller's scratch), else its
+// stores read back through the L2
+template <bool SMEM>
 __device__ __forceinline__ float tile_logit(const float* lgb, int r0, int b, int i) {
-  if constexpr (LM_ROWS <= RESID_RB) return smem_f(OFF_OUT)[i * B + b];
+  if constexpr (SMEM) return smem_f(OFF_OUT)[i * B + b];
   else return lgb[(size_t)b * V + r0 + i];
 }
-static_assert(!TILE_HIST || OFF_BEST >= SM_A + 4 * (LM_ROWS + 260 + 2 * LM_CAND) || OFF_BEST + 16 * B <= SM_A,
-              "the tile's maxima clear of the candidates' scratch");
-static_assert(!TILE_HIST || OFF_OUT >= SM_A + 4 * (LM_ROWS + 260 + 2 * LM_CAND) || OFF_OUT + 4 * B * LM_ROWS <= SM_A,
-              "the tile's logits clear of the candidates' scratch");
+// bytes [SM_A, SM_A + n) clear of bytes [off, off + len)
+constexpr bool clear_of_a(int n, int off, int len) { return off >= SM_A + n || off + len <= SM_A; }
+constexpr int CAND_SCR = 4 * (LM_ROWS + 260 + 2 * LM_CAND);  // lm_candidates_block's scratch from SM_A
+constexpr bool CAND_SMEM = TILE_HIST && LM_ROWS <= RESID_RB && clear_of_a(CAND_SCR, OFF_OUT, 4 * B * LM_ROWS);
+// (the histogram cut reads the rows' maxima after the previous row's scratch writes)
+constexpr bool CAND_HIST = TILE_HIST && clear_of_a(CAND_SCR, OFF_BEST, 16 * B);
 __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1, int tile) {
   unsigned* keys = reinterpret_cast<unsigned*>(mk_smem + SM_A);
   unsigned* hist = keys + LM_ROWS;
@@ -597,7 +601,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
   for (int b = 0; b < B; ++b) {
     int* o = out + ((size_t)b * NTILES + tile) * LM_CAND_WORDS;
     mk_barrier();  // the tile's logits stores are visible to the block; the last row's readers are done
-    if constexpr (TILE_HIST) {
+    if constexpr (CAND_HIST) {
       // one count over the bins of tile_bin, then the tokens of the bins above the first bin where
       // the count from the top passes LM_CAND: at most LM_CAND, ties never split, so every logit
       // above the smallest kept one is kept (word 1: that key). Fewer than LM_PREF kept (a crowded
@@ -607,7 +611,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
         for (int i = tid; i < 256; i += NT) hist[i] = 0;
         if (tid == 0) res[2] = 0;
         mk_barrier();
-        for (int i = tid; i < n; i += NT) mk_smem_add_u32(hist + tile_bin(zmax, tile_logit(lgb, r0, b, i)), 1u);
+        for (int i = tid; i < n; i += NT) mk_smem_add_u32(hist + tile_bin(zmax, tile_logit<CAND_SMEM>(lgb, r0, b, i)), 1u);
         mk_barrier();
         if (s_warp() == 0) {  // the first bin whose count from the top passes LM_CAND, and the count above it
           constexpr int PER = 256 / WARP;
@@ -633,7 +637,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
         if (used >= (unsigned)LM_PREF) {
           for (int i0 = tid - lane; i0 < n; i0 += NT) {  // whole warps (mk_warp_slot)
             const int i = i0 + lane;
-            const float z = i < n ? tile_logit(lgb, r0, b, i) : 0.0f;
+            const float z = i < n ? tile_logit<CAND_SMEM>(lgb, r0, b, i) : 0.0f;
             const bool take = i < n && tile_bin(zmax, z) < cbin;
             const unsigned sl = mk_warp_slot(res + 2, take);
             if (take) { ckey[sl] = order_key(z); cidx[sl] = r0 + i; }
@@ -647,7 +651,7 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
       }
     }
 #pragma unroll 4
-    for (int i = tid; i < n; i += NT) keys[i] = order_key(TILE_HIST ? tile_logit(lgb, r0, b, i) : lgb[(size_t)b * V + r0 + i]);
+    for (int i = tid; i < n; i += NT) keys[i] = order_key(tile_logit<CAND_SMEM>(lgb, r0, b, i));
     unsigned cut = 0;
     if (n > LM_CAND) {
       unsigned need = LM_CAND;
@@ -789,8 +793,7 @@ constexpr int PD_RA = SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 
 constexpr int PD_RB0 = !LM_ROWS_AT_ONCE ? 1 : B < PD_RA / PD_ROWB ? B : PD_RA / PD_ROWB;
 constexpr int PD_RB = (OFF_BEST >= SM_A && OFF_BEST < SM_A + PD_ROWB * PD_RB0) ? (OFF_BEST - SM_A) / PD_ROWB : PD_RB0;
 static_assert(PD_RB >= 1, "a row's histogram fits region A");
-static_assert(!TILE_HIST || LM_ROWS > RESID_RB || OFF_OUT >= SM_A + PD_RA || OFF_OUT + 4 * B * LM_ROWS <= SM_A,
-              "(TILE_HIST) the tile's logits in shared memory clear of the histogram's bins");
+constexpr bool HIST_SMEM = TILE_HIST && LM_ROWS <= RESID_RB && clear_of_a(PD_ROWB * PD_RB, OFF_OUT, 4 * B * LM_ROWS);
 __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, int n, float& top) {
   top = floorf(rawmax[b] / temp * 8.0f);
   return n <= 65535 && fabsf(top) < 1.0e6f;
@@ -815,7 +818,7 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
       const int r = idx / n, i = idx - r * n;
       float top;
       if (!pd_top(rawmax, b0 + r, temp, n, top)) continue;
-      const float z = (TILE_HIST ? tile_logit(lgb, r0, b0 + r, i) : lgb[(size_t)(b0 + r) * V + r0 + i]) / temp;
+      const float z = tile_logit<HIST_SMEM>(lgb, r0, b0 + r, i) / temp;
       const float j = top - floorf(z * 8.0f);
       const float m = expf(z - top * 0.125f);  // <= e^(1/8): z < (A + 1) / 8
       if (m > 0.0f) mk_smem_add_f32(hm + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), m);
@@ -1307,6 +1310,83 @@ __device__ __forceinline__ unsigned held_kth(const unsigned (&kz)[CAND_HELD], un
   return lo;
 }
 
+// held_kth's contract by one count over 256 bins of the key range above the cut (HELD_HIST): bin
+// (kmax - key) >> sh from the top, sh the least shift that fits kmax - lo in 8 bits; the scan finds
+// the bin where the count from the top reaches k, and warp 0 ranks that bin's keys (at most a warp
+// of them; else the halving). Five block barriers where the halving takes ~24 (~6.5 us of the
+// argmax task on an H200).
+__device__ __forceinline__ unsigned held_hist_kth(const unsigned (&kz)[CAND_HELD], unsigned cut, unsigned k) {
+  unsigned* wc = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);  // NW counts, NW maxima
+  unsigned* hist = reinterpret_cast<unsigned*>(mk_smem + SM_A);   // 256 bins, then 4 result words, a warp of keys
+  unsigned* res = hist + 256;
+  unsigned* mem = res + 4;
+  static_assert(4 * (256 + 4 + WARP) <= SM_BCNT - SM_A, "the held count's bins below the warps' counts");
+  const int tid = s_tid(), lane = s_lane();
+  if (cut == 0xffffffffu) return 0u;
+  const unsigned lo = cut + 1u;
+  unsigned n = 0u, m = 0u;
+#pragma unroll
+  for (int u = 0; u < CAND_HELD; ++u) {
+    n += kz[u] >= lo ? 1u : 0u;
+    m = max(m, kz[u]);
+  }
+  n = mk_warp_sum_u32(n);
+  m = mk_warp_max_u32(m);
+  if (lane == 0) { wc[s_warp()] = n; wc[NW + s_warp()] = m; }
+  for (int i = tid; i < 256; i += NT) hist[i] = 0u;
+  if (tid == 0) res[2] = 0u;
+  mk_barrier();
+  unsigned tot = 0u, kmax = 0u;
+  for (int w = 0; w < NW; ++w) { tot += wc[w]; kmax = max(kmax, wc[NW + w]); }
+  if (tot < k) return 0u;
+  const unsigned r = kmax - lo;
+  const int sh = r < 256u ? 0 : 24 - mk_clz(r);  // (kmax - lo) >> sh <= 255
+#pragma unroll
+  for (int u = 0; u < CAND_HELD; ++u)
+    if (kz[u] >= lo) mk_smem_add_u32(hist + ((kmax - kz[u]) >> sh), 1u);
+  mk_barrier();
+  if (s_warp() == 0) {  // the bin where the count from the top reaches k, and the count above it
+    constexpr int PER = 256 / WARP;
+    unsigned own = 0u;
+    for (int j = 0; j < PER; ++j) own += hist[lane * PER + j];
+    unsigned incl = own;
+    for (int off = 1; off < WARP; off <<= 1) {
+      const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
+      if (lane >= off) incl += o2;
+    }
+    unsigned acc = incl - own;
+    if (acc < k && incl >= k) {
+      for (int j = 0; j < PER; ++j) {
+        const unsigned h = hist[lane * PER + j];
+        if (acc + h >= k) { res[0] = (unsigned)(lane * PER + j); res[1] = acc; break; }
+        acc += h;
+      }
+    }
+  }
+  mk_barrier();
+  const unsigned cb = res[0], need = k - res[1], cnt = hist[cb];
+  if (cnt > (unsigned)WARP) return held_kth(kz, cut, k);  // (uniform) a crowded bin: the halving
+#pragma unroll
+  for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
+    const bool take = kz[u] >= lo && (kmax - kz[u]) >> sh == cb;
+    const unsigned sl = mk_warp_slot(res + 2, take);
+    if (take) mem[sl] = kz[u];
+  }
+  mk_barrier();
+  if (s_warp() == 0) {  // the need-th largest of the bin's keys
+    const unsigned x = lane < (int)cnt ? mem[lane] : 0u;
+    unsigned gt = 0u, ge = 0u;
+    for (int j = 0; j < (int)cnt; ++j) {
+      const unsigned y = mem[j];
+      gt += y > x ? 1u : 0u;
+      ge += y >= x ? 1u : 0u;
+    }
+    if (lane < (int)cnt && gt < need && ge >= need) res[3] = x;
+  }
+  mk_barrier();
+  return res[3];
+}
+
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.
@@ -1356,7 +1436,7 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
           unsigned kz[CAND_HELD];
 #pragma unroll
           for (int u = 0; u < CAND_HELD; ++u) kz[u] = cs.hv[u] >= 0 ? order_key(cs.hz[u] / temp) : 0u;
-          const unsigned thr = held_kth(kz, cut, (unsigned)s.top_k);
+          const unsigned thr = HELD_HIST ? held_hist_kth(kz, cut, (unsigned)s.top_k) : held_kth(kz, cut, (unsigned)s.top_k);
           trace_mark(c, 4);  // the threshold
           if (thr != 0u) {
             const unsigned keep = max(thr, mkey);

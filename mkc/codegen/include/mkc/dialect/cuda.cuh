@@ -128,6 +128,7 @@ __device__ __forceinline__ unsigned mk_warp_sum_u32(unsigned v) {
   return v;
 #endif
 }
+__device__ __forceinline__ int mk_clz(unsigned v) { return __clz((int)v); }  // leading zero bits (32 for 0)
 // the largest of the warp's values, in every lane
 __device__ __forceinline__ unsigned mk_warp_max_u32(unsigned v) {
 #if MKC_SM >= 80

@@ -128,6 +128,7 @@ __device__ __forceinline__ unsigned mk_warp_sum_u32(unsigned v) {
   for (int off = MKC_WARP / 2; off > 0; off >>= 1) v += (unsigned)__shfl_xor((int)v, off, MKC_WARP);
   return v;
 }
+__device__ __forceinline__ int mk_clz(unsigned v) { return __clz((int)v); }  // leading zero bits (32 for 0)
 __device__ __forceinline__ unsigned mk_warp_max_u32(unsigned v) {
   for (int off = MKC_WARP / 2; off > 0; off >>= 1) {
     const unsigned o = (unsigned)__shfl_xor((int)v, off, MKC_WARP);
