@@ -431,13 +431,39 @@ if [ "${CALL:-1}" = 26 ]; then
   tokens_paired 70
   TRACE_S=50 TRACE_RUNS="topp5=--do-sample --top-k 0 --top-p 0.5 --seed 1" peer_b1_topk_trace
   tokens_ab 100 '{"cand_noise": true}'
-  MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 OUT=$OUT bash scripts/gpu_final.sh
+  # (SKIP_BENCH=1: the call stays inside the 600 s a command may run)
+  [ -n "${SKIP_BENCH:-}" ] || MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=120 OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi
 if [ "${CALL:-1}" = 27 ]; then
   # CALL=26 cut to ~200 s of device time
   noise_tests_marks
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 28 ]; then
+  # thirty-first session (#16): CodegenOptions tile_hist (the LM-head tiles' top-k candidates from
+  # one histogram count, their logits read from shared memory), held_hist (top-k's held threshold
+  # by one count and a warp's rank), walk_scan (the walk's pass with the next chunk in flight) and
+  # cand_noise, built on the CPU, never run: the candidate-block test under tile_hist, the four
+  # against the default in alternation, the marks of a top-k 50 step and of a top-p 0.5 step
+  # (--top-k 0) under the default and the four (each option moves its own marks: the tile's cut
+  # and end, argmax's threshold, its scores, the walk's end), the token tests on the four (~500 s:
+  # the peer, which builds on the device, ~70 s, waits for the next call). out/carry/cache.tgz
+  # holds these kernels at 86f6ec8's headers.
+  ALL='{"tile_hist": true, "walk_scan": true, "cand_noise": true, "held_hist": true}'
+  timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=50 -rfE \
+    "tests/test_gpu_tokens.py::test_lmhead_tiles_candidates_are_their_largest_logits[1-True]" \
+    "tests/test_gpu_tokens.py::test_lmhead_tiles_candidates_are_their_largest_logits[2-True]" > "$OUT/tests-hist.log" 2>&1
+  echo "tile_hist block tests rc=$?: $(tail -n 1 "$OUT/tests-hist.log" | cut -c1-200)"
+  tokens_ab 150 "$ALL"
+  timeout 70 python3 scripts/trace_marks.py .builds/llama-b1 --specs '{}' "$ALL" > "$OUT/marks-topk.log" 2>&1
+  echo "marks top-k rc=$?"; grep -v "^\[" "$OUT/marks-topk.log" | tail -n 8
+  timeout 80 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p 0.5 --steps 40 \
+    --specs '{}' "$ALL" > "$OUT/marks-topp.log" 2>&1
+  echo "marks top-p 0.5 rc=$?"; grep -v "^\[" "$OUT/marks-topp.log" | tail -n 8
+  MKC_TEST_OPTIONS="$ALL" tokens_tests 110
   pack_out
   exit 0
 fi
