@@ -8,9 +8,10 @@ per step for:
 - ``counts``: the bounds from per-bin counts (the kernels before the twenty-seventh session);
 - ``mass``: the bounds from per-bin mass sums (sampling.cuh ``pd_mass_bounds``, the default), with
   the later rounds' draws checked against the exact target before another pass;
-- ``walk``: a design not built yet. Argmax walks down the Gumbel order, taking the first candidate
-  the mass bounds put in the set and skipping those they put outside it. A pass runs only where a
-  candidate's bin straddles the threshold, deciding it exactly (the draw is then the exact path's).
+- ``walk``: argmax walks down the Gumbel order (CodegenOptions.pdraw_walk, the default), taking the
+  first candidate the mass bounds put in the set and skipping those they put outside it. A pass runs
+  only where a candidate's bin straddles the threshold, deciding it exactly (the draw is then the
+  exact path's); on the walk's grid (64 bins of 1/8) and on walk_fine's (128 of 1/16).
 
     python scripts/pdraw_passes.py [--steps 300] [--top-p 0.9 0.5] [--std 0.9]
 """
@@ -44,17 +45,6 @@ def count_bounds(logits, zmax, zv, top_p, tiles) -> bool:
     return U * 2.0**32 * (1 + 1e-4) < top_p * (L * 2.0**32 * (1 - 1e-4) - V) - 1
 
 
-def mass_above_lower(sums, zmax, zu) -> float:
-    """A lower bound on the mass ranked above zu: the bins wholly above its bin."""
-    y = np.floor(np.float32(zu) * np.float32(8))
-    la = 0.0
-    for a, c in sums:
-        j = a - y - 1
-        if j >= 0:
-            la += c[int(min(j, ref.PD_HB - 1))] * np.exp(a / 8.0 - zmax)
-    return la * 2.0**32 * (1 - 1e-3) - V
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
@@ -69,9 +59,12 @@ def main() -> None:
     keys, m = ref.order_key(z), ref.mass_of(z, np.float32(zmax))
     sums = ref.tile_mass_sums(z, 1.0, tiles)
     L, _ = ref.mass_bounds(sums, zmax, zmax, V)
-    u_tot = sum(c[-1] * np.exp(t / 8.0 - zmax) for t, c in sums) * 2.0**32 * (1 + 1e-3)
-    print("| top-p | winners in the set | passes a step: counts | mass sums | walk (design) |")
-    print("|---|---|---|---|---|")
+    grids = {"walk": (ref.PD_HB_WALK, 8), "walk_fine": (128, 16)}  # the walk's bins; CodegenOptions.walk_fine's
+    wsums = {k: ref.tile_mass_sums(z, 1.0, tiles, hb, s_) for k, (hb, s_) in grids.items()}
+    wtot = {k: sum(c[-1] * np.exp(t / grids[k][1] - zmax) for t, c in w) * 2.0**32 * (1 + 1e-3) for k, w in wsums.items()}
+    wL = {k: ref.mass_bounds(w, zmax, zmax, V, grids[k][1])[0] for k, w in wsums.items()}
+    print("| top-p | winners in the set | passes a step: counts | mass sums | walk, 64 bins of 1/8 | walk, 128 of 1/16 |")
+    print("|---|---|---|---|---|---|")
     for p in a.top_p:
         p32 = float(np.float32(p))
         target = max(1, int(p32 * float(int(m.sum()))))
@@ -88,7 +81,8 @@ def main() -> None:
                 n += 0 if checked(v) else 1
             return n
 
-        ins = counts = mass = walk = 0
+        ins = counts = mass = 0
+        walk = dict.fromkeys(grids, 0)
         for pos in range(a.steps):
             score = z + ref.gumbel(3, pos, 0, np.arange(V))
             v = int(np.argmax(score))
@@ -97,16 +91,19 @@ def main() -> None:
                 counts += 1 + rounds(v, lambda _: False)
             if not ref.mass_bounds(sums, zmax, float(z[v]), V)[1] < p32 * L - 1:
                 mass += 1 + rounds(v, lambda u: ref.mass_bounds(sums, zmax, float(z[u]), V)[1] < target)
-            for u in np.argsort(score)[::-1][:8]:  # the walk: in, out, or a pass
-                if ref.mass_bounds(sums, zmax, float(z[u]), V)[1] < p32 * L - 1:
-                    break
-                if mass_above_lower(sums, zmax, float(z[u])) >= p32 * u_tot:
-                    continue
-                walk += 1  # a pass decides u exactly
-                if inside(u):
-                    break
+            for k, (_, s_) in grids.items():
+                tgt = None  # exact once a pass ran
+                for u in np.argsort(score)[::-1][:8]:  # the walk: in, out, or a pass
+                    if ref.mass_bounds(wsums[k], zmax, float(z[u]), V, s_)[1] < (p32 * wL[k] - 1 if tgt is None else tgt):
+                        break
+                    if ref.mass_above_at_least(wsums[k], zmax, float(z[u]), V, s_) >= (p32 * wtot[k] if tgt is None else tgt):
+                        continue
+                    walk[k] += 1  # a pass decides u exactly
+                    tgt = target
+                    if inside(u):
+                        break
         n = a.steps
-        print(f"| {p} | {ins / n:.3f} | {counts / n:.3f} | {mass / n:.3f} | {walk / n:.3f} |")
+        print(f"| {p} | {ins / n:.3f} | {counts / n:.3f} | {mass / n:.3f} | {walk['walk'] / n:.3f} | {walk['walk_fine'] / n:.3f} |")
 
 
 if __name__ == "__main__":

@@ -153,27 +153,28 @@ def pdraw(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, t
 PD_HB = 128  # sampling.cuh lm_histogram: bins of 1/8 per LM-head tile
 
 
-def tile_mass_sums(logits: np.ndarray, temperature: float, tiles, hb: int = PD_HB) -> list[tuple[int, np.ndarray]]:
-    """lm_histogram: per tile (A = floor(8 max z), the sums from the top of the masses e^(z - A / 8) of
-    the bins z in [(A - j) / 8, (A - j + 1) / 8), the last bin everything below): word j holds bins 0..j."""
+def tile_mass_sums(logits: np.ndarray, temperature: float, tiles, hb: int = PD_HB, s: int = 8) -> list[tuple[int, np.ndarray]]:
+    """lm_histogram: per tile (A = floor(s max z), the sums from the top of the masses e^(z - A / s) of
+    the bins z in [(A - j) / s, (A - j + 1) / s), the last bin everything below): word j holds bins
+    0..j. s: bins a unit (sampling.cuh PD_S: 8, 16 with CodegenOptions.walk_fine)."""
     z = (logits.astype(np.float32) / np.float32(temperature)).astype(np.float32)
     out = []
     for r0, r1 in tiles:
-        top = np.floor(np.float32(logits[r0:r1].max() / np.float32(temperature)) * np.float32(8))
+        top = np.floor(np.float32(logits[r0:r1].max() / np.float32(temperature)) * np.float32(s))
         zt = z[r0:r1]
-        j = np.minimum(top - np.floor(zt * np.float32(8)), hb - 1).astype(np.int64)
-        m = np.exp(zt.astype(np.float64) - float(top) / 8.0)
+        j = np.minimum(top - np.floor(zt * np.float32(s)), hb - 1).astype(np.int64)
+        m = np.exp(zt.astype(np.float64) - float(top) / s)
         out.append((int(top), np.cumsum(np.bincount(j, weights=m, minlength=hb))))
     return out
 
 
-def mass_bounds(sums, zmax: float, zv: float, V: int) -> tuple[float, float]:
+def mass_bounds(sums, zmax: float, zv: float, V: int, s: int = 8) -> tuple[float, float]:
     """pd_mass_bounds: the row's mass at least L and the mass ranked above zv at most U (mass_of
-    units, widened by 1e-3), from tile_mass_sums."""
+    units, widened by 1e-3), from tile_mass_sums (of s bins a unit)."""
     L = U = 0.0
-    y = np.floor(np.float32(zv) * np.float32(8))
+    y = np.floor(np.float32(zv) * np.float32(s))
     for a, c in sums:
-        sc = np.exp(a / 8.0 - zmax)
+        sc = np.exp(a / s - zmax)
         L += c[-1] * sc
         j = a - y
         if j >= 0:
@@ -181,15 +182,15 @@ def mass_bounds(sums, zmax: float, zv: float, V: int) -> tuple[float, float]:
     return L * 2.0**32 * (1 - 1e-3) - V, U * 2.0**32 * (1 + 1e-3)
 
 
-def mass_above_at_least(sums, zmax: float, zv: float, V: int) -> float:
+def mass_above_at_least(sums, zmax: float, zv: float, V: int, s: int = 8) -> float:
     """A lower bound on the mass ranked above zv (mass_of units): the bins wholly above zv's,
-    j <= A - floor(8 zv) - 1, and never the last bin (everything below the grid)."""
+    j <= A - floor(s zv) - 1, and never the last bin (everything below the grid)."""
     la = 0.0
-    y = np.floor(np.float32(zv) * np.float32(8))
+    y = np.floor(np.float32(zv) * np.float32(s))
     for a, c in sums:
         j = a - y - 1
         if j >= 0:
-            la += c[int(min(j, len(c) - 2))] * np.exp(a / 8.0 - zmax)
+            la += c[int(min(j, len(c) - 2))] * np.exp(a / s - zmax)
     return la * 2.0**32 * (1 - 1e-3) - V
 
 

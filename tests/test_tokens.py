@@ -70,15 +70,17 @@ def test_rejection_sampler_takes_the_winner_in_the_set_and_draws_again_outside_i
 
 
 @pytest.mark.parametrize("scale", [0.9, 4.0])  # a flat row (random weights) and a peaked one
-def test_tile_mass_bounds_accept_only_draws_in_the_top_p_set(scale):
+@pytest.mark.parametrize("hb,s", [(128, 8), (64, 8), (128, 16)])  # the default grid, the walk's, walk_fine's
+def test_tile_mass_bounds_accept_only_draws_in_the_top_p_set(scale, hb, s):
     """The bounds from the LM-head tiles' mass sums accept a token only where the pass would, in
     round 1 (the row's Gumbel-max winner, against p L - 1) and in later rounds (any token, against
-    the exact target), and round 1 accepts most winners that lie in the set."""
+    the exact target), and round 1 accepts most winners that lie in the set; the lower bound on the
+    mass above a token (the walk's skip) never exceeds it."""
     rng = np.random.default_rng(5)
     V, T_ = 12000, 0.8
     logits = (rng.standard_normal(V) * scale).astype(np.float32)
     tiles = [(a, min(V, a + 97)) for a in range(0, V, 97)]
-    sums = ref.tile_mass_sums(logits, T_, tiles)
+    sums = ref.tile_mass_sums(logits, T_, tiles, hb, s)
     z = (logits / np.float32(T_)).astype(np.float32)
     zmax = np.float32(logits.max() / np.float32(T_))
     keys, m = ref.order_key(z), ref.mass_of(z, zmax)
@@ -88,14 +90,15 @@ def test_tile_mass_bounds_accept_only_draws_in_the_top_p_set(scale):
         for pos in range(200):
             v = int(np.argmax(z + ref.gumbel(3, pos, 0, np.arange(V))))
             exact = int(m[keys > keys[v]].sum()) < target
-            L, U = ref.mass_bounds(sums, float(zmax), float(z[v]), V)
+            L, U = ref.mass_bounds(sums, float(zmax), float(z[v]), V, s)
             first = U < float(np.float32(p)) * L - 1
+            assert ref.mass_above_at_least(sums, float(zmax), float(z[v]), V, s) <= int(m[keys > keys[v]].sum())
             assert exact or not first, (p, pos)
             accepted += first
             inside += exact
             # a later round's draw (any token) checked against the exact target
             w = int(rng.integers(V))
-            _, Uw = ref.mass_bounds(sums, float(zmax), float(z[w]), V)
+            _, Uw = ref.mass_bounds(sums, float(zmax), float(z[w]), V, s)
             ok = int(m[keys > keys[w]].sum()) < target
             assert ok or not Uw < target, (p, pos, w)
         assert accepted >= 0.8 * inside, (p, accepted, inside)

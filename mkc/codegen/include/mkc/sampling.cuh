@@ -770,16 +770,19 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
 }
 
 // ---- the LM-head tiles' mass sums for sample_pdraw's bounds (TOKF_PDRAW, PDRAW_BOUND) ----
-// Per row, the tile's z = logit / T in PD_HB bins of 1/8 on an absolute grid from the tile's
-// largest down: bin j holds z in [(A - j) / 8, (A - j + 1) / 8), A = floor(8 max z) (word 2 of block
-// ``tile``), the last bin everything below. Each bin holds its tokens' mass relative to the grid's
-// top, e^(z - A / 8) summed (float adds in any order: the bounds are widened for it), written as
+// Per row, the tile's z = logit / T in PD_HB bins of 1/S (S = PD_S, 8) on an absolute grid from the
+// tile's largest down: bin j holds z in [(A - j) / S, (A - j + 1) / S), A = floor(S max z) (word 2 of
+// block ``tile``), the last bin everything below. Each bin holds its tokens' mass relative to the
+// grid's top, e^(z - A / S) summed (float adds in any order: the bounds are widened for it), written as
 // sums from the top from word LM_CAND_HEAD (word LM_CAND_HEAD + j: bins 0..j), so argmax reads one
 // word a tile for the mass ranked above a token and one for the tile's whole mass.
 // PD_NOHIST in word 2: no bound from this tile (more than 65535 logits, or logits past the grid).
 // PDRAW_WALK: 64 bins, then the tile's PD_M - 1 best Gumbel scores after its winner (words 0-1):
 // (score bits, index) pairs from word PD_CW, sorted (pack_best's order; index -1: none).
-constexpr int PD_HB = PDRAW_WALK ? 64 : 128;
+// (WALK_FINE: the walk's grid in bins of 1/16, 128 of them, the same 8 units from the tile's top)
+constexpr int PD_HB = PDRAW_WALK && !WALK_FINE ? 64 : 128;
+constexpr int PD_S = PDRAW_WALK && WALK_FINE ? 16 : 8;  // bins per unit of z
+constexpr float PD_SF = (float)PD_S, PD_INV = 1.0f / (float)PD_S;  // (exact: a power of two)
 constexpr int PD_M = 4;
 constexpr int PD_CW = LM_CAND_HEAD + PD_HB;
 constexpr int PD_ROWB = 4 * PD_HB + (PDRAW_WALK ? 8 * PD_M : 0);  // region A's bytes a row
@@ -795,7 +798,7 @@ constexpr int PD_RB = (OFF_BEST >= SM_A && OFF_BEST < SM_A + PD_ROWB * PD_RB0) ?
 static_assert(PD_RB >= 1, "a row's histogram fits region A");
 constexpr bool HIST_SMEM = TILE_HIST && LM_ROWS <= RESID_RB && clear_of_a(PD_ROWB * PD_RB, OFF_OUT, 4 * B * LM_ROWS);
 __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, int n, float& top) {
-  top = floorf(rawmax[b] / temp * 8.0f);
+  top = floorf(rawmax[b] / temp * PD_SF);
   return n <= 65535 && fabsf(top) < 1.0e6f;
 }
 __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
@@ -819,8 +822,8 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
       float top;
       if (!pd_top(rawmax, b0 + r, temp, n, top)) continue;
       const float z = tile_logit<HIST_SMEM>(lgb, r0, b0 + r, i) / temp;
-      const float j = top - floorf(z * 8.0f);
-      const float m = expf(z - top * 0.125f);  // <= e^(1/8): z < (A + 1) / 8
+      const float j = top - floorf(z * PD_SF);
+      const float m = expf(z - top * PD_INV);  // <= e^(1/S): z < (A + 1) / S
       if (m > 0.0f) mk_smem_add_f32(hm + r * PD_HB + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), m);
       if constexpr (PDRAW_WALK) {
         // the row's PD_M largest scores: each slot keeps the larger of it and what arrives and passes
@@ -935,7 +938,7 @@ __device__ __forceinline__ bool pd_mass_bounds(const Ctx& c, int b, float zmax, 
   const int lane = s_lane(), wid = s_warp();
   const int* cw = gptr<const int>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS;
   float lo = 0.0f, up = 0.0f, none = 0.0f;
-  const float y = floorf(zv * 8.0f);
+  const float y = floorf(zv * PD_SF);
   for (int t = s_tid(); t < NTILES; t += NT) {
     const int* o = cw + t * LM_CAND_WORDS;
     const int a = mk_ld_int(o + 2);
@@ -943,7 +946,7 @@ __device__ __forceinline__ bool pd_mass_bounds(const Ctx& c, int b, float zmax, 
     if (a == PD_NOHIST) { none = 1.0f; continue; }
     const float jf = (float)a - y;  // the last bin whose upper edge is above zv (none: < 0)
     const float cu = jf < 0.0f ? 0.0f : mk_ld_act(reinterpret_cast<const float*>(o + LM_CAND_HEAD) + (jf < (float)(PD_HB - 1) ? (int)jf : PD_HB - 1));
-    const float sc = expf((float)a * 0.125f - zmax);  // A / 8 <= the row's largest z
+    const float sc = expf((float)a * PD_INV - zmax);  // A / S <= the row's largest z
     lo += tot * sc;
     up += cu * sc;
   }
@@ -1146,7 +1149,7 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
 #pragma unroll
     for (int k = 0; k < PD_M; ++k) live |= cand[k] != 0ull && order_key(zc[k]) >= mkey ? 1u << k : 0u;
     if (a == PD_NOHIST) none = 1.0f;
-    else sc = expf((float)a * 0.125f - zmax);  // A / 8 <= the row's largest z
+    else sc = expf((float)a * PD_INV - zmax);  // A / S <= the row's largest z
   }
   float lo = tot * sc;
   for (int off = WARP / 2; off > 0; off >>= 1) { lo += mk_shfl_xor(lo, off); none += mk_shfl_xor(none, off); }
@@ -1199,7 +1202,7 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
     // wholly above it (one bin fewer; never the last, everything below the grid)
     float up = 0.0f, la = 0.0f;
     if (mine) {
-      const float jf = (float)a - floorf(zu * 8.0f);
+      const float jf = (float)a - floorf(zu * PD_SF);
       const float* cs = reinterpret_cast<const float*>(o + LM_CAND_HEAD);
       const float cu = jf < 0.0f ? 0.0f : mk_ld_act(cs + (jf < (float)(PD_HB - 1) ? (int)jf : PD_HB - 1));
       const float ca = jf < 1.0f ? 0.0f : mk_ld_act(cs + (jf - 1.0f < (float)(PD_HB - 2) ? (int)jf - 1 : PD_HB - 2));
