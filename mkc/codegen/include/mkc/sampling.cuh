@@ -586,9 +586,9 @@ __device__ __forceinline__ float tile_logit(const float* lgb, int r0, int b, int
 // bytes [SM_A, SM_A + n) clear of bytes [off, off + len)
 constexpr bool clear_of_a(int n, int off, int len) { return off >= SM_A + n || off + len <= SM_A; }
 constexpr int CAND_SCR = 4 * (LM_ROWS + 260 + 2 * LM_CAND);  // lm_candidates_block's scratch from SM_A
-constexpr bool CAND_SMEM = TILE_HIST && LM_ROWS <= RESID_RB && clear_of_a(CAND_SCR, OFF_OUT, 4 * B * LM_ROWS);
+constexpr bool CAND_SMEM = TILE_HIST != 0 && LM_ROWS <= RESID_RB && clear_of_a(CAND_SCR, OFF_OUT, 4 * B * LM_ROWS);
 // (the histogram cut reads the rows' maxima after the previous row's scratch writes)
-constexpr bool CAND_HIST = TILE_HIST && clear_of_a(CAND_SCR, OFF_BEST, 16 * B);
+constexpr bool CAND_HIST = TILE_HIST != 0 && clear_of_a(CAND_SCR, OFF_BEST, 16 * B);
 __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1, int tile) {
   unsigned* keys = reinterpret_cast<unsigned*>(mk_smem + SM_A);
   unsigned* hist = keys + LM_ROWS;
@@ -780,8 +780,8 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
 // PDRAW_WALK: 64 bins, then the tile's PD_M - 1 best Gumbel scores after its winner (words 0-1):
 // (score bits, index) pairs from word PD_CW, sorted (pack_best's order; index -1: none).
 // (WALK_FINE: the walk's grid in bins of 1/16, 128 of them, the same 8 units from the tile's top)
-constexpr int PD_HB = PDRAW_WALK && !WALK_FINE ? 64 : 128;
-constexpr int PD_S = PDRAW_WALK && WALK_FINE ? 16 : 8;  // bins per unit of z
+constexpr int PD_HB = PDRAW_WALK != 0 && WALK_FINE == 0 ? 64 : 128;
+constexpr int PD_S = PDRAW_WALK != 0 && WALK_FINE != 0 ? 16 : 8;  // bins per unit of z
 constexpr float PD_SF = (float)PD_S, PD_INV = 1.0f / (float)PD_S;  // (exact: a power of two)
 constexpr int PD_M = 4;
 constexpr int PD_CW = LM_CAND_HEAD + PD_HB;
@@ -796,7 +796,7 @@ constexpr int PD_RA = SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 
 constexpr int PD_RB0 = !LM_ROWS_AT_ONCE ? 1 : B < PD_RA / PD_ROWB ? B : PD_RA / PD_ROWB;
 constexpr int PD_RB = (OFF_BEST >= SM_A && OFF_BEST < SM_A + PD_ROWB * PD_RB0) ? (OFF_BEST - SM_A) / PD_ROWB : PD_RB0;
 static_assert(PD_RB >= 1, "a row's histogram fits region A");
-constexpr bool HIST_SMEM = TILE_HIST && LM_ROWS <= RESID_RB && clear_of_a(PD_ROWB * PD_RB, OFF_OUT, 4 * B * LM_ROWS);
+constexpr bool HIST_SMEM = TILE_HIST != 0 && LM_ROWS <= RESID_RB && clear_of_a(PD_ROWB * PD_RB, OFF_OUT, 4 * B * LM_ROWS);
 __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, int n, float& top) {
   top = floorf(rawmax[b] / temp * PD_SF);
   return n <= 65535 && fabsf(top) < 1.0e6f;
