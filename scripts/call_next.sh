@@ -445,14 +445,15 @@ fi
 if [ "${CALL:-1}" = 28 ]; then
   # thirty-first session (#16): CodegenOptions tile_hist (the LM-head tiles' top-k candidates from
   # one histogram count, their logits read from shared memory), held_hist (top-k's held threshold
-  # by one count and a warp's rank), walk_scan (the walk's pass with the next chunk in flight) and
-  # cand_noise, built on the CPU, never run: the candidate-block test under tile_hist, the four
-  # against the default in alternation, the marks of a top-k 50 step and of a top-p 0.5 step
-  # (--top-k 0) under the default and the four (each option moves its own marks: the tile's cut
-  # and end, argmax's threshold, its scores, the walk's end), the token tests on the four (~500 s:
-  # the peer, which builds on the device, ~70 s, waits for the next call). out/carry/cache.tgz
-  # holds these kernels at 86f6ec8's headers.
-  ALL='{"tile_hist": true, "walk_scan": true, "cand_noise": true, "held_hist": true}'
+  # by one count and a warp's rank), walk_scan (the walk's pass with the next chunk in flight),
+  # walk_fine (the walk's bins of 1/16: fewer passes) and cand_noise, built on the CPU, never run:
+  # the candidate-block test under tile_hist, the five against the default in alternation, the marks
+  # of a top-k 50 step (the default, the five: each moves its own marks, the tile's cut and end,
+  # argmax's threshold and scores) and of a top-p 0.5 step (--top-k 0; walk_scan and walk_fine each
+  # alone too: both move the walk's end), the token tests on the five (~520 s: the peer, which builds
+  # on the device, ~70 s, waits for the next call). out/carry/cache.tgz holds these kernels at
+  # d827322's headers.
+  ALL='{"tile_hist": true, "walk_scan": true, "cand_noise": true, "held_hist": true, "walk_fine": true}'
   timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=50 -rfE \
     "tests/test_gpu_tokens.py::test_lmhead_tiles_candidates_are_their_largest_logits[1-True]" \
     "tests/test_gpu_tokens.py::test_lmhead_tiles_candidates_are_their_largest_logits[2-True]" > "$OUT/tests-hist.log" 2>&1
@@ -460,9 +461,9 @@ if [ "${CALL:-1}" = 28 ]; then
   tokens_ab 150 "$ALL"
   timeout 70 python3 scripts/trace_marks.py .builds/llama-b1 --specs '{}' "$ALL" > "$OUT/marks-topk.log" 2>&1
   echo "marks top-k rc=$?"; grep -v "^\[" "$OUT/marks-topk.log" | tail -n 8
-  timeout 80 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p 0.5 --steps 40 \
-    --specs '{}' "$ALL" > "$OUT/marks-topp.log" 2>&1
-  echo "marks top-p 0.5 rc=$?"; grep -v "^\[" "$OUT/marks-topp.log" | tail -n 8
+  timeout 100 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p 0.5 --steps 40 \
+    --specs '{}' '{"walk_scan": true}' '{"walk_fine": true}' "$ALL" > "$OUT/marks-topp.log" 2>&1
+  echo "marks top-p 0.5 rc=$?"; grep -v "^\[" "$OUT/marks-topp.log" | tail -n 16
   MKC_TEST_OPTIONS="$ALL" tokens_tests 110
   pack_out
   exit 0
