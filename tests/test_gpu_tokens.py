@@ -240,8 +240,9 @@ def test_lmhead_tiles_candidates_are_their_largest_logits(batch, hist):
     """The candidate block every LM-head tile writes for a top-k step (sampling.cuh
     lm_candidates_block: a row at a time below batch 4, with block barriers) on llama-3.2-1b's
     ~972-token tiles: how many, the tile's 64 largest logits sorted (their bits and indices), the
-    order keys of the 64th and the 16th. With CodegenOptions.tile_hist the count is its numpy
-    twin's (16 to 64, sampling_ref.tile_hist_cut), those largest, word 1 the last one's key."""
+    order keys of the 64th and the 16th. With CodegenOptions.tile_hist (the default) the count is
+    its numpy twin's (16 to 64, sampling_ref.tile_hist_cut), those largest, word 1 the last one's
+    key; without it (the radix select, also its fallback) always 64."""
     import torch
 
     from mkc.codegen.render import CodegenOptions
@@ -251,7 +252,7 @@ def test_lmhead_tiles_candidates_are_their_largest_logits(batch, hist):
     from mkc.taskgraph.lower import LM_CAND, LM_CAND_HEAD, LM_CAND_WORDS, LM_PREF
 
     hf = hf_models("llama-3.2-1b")
-    mk = megakernel(hf, batch, "atomic", **({"options": CodegenOptions(tile_hist=True)} if hist else {}))
+    mk = megakernel(hf, batch, "atomic", options=CodegenOptions(tile_hist=hist))
     mk.decode(_rows(hf.vocab, [3] * batch, seed=17), 1, sampling=Sampling(temperature=1.0, top_k=50, seed=3))
     lg = mk.logits().float().cpu()
     b = mk.plan[names.LM_CAND]

@@ -538,10 +538,11 @@ def test_held_candidates_and_their_search_are_rendered_where_they_were_measured(
     sched = rr_schedule(tg, "h200", "atomic")
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
     assert f"CAND_HELD_ON = {int(batch == 1)}" in src and "CAND_BISECT = 1" in src
-    assert "CAND_NOISE = 0" in src and "KTH_EXIT = 0" in src and "held_kth(kz, cut, (unsigned)s.top_k)" in src
-    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_noise=True, kth_exit=True))
-    assert f"CAND_NOISE = {int(batch == 1)}" in src and "KTH_EXIT = 1" in src  # (the noise: where the held draw runs)
-    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_held=True, cand_noise=True))
+    assert f"CAND_NOISE = {int(batch == 1)}" in src and "KTH_EXIT = 0" in src  # (the noise: where the held draw runs)
+    assert "HELD_HIST ? held_hist_kth(kz, cut, (unsigned)s.top_k) : held_kth(kz, cut, (unsigned)s.top_k)" in src
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_noise=False, kth_exit=True))
+    assert "CAND_NOISE = 0" in src and "KTH_EXIT = 1" in src
+    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_held=True))
     assert "CAND_HELD_ON = 1" in src and "CAND_NOISE = 1" in src
 
 
@@ -598,18 +599,21 @@ def test_tile_hist_cut_keeps_each_tiles_largest_logits_without_splitting_ties():
     assert ref.tile_hist_cut(z, LM_CAND, LM_PREF) is None
 
 
-def test_tile_hist_and_walk_scan_reach_the_kernel():
-    """CodegenOptions.tile_hist and walk_scan (both off by default) as the kernel's constants."""
+def test_tile_hist_walk_scan_held_hist_and_walk_fine_reach_the_kernel():
+    """CodegenOptions.tile_hist, walk_scan, held_hist and walk_fine (on by default) as the kernel's
+    constants."""
     from mkc.codegen.render import CodegenOptions, generate
     from mkc.target import get_target
     from mkc.taskgraph import lower
 
     tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"))
     sched = rr_schedule(tg, "h200", "atomic")
+    names = ("TILE_HIST", "WALK_SCAN", "HELD_HIST", "WALK_FINE")
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
-    assert "TILE_HIST = 0" in src and "WALK_SCAN = 0" in src
-    src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, tile_hist=True, walk_scan=True))
-    assert "TILE_HIST = 1" in src and "WALK_SCAN = 1" in src
+    assert all(f"{n} = 1" in src for n in names)
+    off = CodegenOptions(sampler=True, tile_hist=False, walk_scan=False, held_hist=False, walk_fine=False)
+    src, _, _ = generate(tg, sched, "h200", off)
+    assert all(f"{n} = 0" in src for n in names)
 
 
 def test_rendered_kernel_has_the_token_end():

@@ -215,9 +215,10 @@ class CodegenOptions:
     # and the held draw reads it, not a Philox chain a slot in the set, one after another in a warp
     # (the draw took 2.2 us of the argmax task on an H200). With kth_exit below also on: top-k 50
     # -0.27 % a step on an H200, within that call's spread, and its draw-for-draw tests passed
-    # (BENCHMARKS.md, thirtieth session, CALL=25). Off until it has run alone (the token tests and
-    # its marks: scripts/call_next.sh CALL=26); only where the held draw runs (cand_held, cand_bisect)
-    cand_noise: bool = False
+    # (BENCHMARKS.md, thirtieth session, CALL=25). Traced (H100, thirty-first session, CALL=28): the
+    # held draw 2.76 -> 1.33 us of the argmax task. Only where the held draw runs (cand_held,
+    # cand_bisect)
+    cand_noise: bool = True
     # the held search also takes the smallest key at or above each split: a count of exactly k ends
     # it (~9 steps instead of ~24 at top-k 50), a larger count raises its floor to that key. Measured
     # +0.11 % on top-k 50 (H200, CALL=25, within the call's +-0.4 % spread): off until a trace of its
@@ -228,24 +229,29 @@ class CodegenOptions:
     # the block-wide select, below batch 4) come from one count over 256 bins of the distance to the
     # tile's largest logit (16 an octave): the tokens of the bins above the one where the count passes
     # LM_CAND (16 to 64 of them, ties never split, word 1 the smallest kept key), not four radix
-    # passes and two collect passes (the tile's tail after its epilogues was ~11 us on an H200, ~1.2
-    # greedy). A crowded bin (fewer than LM_PREF kept) falls back to the radix select.
-    tile_hist: bool = False
+    # passes and two collect passes. A crowded bin (fewer than LM_PREF kept) falls back to the radix
+    # select. Traced (H100, thirty-first session, CALL=28, top-k 50): the tile's epilogues to its cut
+    # 7.5 -> 3.5 us, its end 4 us earlier. With the four below: -0.31 to -0.60 % on every filtered
+    # step (BENCHMARKS.md, "Thirty-first session")
+    tile_hist: bool = True
     # the walk's pass over the row (top-p: the row's mass and the mass above a candidate whose bin
     # straddles the threshold, ~0.13 passes a step at top-p 0.5 on a flat row, ~77 us each on an
     # H100) block-wide with the next chunk's loads in flight (row_scan), not a warp's segment of
-    # 1,024 tokens loaded, then summed, one after another
-    walk_scan: bool = False
+    # 1,024 tokens loaded, then summed, one after another. Traced (H100, CALL=28, top-p 0.5): the
+    # walk's end 18.98 -> 14.43 us after the argmax task's waits (the mean of 7 steps)
+    walk_scan: bool = True
     # the held top-k search (cand_bisect) by one count over 256 bins of the key range above the cut
     # and a rank of the reaching bin's keys by one warp (five block barriers), not ~24 halvings
-    # (sampling.cuh held_hist_kth; a bin of more than a warp's keys falls back to the halving)
-    held_hist: bool = False
+    # (sampling.cuh held_hist_kth; a bin of more than a warp's keys falls back to the halving).
+    # Traced (H100, CALL=28, top-k 50): the threshold 7.8 -> 7.4 us after the merged partials (the
+    # held loads' round trip is most of it)
+    held_hist: bool = True
     # the walk's mass sums in 128 bins of 1/16 a unit of z from each tile's top (the same 8 units as
     # 64 bins of 1/8, the room that cand_noise's words made in the tile's block): a candidate's bin
     # straddles the top-p threshold about half as often, so fewer passes over the row
     # (scripts/pdraw_passes.py, a flat llama-3.2-1b row: 0.107 -> 0.060 a step at top-p 0.5, 0.033
     # either way at 0.9). The draws do not change (a pass only decides what the bounds could not).
-    walk_fine: bool = False
+    walk_fine: bool = True
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
     # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
     # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls
