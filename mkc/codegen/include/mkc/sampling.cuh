@@ -801,7 +801,131 @@ __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, i
   top = floorf(rawmax[b] / temp * PD_SF);
   return n <= 65535 && fabsf(top) < 1.0e6f;
 }
+// A warp writes a row's bin sums from the top to o: lane l's PL consecutive bins, run[e] its running
+// sums over them, acc its total; the lanes' totals scanned by shuffles
+template <int PL>
+__device__ __forceinline__ void sums_from_top(float* o, const float (&run)[PL], float acc, int lane) {
+  float incl = acc;
+  for (int off = 1; off < WARP; off <<= 1) {
+    const float x = mk_bits_f32(mk_shfl_u32(mk_f32_bits(incl), lane >= off ? lane - off : lane));
+    if (lane >= off) incl += x;
+  }
+  const float excl = mk_bits_f32(mk_shfl_u32(mk_f32_bits(incl), lane > 0 ? lane - 1 : 0));
+#pragma unroll
+  for (int e = 0; e < PL; ++e) o[lane * PL + e] = (lane > 0 ? excl : 0.0f) + run[e];
+}
+// HIST_LEAN (one row at a time): each warp adds its tokens' masses to its own copy of the bins (a
+// float shared add is a compare-and-swap loop: 256 threads on 64-128 bins collided across warps),
+// and the PD_M best scores are each thread's own in registers, then its warp's, then the block's,
+// merged by shuffles where every token went through a chain of 64-bit compare-and-swap loops on
+// the same PD_M words (~8.5 us of the tile's tail on an H100, CALL=28)
+constexpr int LEAN_BYTES = 4 * NW * PD_HB + 8 * NW * PD_M;  // the warps' bins, then their PD_M best
+constexpr bool HIST_LEAN_ON = HIST_LEAN != 0 && PD_RB == 1 && LEAN_BYTES <= PD_RA && clear_of_a(LEAN_BYTES, OFF_BEST, 16 * B) &&
+                              (!HIST_SMEM || clear_of_a(LEAN_BYTES, OFF_OUT, 4 * B * LM_ROWS));
+// x into the sorted (descending) l[0..PD_M) if it ranks there
+__device__ __forceinline__ void top_insert(unsigned long long (&l)[PD_M], unsigned long long x) {
+  if (x <= l[PD_M - 1]) return;
+  l[PD_M - 1] = x;
+#pragma unroll
+  for (int k = PD_M - 1; k > 0; --k)
+    if (l[k] > l[k - 1]) { const unsigned long long t = l[k]; l[k] = l[k - 1]; l[k - 1] = t; }
+}
+// the warp's PD_M largest of its lanes' sorted lists, in every lane (packs are distinct: one lane
+// holds each), largest first
+__device__ __forceinline__ void warp_top(unsigned long long (&l)[PD_M], unsigned long long (&w)[PD_M]) {
+#pragma unroll
+  for (int k = 0; k < PD_M; ++k) {
+    unsigned long long m = l[0];
+    for (int off = WARP / 2; off > 0; off >>= 1) {
+      const unsigned long long y = shfl_xor_u64(m, off);
+      m = y > m ? y : m;
+    }
+    w[k] = m;
+    if (m != 0ull && l[0] == m) {
+#pragma unroll
+      for (int j = 0; j < PD_M - 1; ++j) l[j] = l[j + 1];
+      l[PD_M - 1] = 0ull;
+    }
+  }
+}
+__device__ __forceinline__ void lm_histogram_lean(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
+  float* hm = reinterpret_cast<float*>(mk_smem + SM_A);  // NW copies of the bins
+  unsigned long long* wb = reinterpret_cast<unsigned long long*>(mk_smem + SM_A + 4 * NW * PD_HB);  // NW x PD_M
+  const Sampler smp = tok_sampler(c);
+  const float temp = smp.temperature;
+  const float* lgb = gptr<const float>(c, S_LOGITS, 0);
+  int* cand = gptr<int>(c, S_LM_CAND, 0);
+  const int n = r1 - r0, tid = s_tid(), lane = s_lane(), wid = s_warp();
+  for (int b = 0; b < B; ++b) {
+    mk_barrier();  // the last row's readers are done
+    for (int i = tid; i < NW * PD_HB; i += NT) hm[i] = 0.0f;
+    mk_barrier();
+    float top;
+    const bool ok = pd_top(rawmax, b, temp, n, top);
+    unsigned long long l[PD_M];
+#pragma unroll
+    for (int k = 0; k < PD_M; ++k) l[k] = 0ull;
+    if (ok) {
+      float* own = hm + wid * PD_HB;
+#pragma unroll 4
+      for (int i = tid; i < n; i += NT) {
+        const float z = tile_logit<HIST_SMEM>(lgb, r0, b, i) / temp;
+        const float j = top - floorf(z * PD_SF);
+        const float m = expf(z - top * PD_INV);  // <= e^(1/S): z < (A + 1) / S
+        if (m > 0.0f) mk_smem_add_f32(own + (j >= 0.0f && j < (float)(PD_HB - 1) ? (int)j : PD_HB - 1), m);
+        if constexpr (PDRAW_WALK) top_insert(l, pack_best(z + gumbel(c, smp, b, r0 + i), r0 + i));
+      }
+    }
+    if constexpr (PDRAW_WALK) {
+      unsigned long long w[PD_M];
+      warp_top(l, w);
+      if (lane < PD_M) {
+#pragma unroll
+        for (int k = 0; k < PD_M; ++k)
+          if (lane == k) wb[wid * PD_M + k] = w[k];
+      }
+    }
+    mk_barrier();
+    if constexpr (PDRAW_WALK) {
+      if (wid == 0) {  // the block's PD_M best from the warps' (NW * PD_M of them, lanes' lists of one)
+        unsigned long long q[PD_M], w[PD_M];
+#pragma unroll
+        for (int k = 0; k < PD_M; ++k) q[k] = 0ull;
+        for (int e = lane; e < NW * PD_M; e += WARP) top_insert(q, wb[e]);
+        warp_top(q, w);
+        // words 0-1 hold the winner (the epilogue's Gumbel-max, this w[0]); the next PD_M - 1 after PD_CW
+        int* o = cand + ((size_t)b * NTILES + tile) * LM_CAND_WORDS + PD_CW;
+#pragma unroll
+        for (int k = 1; k < PD_M; ++k)
+          if (lane == k) {
+            o[2 * (k - 1)] = w[k] != 0ull ? (int)mk_f32_bits(best_score(w[k])) : 0;
+            o[2 * (k - 1) + 1] = w[k] != 0ull ? best_index(w[k]) : -1;
+          }
+      }
+    }
+    if (wid == (PDRAW_WALK ? 1 % NW : 0)) {  // sums from the top of the warps' bins added (each lane PL consecutive bins)
+      constexpr int PL = PD_HB / WARP;
+      float* o = reinterpret_cast<float*>(cand + ((size_t)b * NTILES + tile) * LM_CAND_WORDS + LM_CAND_HEAD);
+      float run[PL];
+      float acc = 0.0f;
+#pragma unroll
+      for (int e = 0; e < PL; ++e) {
+        float v = 0.0f;
+        for (int w = 0; w < NW; ++w) v += hm[w * PD_HB + lane * PL + e];
+        acc += v;
+        run[e] = acc;
+      }
+      sums_from_top(o, run, acc, lane);
+      if (lane == 0) cand[((size_t)b * NTILES + tile) * LM_CAND_WORDS + 2] = ok ? (int)top : PD_NOHIST;
+    }
+  }
+  trace_mark(c, 3);  // the mass sums written (thread 0's)
+}
 __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, const float* rawmax) {
+  if constexpr (HIST_LEAN_ON) {
+    lm_histogram_lean(c, r0, r1, tile, rawmax);
+    return;
+  }
   float* hm = reinterpret_cast<float*>(mk_smem + SM_A);  // region A: free once the GEMV is done
   // PDRAW_WALK: each row's PD_M best (pack_best) after the rows' bins
   [[maybe_unused]] unsigned long long* best = reinterpret_cast<unsigned long long*>(mk_smem + SM_A + 4 * PD_HB * PD_RB);
@@ -856,14 +980,7 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
       float acc = 0.0f;
 #pragma unroll
       for (int e = 0; e < PL; ++e) { acc += hm[r * PD_HB + l * PL + e]; run[e] = acc; }
-      float incl = acc;
-      for (int off = 1; off < WARP; off <<= 1) {
-        const float x = mk_bits_f32(mk_shfl_u32(mk_f32_bits(incl), l >= off ? l - off : l));
-        if (l >= off) incl += x;
-      }
-      const float excl = mk_bits_f32(mk_shfl_u32(mk_f32_bits(incl), l > 0 ? l - 1 : 0));
-#pragma unroll
-      for (int e = 0; e < PL; ++e) o[l * PL + e] = (l > 0 ? excl : 0.0f) + run[e];
+      sums_from_top(o, run, acc, l);
     }
     if (tid < nb) {
       float top;
