@@ -468,6 +468,32 @@ if [ "${CALL:-1}" = 28 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 29 ]; then
+  # thirty-first session (#16), after CALL=28 (an H100): tile_hist, held_hist, walk_scan, walk_fine
+  # and cand_noise on by default; CodegenOptions.hist_lean (the tiles' top-p mass sums and best
+  # scores without compare-and-swap contention) built after it, never run. On an H200: the token
+  # tests on hist_lean (the new default otherwise), the candidate-block test of the radix select,
+  # hist_lean against the default in alternation (with both over greedy), the marks of a top-p 0.5
+  # step under both, the peer and batch 1, then `mkc bench` if the call has the time.
+  # out/carry/cache.tgz holds these kernels at 5760cb8's headers.
+  T0=$(date +%s)
+  MKC_TEST_OPTIONS='{"hist_lean": true}' tokens_tests 100
+  timeout 40 python3 -m pytest -q -p no:cacheprovider -m gpu --timeout=35 -rfE \
+    "tests/test_gpu_tokens.py::test_lmhead_tiles_candidates_are_their_largest_logits[1-False]" \
+    "tests/test_gpu_tokens.py::test_lmhead_tiles_candidates_are_their_largest_logits[2-False]" > "$OUT/tests-radix.log" 2>&1
+  echo "radix block tests rc=$?: $(tail -n 1 "$OUT/tests-radix.log" | cut -c1-200)"
+  tokens_ab 140 '{"hist_lean": true}'
+  timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p 0.5 \
+    --specs '{}' '{"hist_lean": true}' > "$OUT/marks-topp.log" 2>&1
+  echo "marks top-p 0.5 rc=$?"; grep -v "^\[" "$OUT/marks-topp.log" | tail -n 8
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=50 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" OUT=$OUT bash scripts/gpu_final.sh
+  left=$((570 - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  [ "$left" -gt 60 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=$((left - 10)) \
+    OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 6 ]; then
   # (#13) the tile sums in fragment order (CodegenOptions.tile_sum_frag, the default) against the
   # row-major ones (-tsrow), alternated; the tensor-core tests and the same-bits test; the peer
