@@ -1,6 +1,19 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Thirty-first session: CALL=28 and CALL=29 ran on an H100 (every H200 start was refused;
+# BENCHMARKS.md, "Thirty-first session"): tile_hist, held_hist, walk_scan, walk_fine and cand_noise
+# are the default (-0.31 to -0.60 % on every filtered step, the same tokens; the token tests passed
+# on them); hist_lean lost (+0.2 to +0.6 %) and is gone, so CALL=29 as written fails now. Next:
+# CALL=30 on an H200, where the issue's 3 % is judged: the new default over greedy (paired), its
+# token tests, the peer and batch 1, `mkc bench`. Prebuild first (any header change invalidates
+# every cubin): prebuild.py --tokens-bench --variants b1-atomic --variant-max-seq 1024 --tests
+# --only 'atomic( sampler| gumbel)?$', then --bench llama-3.2-1b:1 --max-seq-len 1024 (CALL=30 ~430 s).
+# Leads (#16): the top-p tile's ~7.5 us from its epilogues to its mass sums (not the shared
+# atomics' contention: CALL=29), where lm_histogram recomputes every token's Gumbel noise that
+# lm_gumbel computed just before; argmax's ~7.4 us before top-k's threshold, mostly the held
+# loads' round trip and the cut; the top-k tile's ~4.9 us from its collected candidates to its end.
+#
 # Thirtieth session: CALL=24 ran on an H100 (asked for an H200): kth_ways=8, cand_gather and
 # tile_search measured +0.21 / +0.29 / +0.38 % on top-k 50 against the default and are gone (CALL=24
 # as written fails now); the sampling steps over greedy and `mkc bench llama-3.2-1b:1` beside the
@@ -495,6 +508,16 @@ if [ "${CALL:-1}" = 29 ]; then
   echo "seconds left: $left"
   [ "$left" -gt 60 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=$((left - 10)) \
     OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 30 ]; then
+  # next session (#16, #13), on an H200: the thirty-first session's defaults over greedy (paired),
+  # their token tests, the peer and batch 1 beside it, `mkc bench` at batch 1
+  tokens_paired 90
+  tokens_tests 130
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=50 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
+    MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=110 OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi
