@@ -140,8 +140,12 @@
 #   (traces: python -m mkc compile llama-3.2-1b --batch 32 --max-seq-len 1024 --out .builds/llama-b32;
 #    python scripts/prebuild.py --build-dirs .builds/llama-b32 --trace; tar czf out/carry/builds.tgz .builds)
 # .whl: ortools 9.15.6755 (cp312), immutabledict, protobuf 6.33.6, absl-py (RECIPES.md); .peer: a
-# copy of ../shared/peers/hazy. Then `CALL=N bash scripts/call_next.sh` with carry `out/carry`,
-# `.whl`, `.peer`.
+# copy of ../shared/peers/hazy, with its library prebuilt on the CPU machine to save the device ~70 s
+# (thirty-first session; not yet loaded on a GPU, gpu_final.sh rebuilds it there if it fails): run.sh's
+# nvcc line from its demos/low-latency-llama directory with pyenv's python3.12 `-m pybind11
+# --includes`, linked against a stub libcuda.so.1 (gcc -shared -Wl,-soname,libcuda.so.1, any one
+# function: the machine has no driver library), -o .peer/mk_llama.cpython-312-x86_64-linux-gnu.so.
+# Then `CALL=N bash scripts/call_next.sh` with carry `out/carry`, `.whl`, `.peer`.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 [ -f out/carry/builds.tgz ] && tar xzf out/carry/builds.tgz  # .builds (mkc run --trace), packed too
 source scripts/gpu_env.sh
