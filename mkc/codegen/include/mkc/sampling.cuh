@@ -1322,8 +1322,10 @@ __device__ __forceinline__ unsigned held_kth(const unsigned (&kz)[CAND_HELD], un
 // held_kth's contract by one count over 256 bins of the key range above the cut (HELD_HIST): bin
 // (kmax - key) >> sh from the top, sh the least shift that fits kmax - lo in 8 bits; the scan finds
 // the bin where the count from the top reaches k, and warp 0 ranks that bin's keys (at most a warp
-// of them; else the halving). Five block barriers where the halving takes ~24 (~6.5 us of the
-// argmax task on an H200).
+// of them; else the halving). Five block barriers where the halving takes ~24; traced on an H100 it
+// saved at most ~0.4 us (most of the time before the threshold is the held loads' round trip).
+// (Its scan, and lm_candidates_block's, are scan_reach's on u32 counts: scan_reach made generic
+// added 64 instructions to the kernel that ran on the GPU, so that waits for a device run.)
 __device__ __forceinline__ unsigned held_hist_kth(const unsigned (&kz)[CAND_HELD], unsigned cut, unsigned k) {
   unsigned* wc = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);  // NW counts, NW maxima
   unsigned* hist = reinterpret_cast<unsigned*>(mk_smem + SM_A);   // 256 bins, then 4 result words, a warp of keys
