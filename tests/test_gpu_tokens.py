@@ -173,7 +173,8 @@ def test_sampling_matches_the_numpy_reference_draw_for_draw(walk):
 @pytest.mark.parametrize("walk", [None, False])
 def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference(walk):
     """llama-3.2-1b's LM-head tiles hold ~972 tokens each, so a top-k <= 64 takes the candidate path
-    with cut tiles (tiny models' tiles hold 8: nothing is cut), and without a top-k the walk (or,
+    with cut tiles (tiny models' tiles hold 8: nothing is cut; with a top-p too, CodegenOptions.held_p's
+    threshold over the top-k set where it is on), and without a top-k the walk (or,
     ``walk`` False, the rejection sampler) runs over 128,256 tokens (top-p 0.5 of a flat row: about
     half the draws are not the row's winner): the draws equal the reference's over the whole row,
     up to last-place expf/logf differences."""
@@ -188,7 +189,7 @@ def test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference(walk):
     agree = total = later = 0
     for smp in (Sampling(temperature=1.0, top_k=50, seed=5), Sampling(temperature=0.7, top_k=64, top_p=0.9, seed=6),
                 Sampling(temperature=1.3, top_k=1, seed=7), Sampling(temperature=0.8, top_p=0.5, seed=8),
-                Sampling(temperature=0.8, min_p=0.3, seed=9)):
+                Sampling(temperature=0.8, min_p=0.3, seed=9), Sampling(temperature=0.6, top_k=50, top_p=0.5, min_p=0.05, seed=10)):
         for s in range(12):
             smp_s = dataclasses.replace(smp, seed=smp.seed + 31 * s)
             out = mk.decode([prompt], 1, sampling=smp_s)

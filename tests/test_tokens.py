@@ -369,6 +369,67 @@ def test_held_count_takes_the_bins_on_tile_candidates():
             assert _held_hist_kth(keys, cut, k) == (want, "bins"), (trial, k)
 
 
+def _held_top_p(keys, z, thr: int, zmax, p: float, snb: int = 256) -> int:
+    """sampling.cuh held_top_p in numpy (CodegenOptions.held_p): the held slots' keys >= thr (the
+    top-k set) gathered in slot order, ranked by key (descending, ties by slot), their masses
+    (mass_of against the row's zmax) summed from the top until they reach max(1, floor(p * the
+    set's mass)); that token's key. 0 where the set holds more than ``snb`` keys."""
+    keys, z = np.asarray(keys, np.uint32), np.asarray(z, np.float32)
+    live = np.flatnonzero(keys >= np.uint32(thr))
+    if len(live) > snb:
+        return 0
+    cz = z[live]
+    ck = ref.order_key(cz).astype(np.int64)
+    rank = np.array([int(np.sum((ck > ck[i]) | ((ck == ck[i]) & (np.arange(len(ck)) < i)))) for i in range(len(ck))])
+    sz = np.empty_like(cz)
+    sz[rank] = cz
+    sw = ref.mass_of(sz, zmax)
+    target = max(1, int(float(np.float32(p)) * float(int(sw.sum()))))
+    r = int(np.searchsorted(np.cumsum(sw), np.uint64(target)))
+    return int(ref.order_key(sz[r])) if r < len(sz) else thr
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_held_top_p_gives_the_rows_top_k_then_top_p_threshold(seed):
+    """held_p's threshold over llama-3.2-1b's held candidates (132 tiles of ~971 logits, each tile's
+    16 largest) equals the whole row's top-k-then-top-p threshold (the reference's radix select over
+    128,256 tokens) wherever the k-th largest key lies above the cut, ties included (logits rounded
+    to a coarse grid); a set wider than the bins gives 0 (the histogram selects take it)."""
+    rng = np.random.default_rng(40 + seed)
+    V, T_ = 128256, 132
+    per = V // T_
+    checked = 0
+    for trial in range(6):
+        scale = [1.0, 3.0, 0.05][trial % 3]
+        logits = (rng.standard_normal(V) * scale).astype(np.float32)
+        if seed % 2:  # ties: a grid of 1/8 of the scale
+            logits = (np.round(logits / (scale / 8)) * (scale / 8)).astype(np.float32)
+        temp = [1.0, 0.7, 1.3][trial % 3]
+        z_row = (logits / np.float32(temp)).astype(np.float32)
+        zmax = np.float32(logits.max() / np.float32(temp))
+        tiles = np.sort(logits[: T_ * per].reshape(T_, per), axis=1)[:, ::-1]
+        logits = np.concatenate([tiles.ravel(), logits[T_ * per:]])  # (the row's order does not matter)
+        z_row = (logits / np.float32(temp)).astype(np.float32)
+        hz = (np.ascontiguousarray(tiles[:, :16]).ravel() / np.float32(temp)).astype(np.float32)
+        keys = ref.order_key(hz)
+        cut = int(ref.order_key((tiles[:, 15] / np.float32(temp)).astype(np.float32)).max())
+        for k, p in ((50, 0.9), (50, 0.5), (20, 0.95), (64, 0.3), (1, 0.5)):
+            thr = int(np.sort(keys)[::-1][k - 1])
+            if thr <= cut:
+                continue
+            want = ref.threshold(logits, temp, top_k=k, top_p=p)
+            got = _held_top_p(keys, hz, thr, zmax, p)
+            if got == 0:
+                assert int(np.sum(keys >= thr)) > 256
+                continue
+            assert got == want, (trial, k, p)
+            checked += 1
+            assert np.all(ref.order_key(z_row)[ref.order_key(z_row) >= np.uint32(got)] >= np.uint32(thr))
+    assert checked >= 20, checked
+    wide = np.full(300, ref.order_key(np.float32(1.0)), np.uint32)  # 300 tied keys: over the bins
+    assert _held_top_p(wide, np.ones(300, np.float32), int(wide[0]), np.float32(1.0), 0.9) == 0
+
+
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("prefix", [False, True])
 def test_candidate_path_gives_the_row_thresholds_or_falls_back(seed, prefix):
@@ -611,6 +672,7 @@ def test_tile_hist_walk_scan_held_hist_and_walk_fine_reach_the_kernel():
     names = ("TILE_HIST", "WALK_SCAN", "HELD_HIST", "WALK_FINE")
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
     assert all(f"{n} = 1" in src for n in names)
+    assert "HELD_P = 0" in src and "HELD_P = 1" in generate(tg, sched, "h200", CodegenOptions(sampler=True, held_p=True))[0]
     off = CodegenOptions(sampler=True, tile_hist=False, walk_scan=False, held_hist=False, walk_fine=False)
     src, _, _ = generate(tg, sched, "h200", off)
     assert all(f"{n} = 0" in src for n in names)

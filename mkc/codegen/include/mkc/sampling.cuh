@@ -1398,6 +1398,54 @@ __device__ __forceinline__ unsigned held_hist_kth(const unsigned (&kz)[CAND_HELD
   return res[3];
 }
 
+// HELD_P (CodegenOptions.held_p): top-p's threshold over the top-k set of the held slots (their
+// keys kz >= thr): the set gathered into shared memory (a warp's slots at once), ranked by key
+// (descending, ties by slot), each key's mass (mass_of against the row's zmax) in rank order, and
+// the key where the mass from the top reaches p of the set's: hist_select's result with lo = thr
+// over the same tokens (the same integer masses, total and target). 0 where the set holds more than
+// SNB keys (ties at the k-th key): the caller takes the histogram selects. ncol (SM_RES + 32) is 0
+// on entry (sample_filtered clears it). Block-wide; every thread returns the same key.
+__device__ __forceinline__ unsigned held_top_p(const unsigned (&kz)[CAND_HELD], const float (&hz)[CAND_HELD],
+                                               unsigned thr, float zmax, float temp, float p) {
+  float* cz = reinterpret_cast<float*>(mk_smem + SM_CZ);
+  float* sz = reinterpret_cast<float*>(mk_smem + SM_SZ);
+  unsigned long long* sw = reinterpret_cast<unsigned long long*>(mk_smem + SM_SW);
+  unsigned long long* res = reinterpret_cast<unsigned long long*>(mk_smem + SM_RES);
+  unsigned* ncol = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32);
+  const int tid = s_tid(), lane = s_lane();
+#pragma unroll
+  for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
+    const bool in = kz[u] >= thr;  // (an unused slot's key is 0, below every threshold)
+    const unsigned sl = mk_warp_slot(ncol, in);
+    if (in && sl < (unsigned)SNB) cz[sl] = hz[u] / temp;
+  }
+  mk_barrier();
+  const int n = (int)*ncol;
+  if (n > SNB) return 0u;  // (uniform)
+  for (int i = tid; i < n; i += NT) {
+    const float zi = cz[i];
+    const unsigned ki = order_key(zi);
+    int r = 0;
+    for (int j = 0; j < n; ++j) {
+      const unsigned kj = order_key(cz[j]);
+      r += kj > ki || (kj == ki && j < i);
+    }
+    sz[r] = zi;
+    sw[r] = mass_of(zi, zmax);
+  }
+  mk_barrier();
+  if (s_warp() == 0) {
+    unsigned long long tot = 0;
+    for (int j = lane; j < n; j += WARP) tot += sw[j];
+    for (int off = WARP / 2; off > 0; off >>= 1) tot += shfl_xor_u64(tot, off);
+    const unsigned long long want = (unsigned long long)((double)p * (double)tot);
+    scan_reach(sw, n, 0ull, want > 0 ? want : 1ull, res);
+  }
+  mk_barrier();
+  const int r = (int)res[0];
+  return r < n ? order_key(sz[r]) : thr;
+}
+
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.
@@ -1423,7 +1471,7 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
   if (tid == 0) *drawn = -1;
   mk_barrier();
   if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
-    if (tid == 0) { *cutw = 0; *failed = 0; }
+    if (tid == 0) { *cutw = 0; *failed = 0; if (HELD_P) *reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32) = 0u; }
     mk_barrier();
     // the top-k set among the LM-head tiles' candidates: first each tile's LM_PREF largest, trusted
     // above every tile's LM_PREF-th key (header word 2), then all LM_CAND, trusted above every cut
@@ -1443,14 +1491,16 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
       mk_barrier();
       const unsigned cut = *cutw;
       if constexpr (CAND_BISECT != 0) {
-        if (cs.held && !use_p) {  // top-k (and min-p): bisection, then the draw over the held slots
+        if (cs.held && (!use_p || HELD_P)) {  // top-k (top-p, min-p): the threshold, then the draw over the held slots
           unsigned kz[CAND_HELD];
 #pragma unroll
           for (int u = 0; u < CAND_HELD; ++u) kz[u] = cs.hv[u] >= 0 ? order_key(cs.hz[u] / temp) : 0u;
           const unsigned thr = HELD_HIST ? held_hist_kth(kz, cut, (unsigned)s.top_k) : held_kth(kz, cut, (unsigned)s.top_k);
           trace_mark(c, 4);  // the threshold
-          if (thr != 0u) {
-            const unsigned keep = max(thr, mkey);
+          // (HELD_P, top-p: its threshold over the top-k set; 0 where the set overflows the bins)
+          const unsigned pthr = HELD_P && use_p && thr != 0u ? held_top_p(kz, cs.hz, thr, zmax, temp, s.top_p) : thr;
+          if (pthr != 0u) {
+            const unsigned keep = max(pthr, mkey);
             float best = -INFINITY;
             int bi = 0x7fffffff;
             // the noise the tiles wrote beside their first candidates (CAND_NOISE), else drawn here
