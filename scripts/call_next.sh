@@ -516,12 +516,23 @@ if [ "${CALL:-1}" = 29 ]; then
   exit 0
 fi
 if [ "${CALL:-1}" = 30 ]; then
-  # next session (#16, #13), on an H200: the thirty-first session's defaults over greedy (paired),
-  # their token tests, the peer and batch 1 beside it, `mkc bench` at batch 1
-  tokens_paired 90
-  tokens_tests 130
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=50 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
-    MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=110 OUT=$OUT bash scripts/gpu_final.sh
+  # thirty-second session (#16, #13), on an H200: CodegenOptions.held_p (a top-k with a top-p on the
+  # held path; built on the CPU machine, never run) against the default in alternation, both over
+  # greedy (the H200's sampling costs of the thirty-first session's defaults); the token tests on
+  # held_p (the default elsewhere); the peer and batch 1 beside it; `mkc bench` if the call has time.
+  # Prebuilt: MKC_TOKENS_AB='{"held_p": true}' MKC_TEST_OPTIONS='{"held_p": true}' prebuild.py
+  # --tokens-bench --variants b1-atomic --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace,
+  # then --tests --only 'atomic( sampler| gumbel)?$', then --bench llama-3.2-1b:1 --max-seq-len 1024.
+  T0=$(date +%s)
+  tokens_ab 150 '{"held_p": true}'
+  MKC_TEST_OPTIONS='{"held_p": true}' tokens_tests 150
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  [ "$left" -gt 130 ] && MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=40 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
+    OUT=$OUT bash scripts/gpu_final.sh
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  [ "$left" -gt 60 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=$((left - 10)) \
+    OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
 fi
