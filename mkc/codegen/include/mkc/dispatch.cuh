@@ -59,7 +59,7 @@ __device__ __forceinline__ void lm_sample_tail_body(const Ctx& c, const Task& t,
       if (flags & TOKF_GUMBEL) {  // the partial is the winner
         bv = best_score(w);
         bidx = best_index(w);
-      } else {
+      } else if (!WALK_ONCE) {  // (WALK_ONCE: lm_histogram writes the winner)
         int* o = gptr<int>(c, S_LM_CAND, 0) + ((size_t)s_tid() * NTILES + t.a2) * LM_CAND_WORDS;
         o[0] = (int)mk_f32_bits(best_score(w));
         o[1] = best_index(w);

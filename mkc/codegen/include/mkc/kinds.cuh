@@ -270,7 +270,7 @@ struct LmHeadKind {
     // the costly part: every thread scores some of the block's tokens, and the block's winner per
     // row is one u64 maximum (task_lmhead reads it)
     const unsigned flags = tok_flags(c);
-    if (SAMPLER && ((flags & TOKF_GUMBEL) || (SAMPLE_PDRAW && (flags & TOKF_PDRAW)))) {
+    if (SAMPLER && ((flags & TOKF_GUMBEL) || (SAMPLE_PDRAW && !WALK_ONCE && (flags & TOKF_PDRAW)))) {
       if constexpr (SAMPLE_FILTER) lm_gumbel(c, nr, rb, out);
       else lm_gumbel_body(c, nr, rb, out);
     }

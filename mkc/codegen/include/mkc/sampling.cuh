@@ -779,6 +779,7 @@ __device__ MK_OUTLINE void lm_candidates(const Ctx& c, int r0, int r1, int tile)
 // PD_NOHIST in word 2: no bound from this tile (more than 65535 logits, or logits past the grid).
 // PDRAW_WALK: 64 bins, then the tile's PD_M - 1 best Gumbel scores after its winner (words 0-1):
 // (score bits, index) pairs from word PD_CW, sorted (pack_best's order; index -1: none).
+// WALK_ONCE (CodegenOptions.walk_once): the winner too, from the same pass (lm_gumbel does not run).
 // (WALK_FINE: the walk's grid in bins of 1/16, 128 of them, the same 8 units from the tile's top)
 constexpr int PD_HB = PDRAW_WALK != 0 && WALK_FINE == 0 ? 64 : 128;
 constexpr int PD_S = PDRAW_WALK != 0 && WALK_FINE != 0 ? 16 : 8;  // bins per unit of z
@@ -858,6 +859,14 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
         int* o = cand + ((size_t)(b0 + r) * NTILES + tile) * LM_CAND_WORDS + PD_CW + 2 * (k - 1);
         o[0] = x != 0ull ? (int)mk_f32_bits(best_score(x)) : 0;
         o[1] = x != 0ull ? best_index(x) : -1;
+      }
+      if constexpr (WALK_ONCE != 0) {  // the first is the tile's winner (words 0-1, as lm_sample_tail writes lm_gumbel's)
+        for (int r = tid; r < nb; r += NT) {
+          const unsigned long long x = best[r * PD_M];
+          int* o = cand + ((size_t)(b0 + r) * NTILES + tile) * LM_CAND_WORDS;
+          o[0] = (int)mk_f32_bits(best_score(x));
+          o[1] = best_index(x);
+        }
       }
     }
     // a warp per row: sums from the top (each lane PL consecutive bins, then the lanes' totals)
