@@ -517,15 +517,18 @@ if [ "${CALL:-1}" = 29 ]; then
 fi
 if [ "${CALL:-1}" = 30 ]; then
   # thirty-second session (#16, #13), on an H200: CodegenOptions.held_p (a top-k with a top-p on the
-  # held path; built on the CPU machine, never run) against the default in alternation, both over
-  # greedy (the H200's sampling costs of the thirty-first session's defaults); the token tests on
-  # held_p (the default elsewhere); the peer and batch 1 beside it; `mkc bench` if the call has time.
-  # Prebuilt: MKC_TOKENS_AB='{"held_p": true}' MKC_TEST_OPTIONS='{"held_p": true}' prebuild.py
+  # held path) and walk_once (a top-p/min-p step without lm_gumbel's pass), both built on the CPU
+  # machine, never run, against the default in alternation, both over greedy (the H200's sampling
+  # costs of the thirty-first session's defaults). They touch different steps (held_p: top-k with
+  # top-p; walk_once: top-p/min-p without a top-k), so one spec measures each. The token tests on
+  # both (the default elsewhere); the peer and batch 1 beside it; `mkc bench` if the call has time.
+  # Prebuilt: MKC_TOKENS_AB=$SPEC MKC_TEST_OPTIONS=$SPEC prebuild.py
   # --tokens-bench --variants b1-atomic --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace,
   # then --tests --only 'atomic( sampler| gumbel)?$', then --bench llama-3.2-1b:1 --max-seq-len 1024.
   T0=$(date +%s)
-  tokens_ab 150 '{"held_p": true}'
-  MKC_TEST_OPTIONS='{"held_p": true}' tokens_tests 150
+  SPEC='{"held_p": true, "walk_once": true}'
+  tokens_ab 150 "$SPEC"
+  MKC_TEST_OPTIONS="$SPEC" tokens_tests 150
   left=$((${CALL_S:-570} - ($(date +%s) - T0)))
   [ "$left" -gt 130 ] && MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=40 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
     OUT=$OUT bash scripts/gpu_final.sh
