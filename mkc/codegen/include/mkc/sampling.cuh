@@ -235,6 +235,29 @@ __device__ __forceinline__ void scan_reach(const unsigned long long* w, int n, u
   }
 }
 
+// warp 0: scan_reach on 256 u32 counts (the LM-head tiles' cut, held_hist_kth): the first bin i
+// where the count from the top reaches target -> res[0], the count before it -> res[1]; res is left
+// alone where no bin reaches it
+__device__ __forceinline__ void bins_reach_u32(const unsigned* hist, unsigned target, unsigned* res) {
+  constexpr int PER = 256 / WARP;
+  const int lane = s_lane();
+  unsigned own = 0u;
+  for (int j = 0; j < PER; ++j) own += hist[lane * PER + j];
+  unsigned incl = own;
+  for (int off = 1; off < WARP; off <<= 1) {
+    const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
+    if (lane >= off) incl += o2;
+  }
+  unsigned acc = incl - own;
+  if (acc < target && incl >= target) {
+    for (int j = 0; j < PER; ++j) {
+      const unsigned h = hist[lane * PER + j];
+      if (acc + h >= target) { res[0] = (unsigned)(lane * PER + j); res[1] = acc; break; }
+      acc += h;
+    }
+  }
+}
+
 // the block's Gumbel-max winner from every thread's (score, index); every thread returns it
 __device__ __forceinline__ int block_argmax(float best, int bi) {
   warp_argmax(best, bi);
@@ -613,24 +636,8 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
         mk_barrier();
         for (int i = tid; i < n; i += NT) mk_smem_add_u32(hist + tile_bin(zmax, tile_logit<CAND_SMEM>(lgb, r0, b, i)), 1u);
         mk_barrier();
-        if (s_warp() == 0) {  // the first bin whose count from the top passes LM_CAND, and the count above it
-          constexpr int PER = 256 / WARP;
-          unsigned own = 0;
-          for (int j = 0; j < PER; ++j) own += hist[lane * PER + j];
-          unsigned incl = own;
-          for (int off = 1; off < WARP; off <<= 1) {
-            const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
-            if (lane >= off) incl += o2;
-          }
-          unsigned acc = incl - own;
-          if (acc <= (unsigned)LM_CAND && incl > (unsigned)LM_CAND) {
-            for (int j = 0; j < PER; ++j) {
-              const unsigned h = hist[lane * PER + j];
-              if (acc + h > (unsigned)LM_CAND) { res[0] = (unsigned)(lane * PER + j); res[1] = acc; break; }
-              acc += h;
-            }
-          }
-        }
+        // the first bin whose count from the top passes LM_CAND, and the count above it
+        if (s_warp() == 0) bins_reach_u32(hist, (unsigned)LM_CAND + 1u, res);
         mk_barrier();
         if (b == 0) trace_mark(c, 3);  // row 0's cut
         const unsigned cbin = res[0], used = res[1];
@@ -1333,8 +1340,8 @@ __device__ __forceinline__ unsigned held_kth(const unsigned (&kz)[CAND_HELD], un
 // the bin where the count from the top reaches k, and warp 0 ranks that bin's keys (at most a warp
 // of them; else the halving). Five block barriers where the halving takes ~24; traced on an H100 it
 // saved at most ~0.4 us (most of the time before the threshold is the held loads' round trip).
-// (Its scan, and lm_candidates_block's, are scan_reach's on u32 counts: scan_reach made generic
-// added 64 instructions to the kernel that ran on the GPU, so that waits for a device run.)
+// (Its scan and lm_candidates_block's are bins_reach_u32, scan_reach's on 256 u32 counts: scan_reach
+// made generic over the count type added 64 instructions to the kernel that ran on the GPU.)
 __device__ __forceinline__ unsigned held_hist_kth(const unsigned (&kz)[CAND_HELD], unsigned cut, unsigned k) {
   unsigned* wc = reinterpret_cast<unsigned*>(mk_smem + SM_BCNT);  // NW counts, NW maxima
   unsigned* hist = reinterpret_cast<unsigned*>(mk_smem + SM_A);   // 256 bins, then 4 result words, a warp of keys
@@ -1365,24 +1372,7 @@ __device__ __forceinline__ unsigned held_hist_kth(const unsigned (&kz)[CAND_HELD
   for (int u = 0; u < CAND_HELD; ++u)
     if (kz[u] >= lo) mk_smem_add_u32(hist + ((kmax - kz[u]) >> sh), 1u);
   mk_barrier();
-  if (s_warp() == 0) {  // the bin where the count from the top reaches k, and the count above it
-    constexpr int PER = 256 / WARP;
-    unsigned own = 0u;
-    for (int j = 0; j < PER; ++j) own += hist[lane * PER + j];
-    unsigned incl = own;
-    for (int off = 1; off < WARP; off <<= 1) {
-      const unsigned o2 = mk_shfl_u32(incl, lane >= off ? lane - off : lane);
-      if (lane >= off) incl += o2;
-    }
-    unsigned acc = incl - own;
-    if (acc < k && incl >= k) {
-      for (int j = 0; j < PER; ++j) {
-        const unsigned h = hist[lane * PER + j];
-        if (acc + h >= k) { res[0] = (unsigned)(lane * PER + j); res[1] = acc; break; }
-        acc += h;
-      }
-    }
-  }
+  if (s_warp() == 0) bins_reach_u32(hist, k, res);  // the bin where the count from the top reaches k, and the count above it
   mk_barrier();
   const unsigned cb = res[0], need = k - res[1], cnt = hist[cb];
   if (cnt > (unsigned)WARP) return held_kth(kz, cut, k);  // (uniform) a crowded bin: the halving
