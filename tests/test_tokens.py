@@ -672,9 +672,9 @@ def test_tile_hist_walk_scan_held_hist_and_walk_fine_reach_the_kernel():
     names = ("TILE_HIST", "WALK_SCAN", "HELD_HIST", "WALK_FINE")
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
     assert all(f"{n} = 1" in src for n in names)
-    assert "HELD_P = 0" in src and "WALK_ONCE = 0" in src
-    on = generate(tg, sched, "h200", CodegenOptions(sampler=True, held_p=True, walk_once=True))[0]
-    assert "HELD_P = 1" in on and "WALK_ONCE = 1" in on
+    assert "HELD_P = 1" in src and "WALK_ONCE = 0" in src
+    src = generate(tg, sched, "h200", CodegenOptions(sampler=True, held_p=False, walk_once=True))[0]
+    assert "HELD_P = 0" in src and "WALK_ONCE = 1" in src
     off = CodegenOptions(sampler=True, tile_hist=False, walk_scan=False, held_hist=False, walk_fine=False)
     src, _, _ = generate(tg, sched, "h200", off)
     assert all(f"{n} = 0" in src for n in names)
