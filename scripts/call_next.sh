@@ -534,7 +534,9 @@ if [ "${CALL:-1}" = 32 ]; then
   # they pass); the peer and batch 1 if the call has time. Prebuilt (this session's carry holds
   # them): MKC_TOKENS_AB='{"walk_once": true}' prebuild.py --tokens-bench --variants b1-atomic
   # --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace; MKC_TEST_OPTIONS='{"walk_once":
-  # true}' prebuild.py --tests --only '(atomic|nan)( sampler| gumbel)?$'.
+  # true}' prebuild.py --tests --only '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once'
+  # (the token tests' kernels with options of their own too: CALL=30 and 31 built those on the
+  # device, and their token tests ran past 150 s).
   T0=$(date +%s)
   tokens_ab 150 '{"walk_once": true}'
   MKC_TEST_OPTIONS='{"walk_once": true}' tokens_tests 160

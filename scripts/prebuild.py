@@ -120,6 +120,12 @@ def test_sources(trace: bool = False):
     tg = lower(shape_graph("tiny-llama", 4, 128), get_target("h200"), **default_lower_kw(4, "atomic"))
     yield from kernels("test tiny-llama b4 atomic pdraw_walk=False", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                        CodegenOptions(pdraw_walk=False))
+    # test_lmhead_tiles_candidates_are_their_largest_logits (the radix select and tile_hist)
+    for b in (1, 2):
+        tg = lower(shape_graph("llama-3.2-1b", b, 128), get_target("h200"), **default_lower_kw(b, "atomic"))
+        for hist in (False, True):
+            yield from kernels(f"test llama-3.2-1b b{b} atomic tile_hist={hist}", tg, rr_schedule(tg, "h200", "atomic"),
+                               "h200", CodegenOptions(tile_hist=hist))
     # test_candidate_path_at_batch_8_with_a_warp_per_row
     tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"), **default_lower_kw(8, "atomic"))
     yield from kernels("test llama-3.2-1b b8 atomic lm_rows_at_once", tg, rr_schedule(tg, "h200", "atomic"), "h200",
