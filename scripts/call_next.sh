@@ -188,6 +188,14 @@ peer_b1_topk_trace() {
   MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=60 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
   MKC_TRACE=llama-b1 MKC_TRACE_S=${TRACE_S:-80} MKC_TRACE_RUNS="${TRACE_RUNS:-topk=--do-sample --top-k 50 --seed 1}" OUT=$OUT bash scripts/gpu_final.sh
 }
+# the peer and batch 1 beside it where more than 130 of the call's CALL_S seconds (570 by default)
+# are left since T0
+peer_b1_if_time() {
+  local left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  [ "$left" -gt 130 ] && MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=40 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
+    OUT=$OUT bash scripts/gpu_final.sh
+}
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
@@ -540,10 +548,7 @@ if [ "${CALL:-1}" = 32 ]; then
   T0=$(date +%s)
   tokens_ab 150 '{"walk_once": true}'
   MKC_TEST_OPTIONS='{"walk_once": true}' tokens_tests 160
-  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-  echo "seconds left: $left"
-  [ "$left" -gt 130 ] && MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=40 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  peer_b1_if_time
   pack_out
   exit 0
 fi
@@ -563,10 +568,7 @@ if [ "${CALL:-1}" = 31 ]; then
   [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p 0.5 \
     --specs '{}' '{"walk_once": true}' > "$OUT/marks-topp.log" 2>&1
   echo "marks top-p 0.5 rc=$?"; grep -v "^\[" "$OUT/marks-topp.log" | tail -n 10
-  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-  echo "seconds left: $left"
-  [ "$left" -gt 130 ] && MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=40 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  peer_b1_if_time
   pack_out
   exit 0
 fi

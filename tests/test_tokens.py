@@ -405,7 +405,6 @@ def test_held_top_p_gives_the_rows_top_k_then_top_p_threshold(seed):
         if seed % 2:  # ties: a grid of 1/8 of the scale
             logits = (np.round(logits / (scale / 8)) * (scale / 8)).astype(np.float32)
         temp = [1.0, 0.7, 1.3][trial % 3]
-        z_row = (logits / np.float32(temp)).astype(np.float32)
         zmax = np.float32(logits.max() / np.float32(temp))
         tiles = np.sort(logits[: T_ * per].reshape(T_, per), axis=1)[:, ::-1]
         logits = np.concatenate([tiles.ravel(), logits[T_ * per:]])  # (the row's order does not matter)
@@ -600,6 +599,7 @@ def test_held_candidates_and_their_search_are_rendered_where_they_were_measured(
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
     assert f"CAND_HELD_ON = {int(batch == 1)}" in src and "CAND_BISECT = 1" in src
     assert f"CAND_NOISE = {int(batch == 1)}" in src and "KTH_EXIT = 0" in src  # (the noise: where the held draw runs)
+    assert f"HELD_P = {int(batch == 1)}" in src  # (top-p over the held set: where the held path runs)
     assert "HELD_HIST ? held_hist_kth(kz, cut, (unsigned)s.top_k) : held_kth(kz, cut, (unsigned)s.top_k)" in src
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True, cand_noise=False, kth_exit=True))
     assert "CAND_NOISE = 0" in src and "KTH_EXIT = 1" in src
