@@ -533,6 +533,31 @@ if [ "${CALL:-1}" = 29 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 33 ]; then
+  # thirty-third session (#16), after CALL=32 (an H100: walk_once -0.22 to -0.24 % on its steps,
+  # its 30 token tests passed: on by default since). Two options built on the CPU machine, never
+  # run: held_early (batch 1: the argmax task's sampler merges the tiles' partials itself, with the
+  # held slots' and the header words' loads in flight beside them) and p_direct (held_p's top-p
+  # threshold without ranking the set). Each against the default in alternation, over greedy; the
+  # token tests on both; the marks of a top-k 50 and a top-k 50 + top-p 0.9 step under both; the
+  # peer and batch 1 if the call has time. Prebuilt: MKC_TOKENS_AB="$A;$B" MKC_TRACE_SPECS="$A;$B"
+  # prebuild.py --tokens-bench --variants b1-atomic --variant-max-seq 1024 --build-dirs .builds/llama-b1
+  # --trace; MKC_TEST_OPTIONS="$B" prebuild.py --tests --only '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once'
+  T0=$(date +%s)
+  A='{"held_early": true}'
+  B='{"held_early": true, "p_direct": true}'
+  tokens_ab 200 "$A" "$B"
+  MKC_TEST_OPTIONS="$B" tokens_tests 160
+  for run in "topk:--top-k 50" "topkp:--top-k 50 --top-p 0.9"; do
+    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+    [ "$left" -gt 80 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 ${run#*:} \
+      --specs '{}' "$A" "$B" > "$OUT/marks-${run%%:*}.log" 2>&1
+    echo "marks ${run%%:*} rc=$?"; grep -v "^\[" "$OUT/marks-${run%%:*}.log" | tail -n 12
+  done
+  peer_b1_if_time
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 32 ]; then
   # next session (#16), the first call: asked for at the thirty-second session's end, refused (no
   # device time left). The default (held_p, bins_reach_u32; its 30 token tests passed on an H100 in

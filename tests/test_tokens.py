@@ -389,6 +389,21 @@ def _held_top_p(keys, z, thr: int, zmax, p: float, snb: int = 256) -> int:
     return int(ref.order_key(sz[r])) if r < len(sz) else thr
 
 
+def _held_top_p_direct(keys, z, thr: int, zmax, p: float, snb: int = 256) -> int:
+    """held_top_p with CodegenOptions.p_direct in numpy: no ranking; each gathered key's mass sum
+    over the set's keys at or above it, and the largest key whose sum reaches max(1, floor(p * the
+    set's mass)). 0 where the set holds more than ``snb`` keys."""
+    keys, z = np.asarray(keys, np.uint32), np.asarray(z, np.float32)
+    live = np.flatnonzero(keys >= np.uint32(thr))
+    if len(live) > snb:
+        return 0
+    ck = keys[live].astype(np.int64)
+    w = ref.mass_of(z[live], zmax).astype(np.uint64)
+    target = max(1, int(float(np.float32(p)) * float(int(w.sum()))))
+    ok = [int(ck[i]) for i in range(len(ck)) if int(w[ck >= ck[i]].sum()) >= target]
+    return max(ok) if ok else thr
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_held_top_p_gives_the_rows_top_k_then_top_p_threshold(seed):
     """held_p's threshold over llama-3.2-1b's held candidates (132 tiles of ~971 logits, each tile's
@@ -418,6 +433,7 @@ def test_held_top_p_gives_the_rows_top_k_then_top_p_threshold(seed):
                 continue
             want = ref.threshold(logits, temp, top_k=k, top_p=p)
             got = _held_top_p(keys, hz, thr, zmax, p)
+            assert _held_top_p_direct(keys, hz, thr, zmax, p) == got, (trial, k, p)
             if got == 0:
                 assert int(np.sum(keys >= thr)) > 256
                 continue
@@ -427,6 +443,7 @@ def test_held_top_p_gives_the_rows_top_k_then_top_p_threshold(seed):
     assert checked >= 20, checked
     wide = np.full(300, ref.order_key(np.float32(1.0)), np.uint32)  # 300 tied keys: over the bins
     assert _held_top_p(wide, np.ones(300, np.float32), int(wide[0]), np.float32(1.0), 0.9) == 0
+    assert _held_top_p_direct(wide, np.ones(300, np.float32), int(wide[0]), np.float32(1.0), 0.9) == 0
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -672,9 +689,15 @@ def test_tile_hist_walk_scan_held_hist_and_walk_fine_reach_the_kernel():
     names = ("TILE_HIST", "WALK_SCAN", "HELD_HIST", "WALK_FINE")
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
     assert all(f"{n} = 1" in src for n in names)
-    assert "HELD_P = 1" in src and "WALK_ONCE = 0" in src
-    src = generate(tg, sched, "h200", CodegenOptions(sampler=True, held_p=False, walk_once=True))[0]
-    assert "HELD_P = 0" in src and "WALK_ONCE = 1" in src
+    assert "HELD_P = 1" in src and "WALK_ONCE = 1" in src
+    src = generate(tg, sched, "h200", CodegenOptions(sampler=True, held_p=False, walk_once=False))[0]
+    assert "HELD_P = 0" in src and "WALK_ONCE = 0" in src
+    # held_early (off): batch 1 only, where the held path runs
+    assert "HELD_EARLY = 0" in src
+    assert "HELD_EARLY = 1" in generate(tg, sched, "h200", CodegenOptions(sampler=True, held_early=True))[0]
+    tg8 = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
+    assert "HELD_EARLY = 0" in generate(tg8, rr_schedule(tg8, "h200", "atomic"), "h200",
+                                        CodegenOptions(sampler=True, held_early=True))[0]
     off = CodegenOptions(sampler=True, tile_hist=False, walk_scan=False, held_hist=False, walk_fine=False)
     src, _, _ = generate(tg, sched, "h200", off)
     assert all(f"{n} = 0" in src for n in names)

@@ -1412,6 +1412,38 @@ __device__ __forceinline__ unsigned held_top_p(const unsigned (&kz)[CAND_HELD], 
   unsigned long long* res = reinterpret_cast<unsigned long long*>(mk_smem + SM_RES);
   unsigned* ncol = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32);
   const int tid = s_tid(), lane = s_lane();
+  if constexpr (P_DIRECT != 0) {
+    // (CodegenOptions.p_direct) no ranking: each gathered key's mass from the top, the sum of the
+    // masses of the set's keys >= it (ties included), and the largest key whose sum reaches the
+    // target, by one shared max (the ranked scan's key: a key ranked before the reaching one has
+    // less than the target above it, ties at its key included)
+    unsigned* ck = reinterpret_cast<unsigned*>(mk_smem + SM_CZ);
+    unsigned* best = reinterpret_cast<unsigned*>(mk_smem + SM_RES);
+#pragma unroll
+    for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
+      const bool in = kz[u] >= thr;
+      const unsigned sl = mk_warp_slot(ncol, in);
+      if (in && sl < (unsigned)SNB) { ck[sl] = kz[u]; sw[sl] = mass_of(hz[u] / temp, zmax); }
+    }
+    if (tid == 0) *best = 0u;
+    mk_barrier();
+    const int n = (int)*ncol;
+    if (n > SNB) return 0u;  // (uniform)
+    for (int i = tid; i < n; i += NT) {
+      const unsigned ki = ck[i];
+      unsigned long long tot = 0, ge = 0;
+      for (int j = 0; j < n; ++j) {
+        const unsigned long long w = sw[j];
+        tot += w;
+        ge += ck[j] >= ki ? w : 0ull;
+      }
+      const unsigned long long want = (unsigned long long)((double)p * (double)tot);
+      if (ge >= (want > 0 ? want : 1ull)) atomicMax(best, ki);
+    }
+    mk_barrier();
+    const unsigned r = *best;
+    return r != 0u ? r : thr;
+  }
 #pragma unroll
   for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
     const bool in = kz[u] >= thr;  // (an unused slot's key is 0, below every threshold)
@@ -1445,12 +1477,104 @@ __device__ __forceinline__ unsigned held_top_p(const unsigned (&kz)[CAND_HELD], 
   return r < n ? order_key(sz[r]) : thr;
 }
 
+// Batch 1's merge of the LM-head tiles' partials of row b (task_argmax, and sample_filtered with
+// HELD_EARLY): a thread per tile, every partial's load in flight at once (a warp over the tiles
+// waited ~NTILES / 32 L2 round trips on the step's critical path); partials_warps leaves each
+// warp's winner in SM_PAIR, and after a block barrier partials_final's thread 0 merges them into
+// the row's token and raw maximum (SM_ROW). argmax_merge is a total order: any grouping gives the
+// same winner.
+// (tid, lane: the caller's s_tid(), s_lane(), read once)
+__device__ __forceinline__ void partials_warps(const float* pv, const int* pi, int b, int tid, int lane, float& v, int& i) {
+  v = -INFINITY;
+  i = 0x7fffffff;
+  for (int j = tid; j < NTILES; j += NT) argmax_merge(v, i, mk_ld_act(pv + b * NTILES + j), mk_ld_int(pi + b * NTILES + j));
+  warp_argmax(v, i);
+  float* wv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
+  int* wi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);
+  if (lane == 0) { wv[s_warp()] = v; wi[s_warp()] = i; }
+}
+// (v, i: thread 0's, warp 0's winner)
+__device__ __forceinline__ void partials_final(int b, int tid, float v, int i) {
+  float* wv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
+  int* wi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);
+  int* s_tok = reinterpret_cast<int*>(mk_smem + SM_ROW);
+  float* s_max = reinterpret_cast<float*>(mk_smem + SM_ROW + 4 * B);
+  if (tid == 0) {
+    for (int w = 1; w < NW; ++w) argmax_merge(v, i, wv[w], wi[w]);
+    s_tok[b] = i; s_max[b] = v;
+  }
+}
+
+// The held path's pick (CAND_HELD_ON, CAND_BISECT): top-k's threshold over the held slots above
+// ``cut``, top-p's over that set (HELD_P), then Gumbel-max over the slots at or above the larger of
+// them and min-p's key ``mkey``, the token to ``tok``. False (uniform) where the held slots cannot
+// decide: fewer than k keys above the cut, or (HELD_P) a set of more than SNB keys. Block-wide.
+__device__ __forceinline__ bool held_pick(const Ctx& c, const Sampler& s, int b, const CandScan& cs, unsigned cut,
+                                          float zmax, float temp, bool use_p, unsigned mkey, int& tok) {
+  unsigned kz[CAND_HELD];
+#pragma unroll
+  for (int u = 0; u < CAND_HELD; ++u) kz[u] = cs.hv[u] >= 0 ? order_key(cs.hz[u] / temp) : 0u;
+  const unsigned thr = HELD_HIST ? held_hist_kth(kz, cut, (unsigned)s.top_k) : held_kth(kz, cut, (unsigned)s.top_k);
+  trace_mark(c, 4);  // the threshold
+  // (HELD_P, top-p: its threshold over the top-k set; 0 where the set overflows the bins)
+  const unsigned pthr = HELD_P && use_p && thr != 0u ? held_top_p(kz, cs.hz, thr, zmax, temp, s.top_p) : thr;
+  if (pthr == 0u) return false;
+  const unsigned keep = max(pthr, mkey);
+  float best = -INFINITY;
+  int bi = 0x7fffffff;
+  // the noise the tiles wrote beside their first candidates (CAND_NOISE), else drawn here
+  // (a warp's slots in the set one after another, each a Philox chain)
+#pragma unroll
+  for (int u = 0; u < CAND_HELD; ++u)
+    if (kz[u] >= keep)
+      argmax_merge(best, bi, cs.hz[u] / temp + (CAND_NOISE ? cs.hg[u] : gumbel(c, s, b, cs.hv[u])), cs.hv[u]);
+  trace_mark(c, 1);  // the held slots' scores
+  tok = block_argmax(best, bi);
+  trace_mark(c, 2);  // the winner
+  return true;
+}
+
 // Sample row b among the tokens that survive top-k, then top-p (over the renormalised top-k set),
 // then min-p (HF's order; min-p's ratio to the largest probability does not change with the
 // renormalisation): Gumbel-max of z = logit / T over the keys >= the largest of the thresholds.
 // Never outside the set. ``pdraw`` (no top-k, TOKF_PDRAW): the rejection sampler first, this where it
 // gives up. Block-wide; every thread returns the token.
+// HELD_EARLY (batch 1: task_argmax leaves the tiles' partials to this): the row's raw
+// maximum is merged here, and where the row takes the held path its first pass's loads (the held
+// slots, the tiles' header words) are issued before the partials' and land with them, its cut
+// taken between the merge's two barriers: one L2 round trip and three block barriers fewer before
+// top-k's threshold. ``rawmax`` is then not read.
 __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b, float rawmax, bool cand, bool pdraw) {
+  int* drawn = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
+  unsigned* cutw = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 28);
+  int* failed = reinterpret_cast<int*>(mk_smem + SM_RES + 36);
+  const float temp = s.temperature;
+  const bool use_k = s.top_k > 0 && s.top_k < V, use_p = s.top_p < 1.0f;
+  const int tid = s_tid();
+  // (HELD_EARLY) the held path's first pass, begun with the merge
+  const bool pre = HELD_EARLY && CAND_OK && MKC_SAMPLE_CAND && cand && use_k && !pdraw && (!use_p || HELD_P);
+  CandScan pcs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp, LM_PREF, true};
+  if constexpr (HELD_EARLY != 0) {
+    unsigned hmax = 0u;
+    if (pre) {
+      pcs.load_held();
+      for (int t = tid; t < NTILES; t += NT) {
+        const unsigned hk = mk_f32_bits(mk_ld_act(pcs.cw + t * LM_CAND_WORDS + 2));
+        if (hk != 0u) hmax = max(hmax, order_key(mk_bits_f32(key_bits(hk)) / temp));
+      }
+    }
+    float v;
+    int i;
+    partials_warps(gptr<const float>(c, S_AMAX_PART, c.par), gptr<const int>(c, S_AMAX_IDX, c.par), b, tid, s_lane(), v, i);
+    if (pre) hmax = mk_warp_max_u32(hmax);
+    if (tid == 0) { *drawn = -1; *cutw = 0; *failed = 0; if (HELD_P) *reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32) = 0u; }
+    mk_barrier();
+    if (pre && hmax != 0u && s_lane() == 0) atomicMax(cutw, hmax);
+    partials_final(b, tid, v, i);
+    mk_barrier();
+    rawmax = reinterpret_cast<const float*>(mk_smem + SM_ROW + 4 * B)[b];
+    trace_mark(c, 0);  // the tiles' partials merged
+  }
   if constexpr (SAMPLE_PDRAW) {
     if (pdraw) {
       // (PDRAW_WALK: the walk; its -1 leaves the exact path, which draws the same token)
@@ -1460,25 +1584,33 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
     }
   }
   const float* lg = gptr<const float>(c, S_LOGITS, 0) + (size_t)b * V;
-  int* drawn = reinterpret_cast<int*>(mk_smem + SM_RES + 24);
-  unsigned* cutw = reinterpret_cast<unsigned*>(mk_smem + SM_RES + 28);
-  int* failed = reinterpret_cast<int*>(mk_smem + SM_RES + 36);
-  const float temp = s.temperature, zmax = rawmax / temp;
-  const bool use_k = s.top_k > 0 && s.top_k < V, use_p = s.top_p < 1.0f;
+  const float zmax = rawmax / temp;
   const unsigned mkey = s.min_p > 0.0f ? order_key(zmax + logf(s.min_p)) : 0u;
-  const int tid = s_tid();
-  if (tid == 0) *drawn = -1;
-  mk_barrier();
-  if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
-    if (tid == 0) { *cutw = 0; *failed = 0; if (HELD_P) *reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32) = 0u; }
+  if (!pre) {
+    if (tid == 0) *drawn = -1;
     mk_barrier();
+  }
+  if constexpr (CAND_OK && MKC_SAMPLE_CAND) {
+    if (!pre) {
+      if (tid == 0) { *cutw = 0; *failed = 0; if (HELD_P) *reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32) = 0u; }
+      mk_barrier();
+    }
+    if constexpr (HELD_EARLY != 0) {
+      if (pre) {
+        int tok;
+        if (held_pick(c, s, b, pcs, *cutw, zmax, temp, use_p, mkey, tok)) return tok;
+        if (tid == 0) *cutw = 0;  // the wide set's cut
+        mk_barrier();
+      }
+    }
     // the top-k set among the LM-head tiles' candidates: first each tile's LM_PREF largest, trusted
     // above every tile's LM_PREF-th key (header word 2), then all LM_CAND, trusted above every cut
     // tile's smallest kept key (word 1); else the whole row
 #pragma unroll 1
-    for (int wide = 0; wide < (cand && use_k ? 2 : 0); ++wide) {
+    for (int wide = pre ? 1 : 0; wide < (cand && use_k ? 2 : 0); ++wide) {
+      // (HELD_EARLY: the held pass ran above where it can; the first pass here reads the slots)
       CandScan cs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp,
-                  wide ? LM_CAND : LM_PREF, CAND_HELD_ON && !wide};
+                  wide ? LM_CAND : LM_PREF, CAND_HELD_ON && !HELD_EARLY && !wide};
       if (cs.held) cs.load_held();  // in flight with the header words below
       unsigned hmax = 0u;  // (every order key of a float is above 0)
       for (int t = tid; t < NTILES; t += NT) {
@@ -1491,28 +1623,8 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
       const unsigned cut = *cutw;
       if constexpr (CAND_BISECT != 0) {
         if (cs.held && (!use_p || HELD_P)) {  // top-k (top-p, min-p): the threshold, then the draw over the held slots
-          unsigned kz[CAND_HELD];
-#pragma unroll
-          for (int u = 0; u < CAND_HELD; ++u) kz[u] = cs.hv[u] >= 0 ? order_key(cs.hz[u] / temp) : 0u;
-          const unsigned thr = HELD_HIST ? held_hist_kth(kz, cut, (unsigned)s.top_k) : held_kth(kz, cut, (unsigned)s.top_k);
-          trace_mark(c, 4);  // the threshold
-          // (HELD_P, top-p: its threshold over the top-k set; 0 where the set overflows the bins)
-          const unsigned pthr = HELD_P && use_p && thr != 0u ? held_top_p(kz, cs.hz, thr, zmax, temp, s.top_p) : thr;
-          if (pthr != 0u) {
-            const unsigned keep = max(pthr, mkey);
-            float best = -INFINITY;
-            int bi = 0x7fffffff;
-            // the noise the tiles wrote beside their first candidates (CAND_NOISE), else drawn here
-            // (a warp's slots in the set one after another, each a Philox chain)
-#pragma unroll
-            for (int u = 0; u < CAND_HELD; ++u)
-              if (kz[u] >= keep)
-                argmax_merge(best, bi, cs.hz[u] / temp + (CAND_NOISE ? cs.hg[u] : gumbel(c, s, b, cs.hv[u])), cs.hv[u]);
-            trace_mark(c, 1);  // the held slots' scores
-            const int tok = block_argmax(best, bi);
-            trace_mark(c, 2);  // the winner
-            return tok;
-          }
+          int tok;
+          if (held_pick(c, s, b, cs, cut, zmax, temp, use_p, mkey, tok)) return tok;
           if (tid == 0) *cutw = 0;  // the next set's cut
           mk_barrier();
           continue;

@@ -74,21 +74,17 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   int* ctl = tok_ctl(c);
   int* stream = tok_stream(c);
   if (tid == 0) *s_all = 1;
+  // HELD_EARLY (batch 1, a filtered step): sample_filtered merges the partials itself, with the
+  // held path's loads in flight beside them
+  const bool early = HELD_EARLY && SAMPLE_FILTER && (flags & TOKF_FILTER);
   if (b1 - b0 == 1) {
-    // one row (a task per row, and batch 1): a thread per tile, every partial's load in flight at
-    // once (a warp over the tiles waited ~NTILES / 32 L2 round trips on the step's critical path),
-    // then the warps' winners (argmax_merge is a total order: any grouping gives the same winner)
-    float v = -INFINITY;
-    int i = 0x7fffffff;
-    for (int j = tid; j < NTILES; j += NT) argmax_merge(v, i, mk_ld_act(pv + b0 * NTILES + j), mk_ld_int(pi + b0 * NTILES + j));
-    warp_argmax(v, i);
-    float* wv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
-    int* wi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);
-    if (lane == 0) { wv[s_warp()] = v; wi[s_warp()] = i; }
-    mk_barrier();
-    if (tid == 0) {
-      for (int w = 1; w < NW; ++w) argmax_merge(v, i, wv[w], wi[w]);  // thread 0's v, i: warp 0's winner
-      s_tok[b0] = i; s_max[b0] = v;
+    // one row (a task per row, and batch 1): sampling.cuh partials_warps, partials_final
+    if (!early) {
+      float v;
+      int i;
+      partials_warps(pv, pi, b0, tid, lane, v, i);
+      mk_barrier();
+      partials_final(b0, tid, v, i);
     }
   } else {
     for (int b = b0 + s_warp(); b < b1; b += NW) {
@@ -99,13 +95,16 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
       if (lane == 0) { s_tok[b] = i; s_max[b] = v; }
     }
   }
-  mk_barrier();
-  trace_mark(c, 0);  // the tiles' partials merged
+  if (!early) {
+    mk_barrier();
+    trace_mark(c, 0);  // the tiles' partials merged
+  }
   if (SAMPLE_FILTER && (flags & TOKF_FILTER)) {  // the filtered sampler's build only (CodegenOptions.sample_filter)
     const Sampler smp = tok_sampler(c);
     for (int r = 0; r < AMAX_ROWS; ++r) {
       const int b = b0 + r;
       if (AMAX_ROWS > 1 && b >= b1) break;
+      // (here early == HELD_EARLY: s_max[b] is not read then)
       const int tok = sample_filtered(c, smp, b, s_max[b], MKC_SAMPLE_CAND && (flags & TOKF_CAND) != 0,
                                       SAMPLE_PDRAW && (flags & TOKF_PDRAW) != 0);
       if (tid == 0) s_tok[b] = tok;
