@@ -80,12 +80,14 @@ MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT, STAGING), "oproj": GEMV_MARKS +
                                  STAGING + " | candidates: collected"),
          "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax"),
          # the filtered sampler's select over the LM-head tiles' candidates (its first, LM_PREF a tile);
-         # a top-k over the held candidates (sampling.cuh held_kth) marks its draw in marks 1 and 2, the
+         # a top-k over the held candidates (sampling.cuh held_pick) marks its slots' keys (3: thread
+         # 0's loads landed), top-k's and top-p's thresholds (4, 5) and its draw (1, 2), the
          # walk (top-p and/or min-p) its start and end (where the walk hands over to the select, the
          # select's marks overwrite them)
          "argmax": ("tiles' partials merged", "select: bins counted | held: the slots' scores | walk: sums read",
-                    "select: reaching bin | held: the winner | walk: end", "select: bin collected",
-                    "select: threshold")}
+                    "select: reaching bin | held: the winner | walk: end",
+                    "select: bin collected | held: the slots' keys", "select: threshold | held: top-k's",
+                    "held: top-p's threshold")}
 
 
 def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dict:

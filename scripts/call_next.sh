@@ -533,6 +533,57 @@ if [ "${CALL:-1}" = 29 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 35 ]; then
+  # thirty-third session (#16), after CALL=34 (an H100; the held path's new marks: held_early's
+  # slots' keys 6.60 -> 3.83 us and top-k's threshold 9.12 -> 6.72, the task's end 12.65 -> 11.20;
+  # rank_unroll later, not sooner: gone). held_early and p_direct are the default now. Built:
+  # gather_once (the held path's gathers by one shared add a warp). The default against the old one
+  # and against gather_once in alternation, over greedy; the token tests on the default and on
+  # gather_once; the marks of a top-k 50 and a top-k 50 + top-p 0.9 step under the three. Prebuilt:
+  # MKC_TOKENS_AB="$O;$G" MKC_TRACE_SPECS="$O;$G" prebuild.py --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace; prebuild.py --tests --only
+  # '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once', and again with MKC_TEST_OPTIONS="$G"
+  T0=$(date +%s)
+  O='{"held_early": false, "p_direct": false}'
+  G='{"gather_once": true}'
+  tokens_ab 200 "$O" "$G"
+  tokens_tests 90; mv "$OUT/tests.log" "$OUT/tests-default.log"
+  MKC_TEST_OPTIONS="$G" tokens_tests 90
+  for run in "topk:--top-k 50" "topkp:--top-k 50 --top-p 0.9"; do
+    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+    [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 ${run#*:} \
+      --specs '{}' "$O" "$G" > "$OUT/marks-${run%%:*}.log" 2>&1
+    echo "marks ${run%%:*} rc=$?"; grep -v "^\[" "$OUT/marks-${run%%:*}.log" | tail -n 12
+  done
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 34 ]; then
+  # thirty-third session (#16), after CALL=33 (an H100: held_early -0.21 to -0.54 %, with p_direct
+  # -0.11 to -0.45 %, the same tokens; 30 token tests passed on both; traced: held_early's merge
+  # waited behind the held loads, 1.90 -> 5.15 us, its threshold only 0.2 us sooner; p_direct took
+  # 2.5 us off top-p's threshold). Now: held_early issues the partials' loads first; p_direct's loop
+  # unrolled by 8; rank_unroll (held_hist_kth's rank over a warp unrolled); the held path's marks 3
+  # (its slots' keys: thread 0's loads landed) and 5 (top-p's threshold). Each spec against the
+  # default in alternation; the token tests on the three together; the marks of a top-k 50 and a
+  # top-k 50 + top-p 0.9 step. Prebuilt: MKC_TOKENS_AB="$A;$B;$C" MKC_TRACE_SPECS="$A;$C"
+  # prebuild.py --tokens-bench --variants b1-atomic --variant-max-seq 1024 --build-dirs .builds/llama-b1
+  # --trace; MKC_TEST_OPTIONS="$C" prebuild.py --tests --only '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once'
+  T0=$(date +%s)
+  A='{"held_early": true}'
+  B='{"held_early": true, "p_direct": true}'
+  C='{"held_early": true, "p_direct": true, "rank_unroll": true}'
+  tokens_ab 260 "$A" "$B" "$C"
+  MKC_TEST_OPTIONS="$C" tokens_tests 120
+  for run in "topk:--top-k 50" "topkp:--top-k 50 --top-p 0.9"; do
+    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+    [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 ${run#*:} \
+      --specs '{}' "$A" "$C" > "$OUT/marks-${run%%:*}.log" 2>&1
+    echo "marks ${run%%:*} rc=$?"; grep -v "^\[" "$OUT/marks-${run%%:*}.log" | tail -n 12
+  done
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 33 ]; then
   # thirty-third session (#16), after CALL=32 (an H100: walk_once -0.22 to -0.24 % on its steps,
   # its 30 token tests passed: on by default since). Two options built on the CPU machine, never

@@ -273,15 +273,26 @@ class CodegenOptions:
     # top-p/min-p step, the same tokens, its 30 token tests passed: on by default since
     walk_once: bool = True
     # batch 1, a filtered step: the argmax task's sampler merges the LM-head tiles' partials itself,
-    # with the held path's first loads (the held slots, the tiles' header words) issued before the
-    # partials' and the cut taken between the merge's barriers (sampling.cuh sample_filtered,
-    # HELD_EARLY): top-k's threshold one loaded L2 round trip (~1.7-2 us on an H100, the twenty-ninth
-    # session's marks) and three block barriers sooner
+    # every load in flight before any is waited on (the partials', then the tiles' header words and
+    # the held slots) and the cut taken between the merge's barriers (sampling.cuh sample_filtered,
+    # HELD_EARLY): two block barriers fewer before the held loads and one after the cut. Traced
+    # (thirty-third session, CALL=34, an H100, top-k 50): the held slots' keys 6.60 -> 3.83 us after
+    # the task's waits, top-k's threshold 9.12 -> 6.72, the task's end 12.65 -> 11.20; the bench
+    # -0.54 % (CALL=33) and -0.44 % (CALL=34) on top-k 50, the same tokens; the token tests passed.
+    # But with p_direct, against the kernel without both (CALL=35, alternated) every filtered step
+    # was slower, by 0.17 to 0.70 %, the top-p steps that neither option touches by the most, and
+    # their traced steps run ~50 us longer in all three calls (not in the argmax task): off
     held_early: bool = False
     # held_p's top-p threshold without ranking the set: each key's mass sum over the set's keys at
     # or above it, and the largest key whose sum reaches the target by one shared max (the same key:
-    # tests/test_tokens.py's twin); two block barriers, not three, and no warp scan
+    # tests/test_tokens.py's twin); two block barriers, not three, and no warp scan. Traced (top-k
+    # 50 + top-p 0.9, an H100): top-p's threshold 2.4 us sooner (CALL=33), 1.3 us (CALL=34); the
+    # token tests passed; measured only with held_early (see there): off
     p_direct: bool = False
+    # the held path's gathers into shared memory (held_hist_kth's reaching bin, held_top_p's set)
+    # by one add a warp after a scan of the lanes' counts (dialect mk_warp_take), not one a warp
+    # for each of a thread's CAND_HELD slots (mk_warp_slot)
+    gather_once: bool = False
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
     # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
     # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls
@@ -580,7 +591,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

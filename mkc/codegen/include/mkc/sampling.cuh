@@ -1376,11 +1376,21 @@ __device__ __forceinline__ unsigned held_hist_kth(const unsigned (&kz)[CAND_HELD
   mk_barrier();
   const unsigned cb = res[0], need = k - res[1], cnt = hist[cb];
   if (cnt > (unsigned)WARP) return held_kth(kz, cut, k);  // (uniform) a crowded bin: the halving
+  if constexpr (GATHER_ONCE != 0) {  // (CodegenOptions.gather_once) one add a warp
+    unsigned m = 0u;
 #pragma unroll
-  for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
-    const bool take = kz[u] >= lo && (kmax - kz[u]) >> sh == cb;
-    const unsigned sl = mk_warp_slot(res + 2, take);
-    if (take) mem[sl] = kz[u];
+    for (int u = 0; u < CAND_HELD; ++u) m += kz[u] >= lo && (kmax - kz[u]) >> sh == cb ? 1u : 0u;
+    unsigned sl = mk_warp_take(res + 2, m);
+#pragma unroll
+    for (int u = 0; u < CAND_HELD; ++u)
+      if (kz[u] >= lo && (kmax - kz[u]) >> sh == cb) mem[sl++] = kz[u];
+  } else {
+#pragma unroll
+    for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
+      const bool take = kz[u] >= lo && (kmax - kz[u]) >> sh == cb;
+      const unsigned sl = mk_warp_slot(res + 2, take);
+      if (take) mem[sl] = kz[u];
+    }
   }
   mk_barrier();
   if (s_warp() == 0) {  // the need-th largest of the bin's keys
@@ -1419,11 +1429,24 @@ __device__ __forceinline__ unsigned held_top_p(const unsigned (&kz)[CAND_HELD], 
     // less than the target above it, ties at its key included)
     unsigned* ck = reinterpret_cast<unsigned*>(mk_smem + SM_CZ);
     unsigned* best = reinterpret_cast<unsigned*>(mk_smem + SM_RES);
+    if constexpr (GATHER_ONCE != 0) {  // one add a warp
+      unsigned m = 0u;
 #pragma unroll
-    for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
-      const bool in = kz[u] >= thr;
-      const unsigned sl = mk_warp_slot(ncol, in);
-      if (in && sl < (unsigned)SNB) { ck[sl] = kz[u]; sw[sl] = mass_of(hz[u] / temp, zmax); }
+      for (int u = 0; u < CAND_HELD; ++u) m += kz[u] >= thr ? 1u : 0u;
+      unsigned sl = mk_warp_take(ncol, m);
+#pragma unroll
+      for (int u = 0; u < CAND_HELD; ++u)
+        if (kz[u] >= thr) {
+          if (sl < (unsigned)SNB) { ck[sl] = kz[u]; sw[sl] = mass_of(hz[u] / temp, zmax); }
+          ++sl;
+        }
+    } else {
+#pragma unroll
+      for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
+        const bool in = kz[u] >= thr;
+        const unsigned sl = mk_warp_slot(ncol, in);
+        if (in && sl < (unsigned)SNB) { ck[sl] = kz[u]; sw[sl] = mass_of(hz[u] / temp, zmax); }
+      }
     }
     if (tid == 0) *best = 0u;
     mk_barrier();
@@ -1432,6 +1455,7 @@ __device__ __forceinline__ unsigned held_top_p(const unsigned (&kz)[CAND_HELD], 
     for (int i = tid; i < n; i += NT) {
       const unsigned ki = ck[i];
       unsigned long long tot = 0, ge = 0;
+#pragma unroll 8
       for (int j = 0; j < n; ++j) {
         const unsigned long long w = sw[j];
         tot += w;
@@ -1444,11 +1468,24 @@ __device__ __forceinline__ unsigned held_top_p(const unsigned (&kz)[CAND_HELD], 
     const unsigned r = *best;
     return r != 0u ? r : thr;
   }
+  if constexpr (GATHER_ONCE != 0) {  // one add a warp (the rank's ties by slot: the same keys either way)
+    unsigned m = 0u;
 #pragma unroll
-  for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
-    const bool in = kz[u] >= thr;  // (an unused slot's key is 0, below every threshold)
-    const unsigned sl = mk_warp_slot(ncol, in);
-    if (in && sl < (unsigned)SNB) cz[sl] = hz[u] / temp;
+    for (int u = 0; u < CAND_HELD; ++u) m += kz[u] >= thr ? 1u : 0u;
+    unsigned sl = mk_warp_take(ncol, m);
+#pragma unroll
+    for (int u = 0; u < CAND_HELD; ++u)
+      if (kz[u] >= thr) {
+        if (sl < (unsigned)SNB) cz[sl] = hz[u] / temp;
+        ++sl;
+      }
+  } else {
+#pragma unroll
+    for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
+      const bool in = kz[u] >= thr;  // (an unused slot's key is 0, below every threshold)
+      const unsigned sl = mk_warp_slot(ncol, in);
+      if (in && sl < (unsigned)SNB) cz[sl] = hz[u] / temp;
+    }
   }
   mk_barrier();
   const int n = (int)*ncol;
@@ -1479,15 +1516,11 @@ __device__ __forceinline__ unsigned held_top_p(const unsigned (&kz)[CAND_HELD], 
 
 // Batch 1's merge of the LM-head tiles' partials of row b (task_argmax, and sample_filtered with
 // HELD_EARLY): a thread per tile, every partial's load in flight at once (a warp over the tiles
-// waited ~NTILES / 32 L2 round trips on the step's critical path); partials_warps leaves each
-// warp's winner in SM_PAIR, and after a block barrier partials_final's thread 0 merges them into
-// the row's token and raw maximum (SM_ROW). argmax_merge is a total order: any grouping gives the
-// same winner.
-// (tid, lane: the caller's s_tid(), s_lane(), read once)
-__device__ __forceinline__ void partials_warps(const float* pv, const int* pi, int b, int tid, int lane, float& v, int& i) {
-  v = -INFINITY;
-  i = 0x7fffffff;
-  for (int j = tid; j < NTILES; j += NT) argmax_merge(v, i, mk_ld_act(pv + b * NTILES + j), mk_ld_int(pi + b * NTILES + j));
+// waited ~NTILES / 32 L2 round trips on the step's critical path), the thread's best in (v, i);
+// partials_warps leaves each warp's winner in SM_PAIR, and after a block barrier partials_final's
+// thread 0 merges them into the row's token and raw maximum (SM_ROW). argmax_merge is a total
+// order: any grouping gives the same winner. (lane: the caller's s_lane(), read once)
+__device__ __forceinline__ void partials_warps(int lane, float& v, int& i) {
   warp_argmax(v, i);
   float* wv = reinterpret_cast<float*>(mk_smem + SM_PAIR);
   int* wi = reinterpret_cast<int*>(mk_smem + SM_PAIR + 4 * 64);
@@ -1514,10 +1547,12 @@ __device__ __forceinline__ bool held_pick(const Ctx& c, const Sampler& s, int b,
   unsigned kz[CAND_HELD];
 #pragma unroll
   for (int u = 0; u < CAND_HELD; ++u) kz[u] = cs.hv[u] >= 0 ? order_key(cs.hz[u] / temp) : 0u;
+  trace_mark(c, 3);  // the slots' keys (thread 0's loads landed)
   const unsigned thr = HELD_HIST ? held_hist_kth(kz, cut, (unsigned)s.top_k) : held_kth(kz, cut, (unsigned)s.top_k);
   trace_mark(c, 4);  // the threshold
   // (HELD_P, top-p: its threshold over the top-k set; 0 where the set overflows the bins)
   const unsigned pthr = HELD_P && use_p && thr != 0u ? held_top_p(kz, cs.hz, thr, zmax, temp, s.top_p) : thr;
+  trace_mark(c, 5);  // top-p's threshold (the top-k one's where there is no top-p)
   if (pthr == 0u) return false;
   const unsigned keep = max(pthr, mkey);
   float best = -INFINITY;
@@ -1552,22 +1587,25 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
   const bool use_k = s.top_k > 0 && s.top_k < V, use_p = s.top_p < 1.0f;
   const int tid = s_tid();
   // (HELD_EARLY) the held path's first pass, begun with the merge
-  const bool pre = HELD_EARLY && CAND_OK && MKC_SAMPLE_CAND && cand && use_k && !pdraw && (!use_p || HELD_P);
+  const bool pre = HELD_EARLY != 0 && CAND_OK != 0 && MKC_SAMPLE_CAND != 0 && cand && use_k && !pdraw && (!use_p || HELD_P);
   CandScan pcs{gptr<const float>(c, S_LM_CAND, 0) + (size_t)b * NTILES * LM_CAND_WORDS, temp, LM_PREF, true};
   if constexpr (HELD_EARLY != 0) {
-    unsigned hmax = 0u;
-    if (pre) {
-      pcs.load_held();
-      for (int t = tid; t < NTILES; t += NT) {
-        const unsigned hk = mk_f32_bits(mk_ld_act(pcs.cw + t * LM_CAND_WORDS + 2));
-        if (hk != 0u) hmax = max(hmax, order_key(mk_bits_f32(key_bits(hk)) / temp));
-      }
-    }
-    float v;
-    int i;
-    partials_warps(gptr<const float>(c, S_AMAX_PART, c.par), gptr<const int>(c, S_AMAX_IDX, c.par), b, tid, s_lane(), v, i);
-    if (pre) hmax = mk_warp_max_u32(hmax);
+    static_assert(HELD_EARLY == 0 || NTILES <= NT, "HELD_EARLY: a thread per LM-head tile");
+    // every load in flight before any is waited on: the partials' first (the merge waits on them
+    // alone), then the tiles' header words and the held slots
+    const float* pv = gptr<const float>(c, S_AMAX_PART, c.par);
+    const int* pi = gptr<const int>(c, S_AMAX_IDX, c.par);
+    float v = -INFINITY, hw = 0.0f;
+    int i = 0x7fffffff;
+    if (tid < NTILES) { v = mk_ld_act(pv + b * NTILES + tid); i = mk_ld_int(pi + b * NTILES + tid); }
+    if (pre && tid < NTILES) hw = mk_ld_act(pcs.cw + tid * LM_CAND_WORDS + 2);
+    if (pre) pcs.load_held();
+    partials_warps(s_lane(), v, i);
     if (tid == 0) { *drawn = -1; *cutw = 0; *failed = 0; if (HELD_P) *reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32) = 0u; }
+    unsigned hmax = 0u;  // (every order key of a float is above 0)
+    const unsigned hk = mk_f32_bits(hw);
+    if (hk != 0u) hmax = order_key(mk_bits_f32(key_bits(hk)) / temp);
+    if (pre) hmax = mk_warp_max_u32(hmax);
     mk_barrier();
     if (pre && hmax != 0u && s_lane() == 0) atomicMax(cutw, hmax);
     partials_final(b, tid, v, i);

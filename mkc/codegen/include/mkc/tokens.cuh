@@ -76,13 +76,14 @@ __device__ void task_argmax(const Ctx& c, const Task& t) {
   if (tid == 0) *s_all = 1;
   // HELD_EARLY (batch 1, a filtered step): sample_filtered merges the partials itself, with the
   // held path's loads in flight beside them
-  const bool early = HELD_EARLY && SAMPLE_FILTER && (flags & TOKF_FILTER);
+  const bool early = HELD_EARLY != 0 && SAMPLE_FILTER != 0 && (flags & TOKF_FILTER) != 0;
   if (b1 - b0 == 1) {
     // one row (a task per row, and batch 1): sampling.cuh partials_warps, partials_final
     if (!early) {
-      float v;
-      int i;
-      partials_warps(pv, pi, b0, tid, lane, v, i);
+      float v = -INFINITY;
+      int i = 0x7fffffff;
+      for (int j = tid; j < NTILES; j += NT) argmax_merge(v, i, mk_ld_act(pv + b0 * NTILES + j), mk_ld_int(pi + b0 * NTILES + j));
+      partials_warps(lane, v, i);
       mk_barrier();
       partials_final(b0, tid, v, i);
     }

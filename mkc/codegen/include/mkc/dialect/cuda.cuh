@@ -119,6 +119,20 @@ __device__ __forceinline__ unsigned mk_warp_slot(unsigned* ctr, bool want) {
   base = __shfl_sync(0xffffffffu, base, lead);
   return base + (unsigned)__popc(m & ((1u << lane) - 1u));
 }
+// the first of ``n`` consecutive slots of *ctr for each lane (the warp calls it together): one
+// add a warp, after an inclusive scan of the lanes' counts
+__device__ __forceinline__ unsigned mk_warp_take(unsigned* ctr, unsigned n) {
+  const int lane = (int)(threadIdx.x & 31u);
+  unsigned incl = n;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const unsigned t = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += t;
+  }
+  unsigned base = 0u;
+  if (lane == 31 && incl != 0u) base = atomicAdd(ctr, incl);
+  return __shfl_sync(0xffffffffu, base, 31) + incl - n;
+}
 // the sum of the warp's values, in every lane
 __device__ __forceinline__ unsigned mk_warp_sum_u32(unsigned v) {
 #if MKC_SM >= 80

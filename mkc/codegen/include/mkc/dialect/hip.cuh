@@ -124,6 +124,11 @@ __device__ __forceinline__ void mk_warp_count(unsigned* hist, unsigned bin, bool
 __device__ __forceinline__ unsigned mk_warp_slot(unsigned* ctr, bool want) {
   return want ? mk_smem_add_u32(ctr, 1u) : 0u;
 }
+// mk_warp_take's contract (``n`` consecutive slots of *ctr per lane; the wavefront calls it
+// together): one add a lane here
+__device__ __forceinline__ unsigned mk_warp_take(unsigned* ctr, unsigned n) {
+  return n != 0u ? mk_smem_add_u32(ctr, n) : 0u;
+}
 __device__ __forceinline__ unsigned mk_warp_sum_u32(unsigned v) {
   for (int off = MKC_WARP / 2; off > 0; off >>= 1) v += (unsigned)__shfl_xor((int)v, off, MKC_WARP);
   return v;
