@@ -533,6 +533,32 @@ if [ "${CALL:-1}" = 29 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 36 ]; then
+  # thirty-third session (#16, #13), after CALL=35 (an H100: held_early + p_direct against the
+  # kernel without both, every filtered step 0.17-0.70 % slower, its traced steps ~50 us longer:
+  # held_early and p_direct off again; gather_once's marks: top-k 50's task 2.2 us shorter). The
+  # default (the kernel measured "without both" in CALL=35) and gather_once alone against it, both
+  # over greedy (on an H200, the issue's 3 % is judged by these); the token tests on both; the
+  # marks of a top-k 50 step; the peer and batch 1; `mkc bench` at batch 1 if the call has time.
+  # Prebuilt: MKC_TOKENS_AB="$G" MKC_TRACE_SPECS="$G" prebuild.py --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace; prebuild.py --tests --only
+  # '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once', and again with
+  # MKC_TEST_OPTIONS="$G"; prebuild.py --bench llama-3.2-1b:1 --max-seq-len 1024
+  T0=$(date +%s)
+  G='{"gather_once": true}'
+  tokens_ab 130 "$G"
+  tokens_tests 80; mv "$OUT/tests.log" "$OUT/tests-default.log"
+  MKC_TEST_OPTIONS="$G" tokens_tests 80
+  timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 50 --specs '{}' "$G" > "$OUT/marks-topk.log" 2>&1
+  echo "marks topk rc=$?"; grep -v "^\[" "$OUT/marks-topk.log" | tail -n 8
+  peer_b1_if_time
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  [ "$left" -gt 70 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=$((left - 10)) \
+    OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 35 ]; then
   # thirty-third session (#16), after CALL=34 (an H100; the held path's new marks: held_early's
   # slots' keys 6.60 -> 3.83 us and top-k's threshold 9.12 -> 6.72, the task's end 12.65 -> 11.20;

@@ -1335,6 +1335,20 @@ __device__ __forceinline__ unsigned held_kth(const unsigned (&kz)[CAND_HELD], un
   return lo;
 }
 
+// (GATHER_ONCE, CodegenOptions.gather_once) the thread's held slots u with in(u), each put(sl, u)
+// at its place sl in *ctr's shared list: one add a warp after a scan of the lanes' counts
+// (mk_warp_take), not one a warp for each of the CAND_HELD slots (mk_warp_slot). Whole warps.
+template <class P, class F>
+__device__ __forceinline__ void gather_once(unsigned* ctr, P&& in, F&& put) {
+  unsigned m = 0u;
+#pragma unroll
+  for (int u = 0; u < CAND_HELD; ++u) m += in(u) ? 1u : 0u;
+  unsigned sl = mk_warp_take(ctr, m);
+#pragma unroll
+  for (int u = 0; u < CAND_HELD; ++u)
+    if (in(u)) put(sl++, u);
+}
+
 // held_kth's contract by one count over 256 bins of the key range above the cut (HELD_HIST): bin
 // (kmax - key) >> sh from the top, sh the least shift that fits kmax - lo in 8 bits; the scan finds
 // the bin where the count from the top reaches k, and warp 0 ranks that bin's keys (at most a warp
@@ -1376,14 +1390,9 @@ __device__ __forceinline__ unsigned held_hist_kth(const unsigned (&kz)[CAND_HELD
   mk_barrier();
   const unsigned cb = res[0], need = k - res[1], cnt = hist[cb];
   if (cnt > (unsigned)WARP) return held_kth(kz, cut, k);  // (uniform) a crowded bin: the halving
-  if constexpr (GATHER_ONCE != 0) {  // (CodegenOptions.gather_once) one add a warp
-    unsigned m = 0u;
-#pragma unroll
-    for (int u = 0; u < CAND_HELD; ++u) m += kz[u] >= lo && (kmax - kz[u]) >> sh == cb ? 1u : 0u;
-    unsigned sl = mk_warp_take(res + 2, m);
-#pragma unroll
-    for (int u = 0; u < CAND_HELD; ++u)
-      if (kz[u] >= lo && (kmax - kz[u]) >> sh == cb) mem[sl++] = kz[u];
+  if constexpr (GATHER_ONCE != 0) {
+    gather_once(res + 2, [&](int u) { return kz[u] >= lo && (kmax - kz[u]) >> sh == cb; },
+                [&](unsigned sl, int u) { mem[sl] = kz[u]; });
   } else {
 #pragma unroll
     for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
@@ -1429,17 +1438,10 @@ __device__ __forceinline__ unsigned held_top_p(const unsigned (&kz)[CAND_HELD], 
     // less than the target above it, ties at its key included)
     unsigned* ck = reinterpret_cast<unsigned*>(mk_smem + SM_CZ);
     unsigned* best = reinterpret_cast<unsigned*>(mk_smem + SM_RES);
-    if constexpr (GATHER_ONCE != 0) {  // one add a warp
-      unsigned m = 0u;
-#pragma unroll
-      for (int u = 0; u < CAND_HELD; ++u) m += kz[u] >= thr ? 1u : 0u;
-      unsigned sl = mk_warp_take(ncol, m);
-#pragma unroll
-      for (int u = 0; u < CAND_HELD; ++u)
-        if (kz[u] >= thr) {
-          if (sl < (unsigned)SNB) { ck[sl] = kz[u]; sw[sl] = mass_of(hz[u] / temp, zmax); }
-          ++sl;
-        }
+    if constexpr (GATHER_ONCE != 0) {
+      gather_once(ncol, [&](int u) { return kz[u] >= thr; }, [&](unsigned sl, int u) {
+        if (sl < (unsigned)SNB) { ck[sl] = kz[u]; sw[sl] = mass_of(hz[u] / temp, zmax); }
+      });
     } else {
 #pragma unroll
       for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
@@ -1468,17 +1470,10 @@ __device__ __forceinline__ unsigned held_top_p(const unsigned (&kz)[CAND_HELD], 
     const unsigned r = *best;
     return r != 0u ? r : thr;
   }
-  if constexpr (GATHER_ONCE != 0) {  // one add a warp (the rank's ties by slot: the same keys either way)
-    unsigned m = 0u;
-#pragma unroll
-    for (int u = 0; u < CAND_HELD; ++u) m += kz[u] >= thr ? 1u : 0u;
-    unsigned sl = mk_warp_take(ncol, m);
-#pragma unroll
-    for (int u = 0; u < CAND_HELD; ++u)
-      if (kz[u] >= thr) {
-        if (sl < (unsigned)SNB) cz[sl] = hz[u] / temp;
-        ++sl;
-      }
+  if constexpr (GATHER_ONCE != 0) {  // (the rank's ties by slot: the same keys either way)
+    gather_once(ncol, [&](int u) { return kz[u] >= thr; }, [&](unsigned sl, int u) {
+      if (sl < (unsigned)SNB) cz[sl] = hz[u] / temp;
+    });
   } else {
 #pragma unroll
     for (int u = 0; u < CAND_HELD; ++u) {  // whole warps (mk_warp_slot)
