@@ -291,8 +291,11 @@ class CodegenOptions:
     p_direct: bool = False
     # the held path's gathers into shared memory (held_hist_kth's reaching bin, held_top_p's set)
     # by one add a warp after a scan of the lanes' counts (dialect mk_warp_take), not one a warp
-    # for each of a thread's CAND_HELD slots (mk_warp_slot)
-    gather_once: bool = False
+    # for each of a thread's CAND_HELD slots (mk_warp_slot). Traced (thirty-third session, an H100,
+    # top-k 50): the argmax task's end 12.92 -> 10.71 us (CALL=35, with held_early), 12.78 -> 11.75
+    # (CALL=36, alone), its traced step no longer; the bench -0.39 to -0.52 % on every filtered step
+    # against greedy's -0.27 % (CALL=36); the token tests passed (CALL=35, CALL=36): on by default
+    gather_once: bool = True
     # nan mode, the weight-pipeline path (batch 1; on tensor cores without mma_hold, batch 2-8 by
     # default, o-proj excepted: with the held accumulators the polls made ptxas outline the task
     # dispatch and spill 3.7 KB): a GEMV task's staging loads of its input are that input's polls
