@@ -550,15 +550,21 @@ fi
 if [ "${CALL:-1}" = 37 ]; then
   # next session (#16), on an H200 (where the issue's 3 % is judged): the default (gather_once on)
   # against the kernel before it, both over greedy; the token tests on the default; the peer and
-  # batch 1; `mkc bench` at batch 1 if the call has time. The kernels are CALL=36's (the same
-  # sources: its G is this default, its default this O), prebuilt as CALL=36 says. Ran once at the
+  # batch 1; `mkc bench` at batch 1 if the call has time. Prebuilt: MKC_TOKENS_AB="$O;$E"
+  # prebuild.py --tokens-bench --variants b1-atomic --variant-max-seq 1024 --build-dirs
+  # .builds/llama-b1; prebuild.py --tests --only '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once',
+  # again with MKC_TEST_OPTIONS="$E"; prebuild.py --bench llama-3.2-1b:1 --max-seq-len 1024. Ran once at the
   # thirty-third session's end on an H100 (BENCHMARKS.md): its token tests ran past 80 s (26 passed,
   # none failed; some of the tests' own-option kernels were built on the device), so 150 here
   # (or prebuild.py --tests again before the call).
+  # Also held_early again: its held pick now runs before the walk's out-of-line call (the stack
+  # frame back to 40 bytes from 120; the default kernel SASS-identical); its token tests after.
   T0=$(date +%s)
   O='{"gather_once": false}'
-  tokens_ab 130 "$O"
-  tokens_tests 150
+  E='{"held_early": true}'
+  tokens_ab 200 "$O" "$E"
+  tokens_tests 150; mv "$OUT/tests.log" "$OUT/tests-default.log"
+  MKC_TEST_OPTIONS="$E" tokens_tests 100
   peer_b1_if_time
   bench_b1_if_time
   pack_out

@@ -1607,6 +1607,17 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
     mk_barrier();
     rawmax = reinterpret_cast<const float*>(mk_smem + SM_ROW + 4 * B)[b];
     trace_mark(c, 0);  // the tiles' partials merged
+    // the held pick here, before the walk's out-of-line call (pre excludes pdraw): the held slots
+    // are not live across that call (with the pick after it, the kernel's stack frame grew from
+    // 40 to 120 bytes)
+    if (pre) {
+      const float zm = rawmax / temp;
+      int tok;
+      if (held_pick(c, s, b, pcs, *cutw, zm, temp, use_p, s.min_p > 0.0f ? order_key(zm + logf(s.min_p)) : 0u, tok))
+        return tok;
+      if (tid == 0) *cutw = 0;  // the wide set's cut
+      mk_barrier();
+    }
   }
   if constexpr (SAMPLE_PDRAW) {
     if (pdraw) {
@@ -1627,14 +1638,6 @@ __device__ MK_OUTLINE int sample_filtered(const Ctx& c, const Sampler& s, int b,
     if (!pre) {
       if (tid == 0) { *cutw = 0; *failed = 0; if (HELD_P) *reinterpret_cast<unsigned*>(mk_smem + SM_RES + 32) = 0u; }
       mk_barrier();
-    }
-    if constexpr (HELD_EARLY != 0) {
-      if (pre) {
-        int tok;
-        if (held_pick(c, s, b, pcs, *cutw, zmax, temp, use_p, mkey, tok)) return tok;
-        if (tid == 0) *cutw = 0;  // the wide set's cut
-        mk_barrier();
-      }
     }
     // the top-k set among the LM-head tiles' candidates: first each tile's LM_PREF largest, trusted
     // above every tile's LM_PREF-th key (header word 2), then all LM_CAND, trusted above every cut
