@@ -5,8 +5,9 @@
 # BENCHMARKS.md, "Thirty-third session"). walk_once and gather_once are the default; held_early,
 # p_direct (their argmax marks moved as intended, the filtered steps got 0.2-0.7 % slower in
 # CALL=35's paired bench, the traced step ~50 us longer outside the argmax task) and rank_unroll
-# (gone) are not. Next: CALL=37 on an H200 (the default over greedy: the issue's 3 %); its kernels
-# are CALL=36's, which out/carry/cache.tgz holds at the session's last headers.
+# (gone) are not. Next: CALL=37 on an H200 (the default over greedy: the issue's 3 %; held_early
+# again, its pick now before the walk's call); out/carry/cache.tgz holds its kernels, prebuilt at
+# the session's last headers (fb70b1b; a header change invalidates them).
 #
 # Thirty-second session: CALL=30 (asked for an H200, given an H100) measured held_p (a top-k with a
 # top-p on the held path: -1.63 % on top-k 50 + top-p 0.9 + min-p 0.05, the same tokens) and
