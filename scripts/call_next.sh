@@ -204,6 +204,17 @@ peer_b1_if_time() {
   [ "$left" -gt 130 ] && MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=40 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
     OUT=$OUT bash scripts/gpu_final.sh
 }
+# the marks of a top-k 50 and a top-k 50 + top-p 0.9 step of .builds/llama-b1 under the default and
+# each CodegenOptions spec given, each where more than 70 of the call's CALL_S seconds are left
+marks_topk_topkp() {
+  local run left
+  for run in "topk:--top-k 50" "topkp:--top-k 50 --top-p 0.9"; do
+    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+    [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 ${run#*:} \
+      --specs '{}' "$@" > "$OUT/marks-${run%%:*}.log" 2>&1
+    echo "marks ${run%%:*} rc=$?"; grep -v "^\[" "$OUT/marks-${run%%:*}.log" | tail -n 12
+  done
+}
 # `mkc bench llama-3.2-1b --batch 1` where more than 70 of the call's CALL_S seconds are left since T0
 bench_b1_if_time() {
   local left=$((${CALL_S:-570} - ($(date +%s) - T0)))
@@ -610,12 +621,7 @@ if [ "${CALL:-1}" = 35 ]; then
   tokens_ab 200 "$O" "$G"
   tokens_tests 90; mv "$OUT/tests.log" "$OUT/tests-default.log"
   MKC_TEST_OPTIONS="$G" tokens_tests 90
-  for run in "topk:--top-k 50" "topkp:--top-k 50 --top-p 0.9"; do
-    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-    [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 ${run#*:} \
-      --specs '{}' "$O" "$G" > "$OUT/marks-${run%%:*}.log" 2>&1
-    echo "marks ${run%%:*} rc=$?"; grep -v "^\[" "$OUT/marks-${run%%:*}.log" | tail -n 12
-  done
+  marks_topk_topkp "$O" "$G"
   pack_out
   exit 0
 fi
@@ -636,12 +642,7 @@ if [ "${CALL:-1}" = 34 ]; then
   C='{"held_early": true, "p_direct": true, "rank_unroll": true}'
   tokens_ab 260 "$A" "$B" "$C"
   MKC_TEST_OPTIONS="$C" tokens_tests 120
-  for run in "topk:--top-k 50" "topkp:--top-k 50 --top-p 0.9"; do
-    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-    [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 ${run#*:} \
-      --specs '{}' "$A" "$C" > "$OUT/marks-${run%%:*}.log" 2>&1
-    echo "marks ${run%%:*} rc=$?"; grep -v "^\[" "$OUT/marks-${run%%:*}.log" | tail -n 12
-  done
+  marks_topk_topkp "$A" "$C"
   pack_out
   exit 0
 fi
@@ -660,12 +661,7 @@ if [ "${CALL:-1}" = 33 ]; then
   B='{"held_early": true, "p_direct": true}'
   tokens_ab 200 "$A" "$B"
   MKC_TEST_OPTIONS="$B" tokens_tests 160
-  for run in "topk:--top-k 50" "topkp:--top-k 50 --top-p 0.9"; do
-    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-    [ "$left" -gt 80 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 ${run#*:} \
-      --specs '{}' "$A" "$B" > "$OUT/marks-${run%%:*}.log" 2>&1
-    echo "marks ${run%%:*} rc=$?"; grep -v "^\[" "$OUT/marks-${run%%:*}.log" | tail -n 12
-  done
+  marks_topk_topkp "$A" "$B"
   peer_b1_if_time
   pack_out
   exit 0
