@@ -1,6 +1,11 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Thirty-fourth session: CALL=37 ran on an H100 (asked for an H200): held_early (its pick before the
+# walk's call) paid on every filtered step and is the default; gather_once off measured within the
+# spread. Next: CALL=38 (held_early off against the default; the default over greedy, paired; the
+# marks of a top-p 0.5 step); out/carry/cache.tgz holds its kernels at the session's headers.
+#
 # Thirty-third session: CALL=32 to CALL=36 all ran on an H100 (every call asked for an H200;
 # BENCHMARKS.md, "Thirty-third session"). walk_once and gather_once are the default; held_early,
 # p_direct (their argmax marks moved as intended, the filtered steps got 0.2-0.7 % slower in
@@ -556,6 +561,31 @@ if [ "${CALL:-1}" = 29 ]; then
   echo "seconds left: $left"
   [ "$left" -gt 60 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=$((left - 10)) \
     OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 38 ]; then
+  # thirty-fourth session (#16), after CALL=37 (an H100: held_early, its held pick before the walk's
+  # call, -0.34 to -0.91 % on every filtered step against greedy's -0.22 %; its 30 token tests
+  # passed): held_early is the default now. The kernel without it against the default (bench_tokens
+  # now times each round's pair the other way round every other round); the default over greedy,
+  # paired (the 3 % on an H200); the token tests on the default; the marks of a top-p 0.5
+  # step (the walk), a top-k 50 and a top-k 50 + top-p 0.9 step under both (the traced step's
+  # length: was it the frame?); the peer and batch 1; `mkc bench` at batch 1 if the call has time.
+  # Prebuilt: MKC_TOKENS_AB="$N" MKC_TRACE_SPECS="$N" prebuild.py --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace; prebuild.py --tests --only
+  # '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once'; prebuild.py --bench
+  # llama-3.2-1b:1 --max-seq-len 1024
+  T0=$(date +%s)
+  N='{"held_early": false}'
+  tokens_ab 150 "$N"
+  tokens_paired 150
+  tokens_tests 120
+  timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p 0.5 --specs '{}' "$N" > "$OUT/marks-topp.log" 2>&1
+  echo "marks top-p 0.5 rc=$?"; grep -v "^\[" "$OUT/marks-topp.log" | tail -n 8
+  marks_topk_topkp "$N"
+  peer_b1_if_time
+  bench_b1_if_time
   pack_out
   exit 0
 fi

@@ -279,10 +279,13 @@ class CodegenOptions:
     # (thirty-third session, CALL=34, an H100, top-k 50): the held slots' keys 6.60 -> 3.83 us after
     # the task's waits, top-k's threshold 9.12 -> 6.72, the task's end 12.65 -> 11.20; the bench
     # -0.54 % (CALL=33) and -0.44 % (CALL=34) on top-k 50, the same tokens; the token tests passed.
-    # But with p_direct, against the kernel without both (CALL=35, alternated) every filtered step
-    # was slower, by 0.17 to 0.70 %, the top-p steps that neither option touches by the most, and
-    # their traced steps run ~50 us longer in all three calls (not in the argmax task): off
-    held_early: bool = False
+    # With p_direct, against the kernel without both (CALL=35, alternated) every filtered step was
+    # slower, by 0.17 to 0.70 %, and the traced steps ran ~50 us longer (its stack frame then 120
+    # bytes: the held slots kept across the walk's out-of-line call). Its held pick now runs before
+    # that call (frame 40 bytes); against the default (thirty-fourth session, CALL=37, an H100): top-k
+    # 50 -0.71 %, all three -0.91 %, the top-p steps -0.34 to -0.54 %, greedy -0.22 %, the same
+    # tokens; its 30 token tests passed: on by default
+    held_early: bool = True
     # held_p's top-p threshold without ranking the set: each key's mass sum over the set's keys at
     # or above it, and the largest key whose sum reaches the target by one shared max (the same key:
     # tests/test_tokens.py's twin); two block barriers, not three, and no warp scan. Traced (top-k
