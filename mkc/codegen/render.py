@@ -282,10 +282,13 @@ class CodegenOptions:
     # With p_direct, against the kernel without both (CALL=35, alternated) every filtered step was
     # slower, by 0.17 to 0.70 %, and the traced steps ran ~50 us longer (its stack frame then 120
     # bytes: the held slots kept across the walk's out-of-line call). Its held pick now runs before
-    # that call (frame 40 bytes); against the default (thirty-fourth session, CALL=37, an H100): top-k
-    # 50 -0.71 %, all three -0.91 %, the top-p steps -0.34 to -0.54 %, greedy -0.22 %, the same
-    # tokens; its 30 token tests passed: on by default
-    held_early: bool = True
+    # that call (frame 40 bytes). Against the default with the kernel always timed second
+    # (thirty-fourth session, CALL=37, an H100): -0.34 to -0.91 % on every filtered step, greedy
+    # -0.22 %; made the default, then measured with each round's order alternated (CALL=38): the
+    # kernel without it -0.06 % (top-k 50), -0.10 % (all three), -0.24 to -0.28 % (the top-p steps,
+    # whose merge moves into the sampler: partials merged 2.03 -> 2.99 us), greedy +0.05 %; traced,
+    # the top-k 50 task ends 0.4 us later with it. It does not pay: off
+    held_early: bool = False
     # held_p's top-p threshold without ranking the set: each key's mass sum over the set's keys at
     # or above it, and the largest key whose sum reaches the target by one shared max (the same key:
     # tests/test_tokens.py's twin); two block barriers, not three, and no warp scan. Traced (top-k
