@@ -4,7 +4,9 @@
 # Thirty-fourth session: CALL=37 ran on an H100 (asked for an H200): held_early (its pick before the
 # walk's call) paid on every filtered step and is the default; gather_once off measured within the
 # spread. Next: CALL=38 (held_early off against the default; the default over greedy, paired; the
-# marks of a top-p 0.5 step); out/carry/cache.tgz holds its kernels at the session's headers.
+# marks of a top-p 0.5 step) ran on an H100: held_early timed in both orders does not pay, off
+# again. Next: CALL=39 (walk_r, the walk's candidates r a round); out/carry/cache.tgz holds its
+# kernels at the session's headers.
 #
 # Thirty-third session: CALL=32 to CALL=36 all ran on an H100 (every call asked for an H200;
 # BENCHMARKS.md, "Thirty-third session"). walk_once and gather_once are the default; held_early,
@@ -561,6 +563,30 @@ if [ "${CALL:-1}" = 29 ]; then
   echo "seconds left: $left"
   [ "$left" -gt 60 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=$((left - 10)) \
     OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 39 ]; then
+  # thirty-fourth session (#16), after CALL=38 (an H100: held_early off again; the default over
+  # greedy at most +2.04 %, top-p 0.5 +1.99 %, its walk 9.1 us for ~2.8 candidates). Built:
+  # walk_r (the walk's candidates r a round, one round trip and two barriers for all). walk_r 4 and
+  # 2 against the default (both orders); the token tests on walk_r 4; the marks of a top-p 0.5 and
+  # a top-p 0.9 step under the default and walk_r 4; the peer and batch 1 if the call has time.
+  # Prebuilt: MKC_TOKENS_AB="$W4;$W2" MKC_TRACE_SPECS="$W4" prebuild.py --tokens-bench --variants
+  # b1-atomic --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace; MKC_TEST_OPTIONS="$W4"
+  # prebuild.py --tests --only '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once'
+  T0=$(date +%s)
+  W4='{"walk_r": 4}'
+  W2='{"walk_r": 2}'
+  tokens_ab 200 "$W4" "$W2"
+  MKC_TEST_OPTIONS="$W4" tokens_tests 120
+  for tp in 0.5 0.9; do
+    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+    [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p $tp \
+      --specs '{}' "$W4" > "$OUT/marks-topp$tp.log" 2>&1
+    echo "marks top-p $tp rc=$?"; grep -v "^\[" "$OUT/marks-topp$tp.log" | tail -n 8
+  done
+  peer_b1_if_time
   pack_out
   exit 0
 fi
