@@ -570,16 +570,19 @@ if [ "${CALL:-1}" = 39 ]; then
   # thirty-fourth session (#16), after CALL=38 (an H100: held_early off again; the default over
   # greedy at most +2.04 %, top-p 0.5 +1.99 %, its walk 9.1 us for ~2.8 candidates). Built:
   # walk_r (the walk's candidates r a round, one round trip and two barriers for all). walk_r 4 and
-  # 2 against the default (both orders); the token tests on walk_r 4; the marks of a top-p 0.5 and
-  # a top-p 0.9 step under the default and walk_r 4; the peer and batch 1 if the call has time.
-  # Prebuilt: MKC_TOKENS_AB="$W4;$W2" MKC_TRACE_SPECS="$W4" prebuild.py --tokens-bench --variants
-  # b1-atomic --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace; MKC_TEST_OPTIONS="$W4"
-  # prebuild.py --tests --only '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once'
+  # 2 and p_direct alone (only ever measured beside held_early, with the order bias) against the
+  # default, both orders; the token tests on walk_r 4 + p_direct (their paths do not meet); the
+  # marks of a top-p 0.5 and a top-p 0.9 step under the default and walk_r 4; the peer and batch 1
+  # if the call has time. Prebuilt: MKC_TOKENS_AB="$W4;$W2;$P" MKC_TRACE_SPECS="$W4" prebuild.py
+  # --tokens-bench --variants b1-atomic --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace;
+  # MKC_TEST_OPTIONS="$WP" prebuild.py --tests --only '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once'
   T0=$(date +%s)
   W4='{"walk_r": 4}'
   W2='{"walk_r": 2}'
-  tokens_ab 200 "$W4" "$W2"
-  MKC_TEST_OPTIONS="$W4" tokens_tests 120
+  P='{"p_direct": true}'
+  WP='{"walk_r": 4, "p_direct": true}'
+  tokens_ab 240 "$W4" "$W2" "$P"
+  MKC_TEST_OPTIONS="$WP" tokens_tests 120
   for tp in 0.5 0.9; do
     left=$((${CALL_S:-570} - ($(date +%s) - T0)))
     [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p $tp \
