@@ -5,8 +5,9 @@
 # walk's call) paid on every filtered step and is the default; gather_once off measured within the
 # spread. Next: CALL=38 (held_early off against the default; the default over greedy, paired; the
 # marks of a top-p 0.5 step) ran on an H100: held_early timed in both orders does not pay, off
-# again. Next: CALL=39 (walk_r, the walk's candidates r a round); out/carry/cache.tgz holds its
-# kernels at the session's headers.
+# again. CALL=39 (an H100): walk_r (the walk's candidates r a round) slower, removed (CALL=39 as
+# written fails now); p_direct alone paid a little and is the default. Next: CALL=40 (p_direct off
+# against the default, the default over greedy); out/carry/cache.tgz holds its kernels.
 #
 # Thirty-third session: CALL=32 to CALL=36 all ran on an H100 (every call asked for an H200;
 # BENCHMARKS.md, "Thirty-third session"). walk_once and gather_once are the default; held_early,
@@ -563,6 +564,30 @@ if [ "${CALL:-1}" = 29 ]; then
   echo "seconds left: $left"
   [ "$left" -gt 60 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=$((left - 10)) \
     OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 40 ]; then
+  # thirty-fourth session (#16), after CALL=39 (an H100: walk_r 4 and 2 slower, +0.2 to +0.5 % on
+  # the top-p steps, the walk 3-3.6 us longer: removed; p_direct alone -0.22 % on all three). p_direct
+  # is the default now. The kernel without it against the default (both orders); the default over
+  # greedy, paired (the 3 %); the token tests on the default; the marks of a top-k 50 +
+  # top-p 0.9 step under both; the peer and batch 1; `mkc bench` at batch 1 if the call has time.
+  # Prebuilt: MKC_TOKENS_AB="$N" MKC_TRACE_SPECS="$N" prebuild.py --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024 --build-dirs .builds/llama-b1 --trace; prebuild.py --tests --only
+  # '(atomic|nan)( sampler| gumbel)?$|pdraw_walk|tile_hist|lm_rows_at_once'; prebuild.py --bench
+  # llama-3.2-1b:1 --max-seq-len 1024; prebuild.py --variants b1-atomic --variant-max-seq 1024
+  T0=$(date +%s)
+  N='{"p_direct": false}'
+  tokens_ab 120 "$N"
+  tokens_paired 150
+  tokens_tests 120
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 50 --top-p 0.9 \
+    --specs '{}' "$N" > "$OUT/marks-topkp.log" 2>&1
+  echo "marks topkp rc=$?"; grep -v "^\[" "$OUT/marks-topkp.log" | tail -n 8
+  peer_b1_if_time
+  bench_b1_if_time
   pack_out
   exit 0
 fi

@@ -244,65 +244,6 @@ def pwalk(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, t
     return None
 
 
-def pwalk_rounds(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, tiles, r: int,
-                 top_p: float = 1.0, min_p: float = 0.0, warp: int = 32) -> int | None:
-    """``pwalk`` as sampling.cuh walks it with CodegenOptions.walk_r = r: the candidates r a round,
-    each warp's r largest heads (a thread per tile, ``warp`` tiles a warp), the round's r largest
-    from those lists, each tile's first candidate of the round that it rules out (no candidate
-    left, its last ranked above it), then pwalk's decisions in order. The same token as ``pwalk``."""
-    V, z, zmax, keys, m, use_p, mkey = _row(logits, temperature, top_p, min_p)
-    p32 = float(np.float32(top_p))
-    sums = tile_mass_sums(logits, temperature, tiles, PD_HB_WALK)
-    L, _ = mass_bounds(sums, float(zmax), float(zmax), V)
-    u_tot = sum(c[-1] * np.exp(a / 8.0 - float(zmax)) for a, c in sums) * 2.0**32 * (1 + 1e-3)
-    score = (z + gumbel(seed, pos, b, np.arange(V))).astype(np.float32)
-    cands, live = [], []  # per tile: its PD_M best (score, -index), descending; which are live
-    for r0, r1 in tiles:
-        idx = np.arange(r0, r1)
-        order = np.lexsort((idx, -score[r0:r1]))[:PD_M]
-        cands.append([(float(score[r0 + k]), -int(r0 + k)) for k in order])
-        live.append([int(keys[r0 + k]) >= mkey for k in order])
-    target = None
-    for _ in range(0, PW_ROUNDS, r):
-        lists = []
-        for w0 in range(0, len(tiles), warp):  # each warp's r largest heads
-            lv = [list(x) for x in live[w0:w0 + warp]]
-            got = []
-            for _ in range(r):
-                heads = [(c[lv_.index(True)], t) for t, (c, lv_) in enumerate(zip(cands[w0:w0 + warp], lv)) if True in lv_]
-                if not heads:
-                    break
-                h, t = max(heads)
-                lv[t][lv[t].index(True)] = False
-                got.append(h)
-            lists += got
-        hh = sorted(lists, reverse=True)[:r]
-        nf = r
-        for t, (c, lv_) in enumerate(zip(cands, live)):  # the first head each tile rules out
-            for j, h in enumerate(hh):
-                if True not in lv_ and len(c) == PD_M and c[-1] > h:
-                    nf = min(nf, j)
-                    break
-                if h in c:
-                    lv_[c.index(h)] = False
-        for j in range(r):
-            if j >= nf or j >= len(hh):
-                return None
-            u = -hh[j][1]
-            if not use_p:
-                return u
-            _, U = mass_bounds(sums, float(zmax), float(z[u]), V)
-            la = mass_above_at_least(sums, float(zmax), float(z[u]), V)
-            if U < (p32 * L - 1 if target is None else target):
-                return u
-            if la >= (p32 * u_tot if target is None else target):
-                continue
-            target = max(1, int(p32 * float(int(m.sum()))))
-            if int(m[keys > keys[u]].sum()) < target:
-                return u
-    return None
-
-
 def sample_row(logits: np.ndarray, temperature: float, seed: int, pos: int, b: int, walk: bool = False,
                **filters) -> int:
     """The kernel's draw for row b at position pos: greedy at temperature 0; without a top-k, with

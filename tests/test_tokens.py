@@ -152,49 +152,6 @@ def test_walk_on_tiles_of_at_most_a_few_tokens(size):
             assert v == exact or (v is None and size > 3), (f, pos, v, exact)
 
 
-@pytest.mark.parametrize("size,scale", [(97, 0.9), (97, 4.0), (4, 2.0), (5, 2.0)])
-def test_walk_rounds_draw_the_walks_token(size, scale):
-    """CodegenOptions.walk_r: the walk takes its candidates r a round (each warp's r largest heads,
-    the round's r largest from those lists, each tile's first candidate it rules out) and decides
-    them in order on the same sums: the one-at-a-time walk's token, or its giving up, on every row,
-    tiles that run out (4, 5 tokens) and warps of a few tiles included."""
-    rng = np.random.default_rng(size * 7 + int(scale))
-    V = 12000 if size > 10 else 600
-    logits = (rng.standard_normal(V) * scale).astype(np.float32)
-    tiles = [(a, min(V, a + size)) for a in range(0, V, size)]
-    gave_up = drawn = 0
-    for f in (dict(top_p=0.5), dict(top_p=0.9), dict(min_p=0.05), dict(min_p=0.3), dict(top_p=0.5, min_p=0.2)):
-        for pos in range(8):
-            one = ref.pwalk(logits, 0.8, 5, pos, 0, tiles, **f)
-            for r, warp in ((2, 32), (4, 32), (8, 32), (4, 8)):
-                assert ref.pwalk_rounds(logits, 0.8, 5, pos, 0, tiles, r, warp=warp, **f) == one, (f, pos, r, warp)
-            drawn += one is not None
-    assert drawn > 0
-    # a tile whose four best are all above the set's one token runs out before it: given up
-    logits[:size] = logits.min()
-    logits[0:4], logits[size + 2] = 8.0, 8.5
-    for pos in range(60):
-        one = ref.pwalk(logits, 0.8, 5, pos, 0, tiles, top_p=0.2)
-        for r, warp in ((2, 32), (4, 32), (8, 32), (4, 8)):
-            assert ref.pwalk_rounds(logits, 0.8, 5, pos, 0, tiles, r, warp=warp, top_p=0.2) == one, (pos, r, warp)
-        gave_up += one is None
-    assert gave_up > 0 or size > 10
-
-
-def test_walk_r_reaches_the_kernel():
-    from mkc.codegen.render import CodegenOptions, generate
-    from mkc.errors import IRCheckError
-    from mkc.target import get_target
-    from mkc.taskgraph import lower
-
-    tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"))
-    sched = rr_schedule(tg, "h200", "atomic")
-    assert "WALK_R = 1" in generate(tg, sched, "h200", CodegenOptions(sampler=True))[0]
-    assert "WALK_R = 4" in generate(tg, sched, "h200", CodegenOptions(sampler=True, walk_r=4))[0]
-    with pytest.raises(IRCheckError, match="walk_r"):
-        generate(tg, sched, "h200", CodegenOptions(sampler=True, walk_r=3))
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_filtered_sets_equal_the_hugging_face_warpers(seed):
     rng = np.random.default_rng(seed)
@@ -733,13 +690,13 @@ def test_tile_hist_walk_scan_held_hist_and_walk_fine_reach_the_kernel():
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
     assert all(f"{n} = 1" in src for n in names)
     assert "HELD_P = 1" in src and "WALK_ONCE = 1" in src
-    # gather_once (on), held_early and p_direct (off): held_early at batch 1 only, where the held path runs
-    assert "HELD_EARLY = 0" in src and "P_DIRECT = 0" in src and "GATHER_ONCE = 1" in src
+    # gather_once and p_direct (on), held_early (off): held_early at batch 1 only, where the held path runs
+    assert "HELD_EARLY = 0" in src and "P_DIRECT = 1" in src and "GATHER_ONCE = 1" in src
     src = generate(tg, sched, "h200", CodegenOptions(sampler=True, held_p=False, walk_once=False))[0]
     assert "HELD_P = 0" in src and "WALK_ONCE = 0" in src
-    on = CodegenOptions(sampler=True, held_early=True, p_direct=True, gather_once=False)
+    on = CodegenOptions(sampler=True, held_early=True, p_direct=False, gather_once=False)
     src_on = generate(tg, sched, "h200", on)[0]
-    assert "HELD_EARLY = 1" in src_on and "P_DIRECT = 1" in src_on and "GATHER_ONCE = 0" in src_on
+    assert "HELD_EARLY = 1" in src_on and "P_DIRECT = 0" in src_on and "GATHER_ONCE = 0" in src_on
     tg8 = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
     assert "HELD_EARLY = 0" in generate(tg8, rr_schedule(tg8, "h200", "atomic"), "h200",
                                         CodegenOptions(sampler=True, held_early=True))[0]

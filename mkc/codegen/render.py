@@ -293,15 +293,10 @@ class CodegenOptions:
     # or above it, and the largest key whose sum reaches the target by one shared max (the same key:
     # tests/test_tokens.py's twin); two block barriers, not three, and no warp scan. Traced (top-k
     # 50 + top-p 0.9, an H100): top-p's threshold 2.4 us sooner (CALL=33), 1.3 us (CALL=34); the
-    # token tests passed; measured only with held_early (see there): off
-    p_direct: bool = False
-    # the walk (top-p and/or min-p without a top-k) takes its candidates walk_r at a time: each
-    # warp's walk_r largest heads by shuffles, the block's from those, one round trip for all their
-    # mass sums and two block barriers, then the same decisions in the same order (each candidate's
-    # sums are the one-at-a-time walk's, bit for bit). A top-p 0.5 step took 2.8 candidates on
-    # llama-3.2-1b's random weights (24 steps, tests/sampling_ref.py pwalk), ~3 us each on an H100
-    # (the walk 9.2 us, CALL=29); 1: one a round. Not yet run: off
-    walk_r: int = 1
+    # token tests passed. Alone against the default, both orders (thirty-fourth session, CALL=39, an
+    # H100): top-k 50 + top-p 0.9 + min-p 0.05 -0.22 %, greedy +0.16 %, the steps it does not touch
+    # -0.05 to +0.21 %; its token tests passed beside walk_r 4: on by default
+    p_direct: bool = True
     # the held path's gathers into shared memory (held_hist_kth's reaching bin, held_top_p's set)
     # by one add a warp after a scan of the lanes' counts (dialect mk_warp_take), not one a warp
     # for each of a thread's CAND_HELD slots (mk_warp_slot). Traced (thirty-third session, an H100,
@@ -593,8 +588,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if o.mma_hold_floats not in (16, 32, 64):
         raise IRCheckError(f"CodegenOptions.mma_hold_floats={o.mma_hold_floats}: 16, 32 or 64 accumulator floats a lane")
     walk = pdraw_walks(o, NTILES, NT)
-    if o.walk_r not in (1, 2, 4, 8):
-        raise IRCheckError(f"CodegenOptions.walk_r={o.walk_r}: 1, 2, 4 or 8 candidates a round of the walk")
     pd_walk = o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound and walk
     held = o.cand_held if o.cand_held is not None else B == 1  # (the noise's only reader is the held draw)
     if o.pdraw_walk and o.sampler and NTILES > NT:  # sampling.cuh sample_pwalk: a thread per LM-head tile
@@ -609,7 +602,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), WALK_R=int(o.walk_r if pd_walk else 1), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

@@ -1187,159 +1187,6 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
   const double M = 4294967296.0, p = (double)s.top_p;
   const double L = l * M * (1.0 - 1e-3) - (double)V, Utot = l * M * (1.0 + 1e-3);
   double target = -1.0;  // exact once a pass ran
-  // the pass: the row's mass (for the target) and the mass ranked above key ku, integer sums
-  auto pass = [&](unsigned ku, unsigned long long& T, unsigned long long& A) {
-    unsigned long long tt = 0, ab = 0;
-    if constexpr (WALK_SCAN) {
-      // (WALK_SCAN) the row a block-wide 16-byte chunk at a time, the next chunk's loads in flight
-      // (row_scan); integer sums, so the same totals in any order
-      row_scan(lg, temp, [&](int, float z) {
-        const unsigned long long w = mass_of(z, zmax);
-        tt += w;
-        if (order_key(z) > ku) ab += w;
-      });
-    } else {
-      float x[4 * PD_K];
-      for (int sg = wid; sg < PD_NSEG; sg += NW) {
-        pd_load(lg, sg, x);
-#pragma unroll
-        for (int e = 0; e < 4 * PD_K; ++e) {
-          if (pd_index(sg, e) >= V) continue;
-          const float z = x[e] / temp;
-          const unsigned long long w = mass_of(z, zmax);
-          tt += w;
-          if (order_key(z) > ku) ab += w;
-        }
-      }
-    }
-    tt = warp_sum_u64(tt);
-    ab = warp_sum_u64(ab);
-    if (lane == 0) { wsum[2 * wid] = tt; wsum[2 * wid + 1] = ab; }
-    mk_barrier();
-    T = 0; A = 0;
-    for (int w = 0; w < NW; ++w) { T += wsum[2 * w]; A += wsum[2 * w + 1]; }
-    mk_barrier();
-  };
-  if constexpr (WALK_R > 1) {
-    // (WALK_R, CodegenOptions.walk_r) WALK_R candidates a round: each warp's WALK_R largest heads
-    // by shuffles (region A), the block's WALK_R largest from those lists, one round trip for all
-    // their bins' sums, then the one-at-a-time walk's decisions in its order, on the same sums
-    static_assert(PW_ROUNDS % WALK_R == 0 && SM_A + 24 * NW * WALK_R + 4 * NW <= SM_PAIR, "the walk's rounds in region A");
-    unsigned long long* wl = reinterpret_cast<unsigned long long*>(mk_smem + SM_A);  // [NW][WALK_R]: a warp's heads
-    float* wlz = reinterpret_cast<float*>(mk_smem + SM_A + 8 * NW * WALK_R);          // their z
-    float* wb = reinterpret_cast<float*>(mk_smem + SM_A + 12 * NW * WALK_R);          // [NW][2 WALK_R]: up, la
-    int* wf = reinterpret_cast<int*>(mk_smem + SM_A + 20 * NW * WALK_R);              // [NW]: the first ruled out
-#pragma unroll 1
-    for (int r = 0; r < PW_ROUNDS; r += WALK_R) {
-      unsigned lv = live;  // (a lane's live candidates, taken one a step)
-#pragma unroll
-      for (int j = 0; j < WALK_R; ++j) {
-        const int k0 = lv ? mk_ffs(lv) - 1 : PD_M;
-        unsigned long long head = 0ull;
-        float zh = 0.0f;
-#pragma unroll
-        for (int k = 0; k < PD_M; ++k) {
-          head = k == k0 ? cand[k] : head;
-          zh = k == k0 ? zc[k] : zh;
-        }
-        unsigned long long mx = head;
-        float zm = zh;
-        for (int off = WARP / 2; off > 0; off >>= 1) {
-          const unsigned long long y = shfl_xor_u64(mx, off);
-          const float yz = mk_shfl_xor(zm, off);
-          if (y > mx) { mx = y; zm = yz; }
-        }
-        if (head != 0ull && head == mx) lv &= lv - 1u;  // packs are distinct: one lane
-        if (lane == 0) { wl[wid * WALK_R + j] = mx; wlz[wid * WALK_R + j] = zm; }
-      }
-      mk_barrier();
-      // the block's WALK_R largest (0: none left), each warp from the NW lists
-      unsigned long long hh[WALK_R];
-      float hz[WALK_R];
-      {
-        constexpr int E = (NW * WALK_R + WARP - 1) / WARP;
-        unsigned long long e[E];
-        float ez[E];
-#pragma unroll
-        for (int q = 0; q < E; ++q) {
-          const int ix = lane + q * WARP;
-          e[q] = ix < NW * WALK_R ? wl[ix] : 0ull;
-          ez[q] = ix < NW * WALK_R ? wlz[ix] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < WALK_R; ++j) {
-          unsigned long long mx = 0ull;
-          float zm = 0.0f;
-#pragma unroll
-          for (int q = 0; q < E; ++q)
-            if ((j == 0 || e[q] < hh[j > 0 ? j - 1 : 0]) && e[q] > mx) { mx = e[q]; zm = ez[q]; }
-          for (int off = WARP / 2; off > 0; off >>= 1) {
-            const unsigned long long y = shfl_xor_u64(mx, off);
-            const float yz = mk_shfl_xor(zm, off);
-            if (y > mx) { mx = y; zm = yz; }
-          }
-          hh[j] = mx;
-          hz[j] = zm;
-        }
-      }
-      // per tile: the first of them it rules out (no candidate left, its last ranked above it: its
-      // other tokens are unknown), its candidates taken, and each one's bins' sums
-      int fb = WALK_R;
-      float up[WALK_R], la[WALK_R];
-#pragma unroll
-      for (int j = 0; j < WALK_R; ++j) {
-        up[j] = 0.0f;
-        la[j] = 0.0f;
-        if (mine) {
-          if (fb == WALK_R && live == 0u && cand[PD_M - 1] > hh[j]) fb = j;
-#pragma unroll
-          for (int k = 0; k < PD_M; ++k) live &= cand[k] == hh[j] ? ~(1u << k) : ~0u;
-          if (use_p) {
-            const float jf = (float)a - floorf(hz[j] * PD_SF);
-            const float* cs = reinterpret_cast<const float*>(o + LM_CAND_HEAD);
-            const float cu = jf < 0.0f ? 0.0f : mk_ld_act(cs + (jf < (float)(PD_HB - 1) ? (int)jf : PD_HB - 1));
-            const float ca = jf < 1.0f ? 0.0f : mk_ld_act(cs + (jf - 1.0f < (float)(PD_HB - 2) ? (int)jf - 1 : PD_HB - 2));
-            up[j] = cu * sc;
-            la[j] = ca * sc;
-          }
-        }
-      }
-      for (int off = WARP / 2; off > 0; off >>= 1) {
-#pragma unroll
-        for (int j = 0; j < WALK_R; ++j) { up[j] += mk_shfl_xor(up[j], off); la[j] += mk_shfl_xor(la[j], off); }
-        fb = min(fb, mk_shfl_xor_i(fb, off));
-      }
-      if (lane == 0) {
-#pragma unroll
-        for (int j = 0; j < WALK_R; ++j) { wb[(2 * wid) * WALK_R + 2 * j] = up[j]; wb[(2 * wid) * WALK_R + 2 * j + 1] = la[j]; }
-        wf[wid] = fb;
-      }
-      mk_barrier();
-      int nf = WALK_R;
-      for (int w = 0; w < NW; ++w) nf = min(nf, wf[w]);
-      // (the next round's writes to region A come after its first barrier: no barrier here)
-#pragma unroll 1
-      for (int j = 0; j < WALK_R; ++j) {
-        if (j >= nf || hh[j] == 0ull) return -1;
-        const int u = best_index(hh[j]);
-        if (!use_p) return u;  // min-p alone: the first kept candidate
-        double U = 0.0, LA = 0.0;
-        for (int w = 0; w < NW; ++w) { U += wb[(2 * w) * WALK_R + 2 * j]; LA += wb[(2 * w) * WALK_R + 2 * j + 1]; }
-        U = U * M * (1.0 + 1e-3);
-        LA = LA * M * (1.0 - 1e-3) - (double)V;
-        if (U < (target < 0.0 ? p * L - 1.0 : target)) return u;
-        if (LA >= (target < 0.0 ? p * Utot : target)) continue;  // outside the set
-        unsigned long long T, A;
-        pass(order_key(hz[j]), T, A);
-        if (target < 0.0) {
-          const unsigned long long want = (unsigned long long)(p * (double)T);
-          target = (double)(want > 0 ? want : 1ull);
-        }
-        if ((double)A < target) return u;
-      }
-    }
-    return -1;
-  }
 #pragma unroll 1
   for (int r = 0; r < PW_ROUNDS; ++r) {
     // the largest head (with its z), and the largest last candidate of a tile with none left
@@ -1394,8 +1241,37 @@ __device__ MK_OUTLINE int sample_pwalk(const Ctx& c, const Sampler& s, int b, fl
     LA = LA * M * (1.0 - 1e-3) - (double)V;
     if (U < (target < 0.0 ? p * L - 1.0 : target)) return u;
     if (LA >= (target < 0.0 ? p * Utot : target)) continue;  // outside the set
-    unsigned long long T, A;
-    pass(ku, T, A);
+    // the pass: the row's mass (for the target) and the mass ranked above u, integer sums
+    unsigned long long tt = 0, ab = 0;
+    if constexpr (WALK_SCAN) {
+      // (WALK_SCAN) the row a block-wide 16-byte chunk at a time, the next chunk's loads in flight
+      // (row_scan); integer sums, so the same totals in any order
+      row_scan(lg, temp, [&](int, float z) {
+        const unsigned long long w = mass_of(z, zmax);
+        tt += w;
+        if (order_key(z) > ku) ab += w;
+      });
+    } else {
+      float x[4 * PD_K];
+      for (int sg = wid; sg < PD_NSEG; sg += NW) {
+        pd_load(lg, sg, x);
+#pragma unroll
+        for (int e = 0; e < 4 * PD_K; ++e) {
+          if (pd_index(sg, e) >= V) continue;
+          const float z = x[e] / temp;
+          const unsigned long long w = mass_of(z, zmax);
+          tt += w;
+          if (order_key(z) > ku) ab += w;
+        }
+      }
+    }
+    tt = warp_sum_u64(tt);
+    ab = warp_sum_u64(ab);
+    if (lane == 0) { wsum[2 * wid] = tt; wsum[2 * wid + 1] = ab; }
+    mk_barrier();
+    unsigned long long T = 0, A = 0;
+    for (int w = 0; w < NW; ++w) { T += wsum[2 * w]; A += wsum[2 * w + 1]; }
+    mk_barrier();
     if (target < 0.0) {
       const unsigned long long want = (unsigned long long)(p * (double)T);
       target = (double)(want > 0 ? want : 1ull);
