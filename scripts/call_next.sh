@@ -6,8 +6,9 @@
 # spread. Next: CALL=38 (held_early off against the default; the default over greedy, paired; the
 # marks of a top-p 0.5 step) ran on an H100: held_early timed in both orders does not pay, off
 # again. CALL=39 (an H100): walk_r (the walk's candidates r a round) slower, removed (CALL=39 as
-# written fails now); p_direct alone paid a little and is the default. Next: CALL=40 (p_direct off
-# against the default, the default over greedy); out/carry/cache.tgz holds its kernels.
+# written fails now); p_direct alone paid a little and was made the default; CALL=40 (an H100): the kernel without it
+# faster on every filtered step, so off again. Next: CALL=41 (an A/A control of bench_tokens
+# --ab-options, the default over greedy); out/carry/cache.tgz holds its kernels.
 #
 # Thirty-third session: CALL=32 to CALL=36 all ran on an H100 (every call asked for an H200;
 # BENCHMARKS.md, "Thirty-third session"). walk_once and gather_once are the default; held_early,
@@ -564,6 +565,22 @@ if [ "${CALL:-1}" = 29 ]; then
   echo "seconds left: $left"
   [ "$left" -gt 60 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=$((left - 10)) \
     OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 41 ]; then
+  # thirty-fourth session (#16), after CALL=40 (an H100: the kernel without p_direct faster on every
+  # filtered step, the top-p steps it does not touch included: p_direct off again). An A/A control:
+  # a spec that renders the default's source (p_direct false) against the default, both orders: is
+  # there a bias between the two Megakernel instances (the greedy row is no control: its kernel has
+  # no sampler code, so it is the same kernel in every A/B)? Then the default over greedy, paired
+  # (the issue's 3 %); the peer and batch 1; `mkc bench` at batch 1 if the call has time. Its
+  # kernels: CALL=38's and CALL=40's prebuilds (the default is 943aa31's).
+  T0=$(date +%s)
+  tokens_ab 120 '{"p_direct": false}'
+  tokens_paired 150
+  peer_b1_if_time
+  bench_b1_if_time
   pack_out
   exit 0
 fi

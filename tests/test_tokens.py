@@ -690,13 +690,13 @@ def test_tile_hist_walk_scan_held_hist_and_walk_fine_reach_the_kernel():
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
     assert all(f"{n} = 1" in src for n in names)
     assert "HELD_P = 1" in src and "WALK_ONCE = 1" in src
-    # gather_once and p_direct (on), held_early (off): held_early at batch 1 only, where the held path runs
-    assert "HELD_EARLY = 0" in src and "P_DIRECT = 1" in src and "GATHER_ONCE = 1" in src
+    # gather_once (on), held_early and p_direct (off): held_early at batch 1 only, where the held path runs
+    assert "HELD_EARLY = 0" in src and "P_DIRECT = 0" in src and "GATHER_ONCE = 1" in src
     src = generate(tg, sched, "h200", CodegenOptions(sampler=True, held_p=False, walk_once=False))[0]
     assert "HELD_P = 0" in src and "WALK_ONCE = 0" in src
-    on = CodegenOptions(sampler=True, held_early=True, p_direct=False, gather_once=False)
+    on = CodegenOptions(sampler=True, held_early=True, p_direct=True, gather_once=False)
     src_on = generate(tg, sched, "h200", on)[0]
-    assert "HELD_EARLY = 1" in src_on and "P_DIRECT = 0" in src_on and "GATHER_ONCE = 0" in src_on
+    assert "HELD_EARLY = 1" in src_on and "P_DIRECT = 1" in src_on and "GATHER_ONCE = 0" in src_on
     tg8 = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"))
     assert "HELD_EARLY = 0" in generate(tg8, rr_schedule(tg8, "h200", "atomic"), "h200",
                                         CodegenOptions(sampler=True, held_early=True))[0]

@@ -294,9 +294,11 @@ class CodegenOptions:
     # tests/test_tokens.py's twin); two block barriers, not three, and no warp scan. Traced (top-k
     # 50 + top-p 0.9, an H100): top-p's threshold 2.4 us sooner (CALL=33), 1.3 us (CALL=34); the
     # token tests passed. Alone against the default, both orders (thirty-fourth session, CALL=39, an
-    # H100): top-k 50 + top-p 0.9 + min-p 0.05 -0.22 %, greedy +0.16 %, the steps it does not touch
-    # -0.05 to +0.21 %; its token tests passed beside walk_r 4: on by default
-    p_direct: bool = True
+    # H100): top-k 50 + top-p 0.9 + min-p 0.05 -0.22 %, greedy +0.16 %; made the default, the
+    # kernel without it against it (CALL=40): every filtered step -0.28 to -0.63 %, the top-p steps
+    # that it does not touch included, greedy +0.10 %, though its mark (top-p's threshold 1.2 us
+    # sooner) moved as before: a kernel-wide cost. It does not pay: off
+    p_direct: bool = False
     # the held path's gathers into shared memory (held_hist_kth's reaching bin, held_top_p's set)
     # by one add a warp after a scan of the lanes' counts (dialect mk_warp_take), not one a warp
     # for each of a thread's CAND_HELD slots (mk_warp_slot). Traced (thirty-third session, an H100,
