@@ -568,6 +568,16 @@ if [ "${CALL:-1}" = 29 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 42 ]; then
+  # thirty-fourth session (#16), after CALL=41 (an H100: the A/A control, the default's own source as
+  # the spec, ran every filtered step 0.34-0.43 % faster on the second instance; greedy +0.09 %).
+  # held_early and p_direct against the default again, each beside the same A/A row in the same
+  # call, so each change reads against the bias measured beside it. Kernels: CALL=40's prebuild.
+  T0=$(date +%s)
+  tokens_ab 220 '{"p_direct": false}' '{"held_early": true}' '{"p_direct": true}'
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 41 ]; then
   # thirty-fourth session (#16), after CALL=40 (an H100: the kernel without p_direct faster on every
   # filtered step, the top-p steps it does not touch included: p_direct off again). An A/A control:
