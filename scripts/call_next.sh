@@ -1,6 +1,14 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Thirty-fourth session, summed up: CALL=37 to CALL=42, every one given an H100 (BENCHMARKS.md,
+# "Thirty-fourth session"). An A/A control (CALL=41) showed bench_tokens --ab-options favouring
+# the second instance by 0.04-0.43 % on every filtered step; --ab-options now times an A/A row
+# first. held_early, p_direct and walk_r did not pay (walk_r removed: CALL=39 as written fails).
+# Next (#16): the default over greedy on an H200 (tokens_paired, as in CALL=41: CALL=41 as written
+# is the call to run there, with its kernels rebuilt: prebuild.py --tokens-bench --variants
+# b1-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024).
+#
 # Thirty-fourth session: CALL=37 ran on an H100 (asked for an H200): held_early (its pick before the
 # walk's call) paid on every filtered step and is the default; gather_once off measured within the
 # spread. Next: CALL=38 (held_early off against the default; the default over greedy, paired; the
@@ -198,7 +206,7 @@ tokens_ab() {
   local t="$1"; shift
   timeout "$t" python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --ab-options "$@" \
     --json "$OUT/tokens-ab.json" > "$OUT/tokens-ab.log" 2>&1
-  echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n $((6 * $#))
+  echo "tokens ab rc=$?"; grep "^|" "$OUT/tokens-ab.log" | tail -n $((6 * ($# + 1)))
 }
 # the peer and batch 1 beside it, and a top-k 50 step of .builds/llama-b1 traced
 peer_b1_topk_trace() {

@@ -287,7 +287,9 @@ class CodegenOptions:
     # -0.22 %; made the default, then measured with each round's order alternated (CALL=38): the
     # kernel without it -0.06 % (top-k 50), -0.10 % (all three), -0.24 to -0.28 % (the top-p steps,
     # whose merge moves into the sampler: partials merged 2.03 -> 2.99 us), greedy +0.05 %; traced,
-    # the top-k 50 task ends 0.4 us later with it. It does not pay: off
+    # the top-k 50 task ends 0.4 us later with it. Beside an A/A row (CALL=42: the default against a
+    # second instance of itself, -0.04 to -0.37 % on the filtered steps) it moved them -0.22 to
+    # +0.01 %: not resolved from the bench's own bias. It does not pay measurably: off
     held_early: bool = False
     # held_p's top-p threshold without ranking the set: each key's mass sum over the set's keys at
     # or above it, and the largest key whose sum reaches the target by one shared max (the same key:
@@ -297,7 +299,10 @@ class CodegenOptions:
     # H100): top-k 50 + top-p 0.9 + min-p 0.05 -0.22 %, greedy +0.16 %; made the default, the
     # kernel without it against it (CALL=40): every filtered step -0.28 to -0.63 %, the top-p steps
     # that it does not touch included, greedy +0.10 %, though its mark (top-p's threshold 1.2 us
-    # sooner) moved as before: a kernel-wide cost. It does not pay: off
+    # sooner) moved as before. Then an A/A control (CALL=41: the default against a second instance of
+    # itself) ran every filtered step 0.34-0.43 % faster: the second instance's bias, not a cost of
+    # p_direct. Beside an A/A row (CALL=42, -0.04 to -0.37 %) p_direct moved them -0.10 to -0.21 %
+    # (all three -0.20 against the A/A row's -0.04): not resolved. It does not pay measurably: off
     p_direct: bool = False
     # the held path's gathers into shared memory (held_hist_kth's reaching bin, held_top_p's set)
     # by one add a warp after a scan of the lanes' counts (dialect mk_warp_take), not one a warp
