@@ -42,12 +42,19 @@ def _as_steps(measured, n_tasks: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None) -> dict:
     """Step times against the predicted makespan, wait time per kind and measured/predicted time
-    per kind (of ``step``, by default the last recorded one)."""
+    per kind (of ``step``, by default the last recorded one). ``step_us``: a step's last end less
+    its first wait's start; in a launch of many steps, workers done early start waiting on the next
+    step while the last phase runs, so it can overstate the time a step adds (llama-3.2-1b b1 with
+    CodegenOptions.held_early: spans ~55 us longer while a paired bench moved 0-3 us, BENCHMARKS.md,
+    thirty-fourth session). ``period_us``, from the second step on: its last end less the step
+    before's, what a step adds to a launch."""
     ws, st, en = _as_steps(measured, len(tg.tasks))
     n = ws.shape[0]
     step = n - 1 if step is None else step
     step_us = [float(np.nanmax(en[k]) - np.nanmin(ws[k])) if np.isfinite(en[k]).any() else float("nan")
                for k in range(n)]
+    last = [float(np.nanmax(en[k])) if np.isfinite(en[k]).any() else float("nan") for k in range(n)]
+    period_us = [b - a for a, b in zip(last, last[1:])]
     kinds = sorted({t.kind for t in tg.tasks}, key=[t.kind for t in tg.tasks].index)
     pred_dur = np.asarray(sched.end, dtype=np.float64) - np.asarray(sched.start, dtype=np.float64)
     per_kind = {}
@@ -59,7 +66,7 @@ def summarize(tg: TaskGraph, sched: Schedule, measured, step: int | None = None)
                               measured_us=meas, predicted_us=pred, ratio=meas / pred if pred > 0 else float("inf"))
     slowest = sorted(per_kind, key=lambda k: -per_kind[k]["ratio"])[:5]
     missing = int((~np.isfinite(en[step])).sum())
-    return dict(steps=n, step=step, step_us=step_us, predicted_makespan_us=float(sched.makespan),
+    return dict(steps=n, step=step, step_us=step_us, period_us=period_us, predicted_makespan_us=float(sched.makespan),
                 per_kind=per_kind, slowest=slowest, missing_tasks=missing)
 
 
@@ -76,8 +83,11 @@ MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT, STAGING), "oproj": GEMV_MARKS +
          "downk": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          # (its sixth at batch 1, where the LM head runs on the FMA path: its candidates collected,
          # sampling.cuh lm_candidates_block)
+         # (its seventh and eighth on the sampled steps: the candidates ranked and written, or
+         # top-p's count pass over the tile done; the tail's partials stored, before the signal)
          "lmhead": GEMV_MARKS + ("candidates: row 0's cut | top-p: mass sums", PIPE_WAIT,
-                                 STAGING + " | candidates: collected"),
+                                 STAGING + " | candidates: collected", "candidates: ranked | top-p: counted",
+                                 "sampled tail: partials stored"),
          "attn": ("q staged", "positions", "outputs", "first tile's scores", "its softmax"),
          # the filtered sampler's select over the LM-head tiles' candidates (its first, LM_PREF a tile);
          # a top-k over the held candidates (sampling.cuh held_pick) marks its slots' keys (3: thread
@@ -219,7 +229,9 @@ def format_summary(s: dict) -> str:
     steps = ", ".join(f"{x:.1f}" for x in s["step_us"])
     k = s["step"]
     pred = s["predicted_makespan_us"]
+    periods = ", ".join(f"{x:.1f}" for x in s.get("period_us", []))
     lines = [f"measured step time (us) per traced step: {steps}",
+             f"step period (us; a step's last end less the step before's): {periods}" if periods else "",
              f"step {k}: {s['step_us'][k]:.1f} us measured vs {pred:.1f} us predicted makespan "
              f"({s['step_us'][k] / pred:.2f}x)" if pred > 0 else
              f"step {k}: {s['step_us'][k]:.1f} us measured; the schedule predicts no times (makespan 0)"]

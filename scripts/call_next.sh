@@ -576,6 +576,18 @@ if [ "${CALL:-1}" = 29 ]; then
   pack_out
   exit 0
 fi
+if [ "${CALL:-1}" = 44 ]; then
+  # thirty-fourth session's last ~170 s of device time (#16): the LM-head tile's new marks (6: the
+  # candidates ranked and written, or top-p's count pass done; 7: the sampled tail's partials
+  # stored) in a top-k 50 step under the default and rank_quad (the candidates' ranks four threads
+  # a slot). Kernels: MKC_TRACE_SPECS="$Q" prebuild.py --build-dirs .builds/llama-b1 --trace.
+  T0=$(date +%s)
+  Q='{"rank_quad": true}'
+  timeout 80 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 50 --steps 12 --specs '{}' "$Q" > "$OUT/marks-topk.log" 2>&1
+  echo "marks topk rc=$?"; grep -v "^\[" "$OUT/marks-topk.log" | tail -n 8
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 43 ]; then
   # thirty-fourth session's last call (#16), ~280 s of device time left: the default over greedy,
   # paired (the issue's 3 %, if an H200 comes), then the peer and batch 1 if the call has time.

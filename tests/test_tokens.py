@@ -689,7 +689,8 @@ def test_tile_hist_walk_scan_held_hist_and_walk_fine_reach_the_kernel():
     names = ("TILE_HIST", "WALK_SCAN", "HELD_HIST", "WALK_FINE")
     src, _, _ = generate(tg, sched, "h200", CodegenOptions(sampler=True))
     assert all(f"{n} = 1" in src for n in names)
-    assert "HELD_P = 1" in src and "WALK_ONCE = 1" in src
+    assert "HELD_P = 1" in src and "WALK_ONCE = 1" in src and "RANK_QUAD = 0" in src
+    assert "RANK_QUAD = 1" in generate(tg, sched, "h200", CodegenOptions(sampler=True, rank_quad=True))[0]
     # gather_once (on), held_early and p_direct (off): held_early at batch 1 only, where the held path runs
     assert "HELD_EARLY = 0" in src and "P_DIRECT = 0" in src and "GATHER_ONCE = 1" in src
     src = generate(tg, sched, "h200", CodegenOptions(sampler=True, held_p=False, walk_once=False))[0]

@@ -48,8 +48,12 @@ def test_tensor_core_trace_adds_up_the_input_stagings():
     body = on[on.index("gemv_task_mma_pipe("):]
     body = body[: body.index("\n}\n")]
     assert body.count("trace_now(c);") == 2 and body.count("trace_stage_end(c, t0);") == 2
-    assert f"constexpr int TRACE_STAMPS = {TRACE_STAMPS};" in on and TRACE_STAMPS == 9
+    assert f"constexpr int TRACE_STAMPS = {TRACE_STAMPS};" in on and TRACE_STAMPS == 12
     assert "c.trace_rec[8] = " in on
+    # every kind's marks fit the record (mkc.trace.MARKS names them)
+    from mkc.trace import MARKS
+
+    assert max(len(m) for m in MARKS.values()) <= TRACE_STAMPS - 3
 
 
 def test_trace_on_amd_renders_without_vendor_words():
@@ -123,10 +127,13 @@ def test_write_trace_on_synthetic_stamps(tmp_path):
     assert (tmp_path / "t.png").stat().st_size > 0 and summary["png"] == str(tmp_path / "t.png")
     # summary: step times, wait per kind, the slowest kinds (all stretched 1.1x + 0.05 us)
     assert len(summary["step_us"]) == 3 and all(x > 0 for x in summary["step_us"])
+    # the period: each step's last end less the step before's (these steps lie 1.3 spans apart)
+    ends = [float(np.nanmax(e)) for e in measured[2]]
+    assert summary["period_us"] == pytest.approx([ends[1] - ends[0], ends[2] - ends[1]])
     assert set(summary["per_kind"]) == {t.kind for t in tg.tasks} and len(summary["slowest"]) <= 5
     assert all(v["ratio"] > 1.09 and v["wait_us"] > 0 for v in summary["per_kind"].values())
     text = format_summary(summary)
-    assert "predicted makespan" in text and "slowest kinds" in text and W > 0
+    assert "predicted makespan" in text and "slowest kinds" in text and "step period" in text and W > 0
     # a schedule without times (round robin) still summarises
     rr = rr_schedule(tg, "h200", "atomic")
     assert "predicts no times" in format_summary(write_trace(tg, rr, measured, tmp_path / "rr.json"))

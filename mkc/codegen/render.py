@@ -304,6 +304,12 @@ class CodegenOptions:
     # p_direct. Beside an A/A row (CALL=42, -0.04 to -0.37 %) p_direct moved them -0.10 to -0.21 %
     # (all three -0.20 against the A/A row's -0.04): not resolved. It does not pay measurably: off
     p_direct: bool = False
+    # the LM-head tile's candidates (the block-wide select, batch 1-3) ranked by four threads a slot,
+    # each over a quarter of the kept keys, not one thread a slot over all of them (sampling.cuh
+    # cand_write_quad: the same ranks). Traced before it (thirty-fourth session, CALL=40, an H100,
+    # top-k 50 + top-p 0.9): 4.4 us from the candidates collected to the task's end, where a top-p
+    # tile takes 0.7 us from its sums to its end. Not yet run: off
+    rank_quad: bool = False
     # the held path's gathers into shared memory (held_hist_kth's reaching bin, held_top_p's set)
     # by one add a warp after a scan of the lanes' counts (dialect mk_warp_take), not one a warp
     # for each of a thread's CAND_HELD slots (mk_warp_slot). Traced (thirty-third session, an H100,
@@ -609,7 +615,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
-                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
+                                                                               B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), RANK_QUAD=int(o.rank_quad), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,
         SAMPLE_HISTS=SAMPLE_HISTS, SAMPLE_NB=SAMPLE_NB, SAMPLE_BASE=sample_base,

@@ -79,6 +79,7 @@ __device__ __forceinline__ void lm_sample_tail_body(const Ctx& c, const Task& t,
     put_f32(gptr<float>(c, S_AMAX_PART, c.par) + s_tid() * NTILES + t.a2, bv);
     put_i32(gptr<int>(c, S_AMAX_IDX, c.par) + s_tid() * NTILES + t.a2, bidx);
   }
+  trace_mark(c, 7);  // the sampled tail's partials stored (thread 0's), before the signal
 }
 
 // out of line in the kernel with the filtered sampler, inline in the temperature-only one (lm_gumbel)

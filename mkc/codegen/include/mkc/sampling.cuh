@@ -583,6 +583,34 @@ __device__ __forceinline__ void cand_write(const Ctx& c, int b, int* o, const un
     o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
   }
 }
+// RANK_QUAD (CodegenOptions.rank_quad): every slot's rank counted by four threads, each over a
+// quarter of the kept keys (j = q, q + 4, ...), summed by two shuffles: the same ranks as
+// cand_write's, a quarter of its loop, on all of a block's threads instead of LM_CAND of them.
+static_assert(4 * LM_CAND % WARP == 0, "RANK_QUAD: whole warps");
+__device__ __forceinline__ void cand_write_quad(const Ctx& c, int b, int* o, const unsigned* ckey, const int* cidx, int used,
+                                                int n, bool hist = false) {
+  for (int t = s_tid(); t < 4 * LM_CAND; t += NT) {  // (whole warps: the bound is a multiple of WARP)
+    const int sl = t >> 2, q = t & 3;
+    const unsigned k = sl < used ? ckey[sl] : 0u;
+    const int v = sl < used ? cidx[sl] : 0;
+    int r = 0;
+    if (sl < used)
+      for (int j = q; j < used; j += 4) r += ckey[j] > k || (ckey[j] == k && cidx[j] < v);
+    r += mk_shfl_xor_i(r, 1);
+    r += mk_shfl_xor_i(r, 2);
+    if (q != 0) continue;
+    if (sl < used) {
+      const float g = CAND_NOISE != 0 ? gumbel(c, tok_sampler(c), b, v) : 0.0f;
+      o[LM_CAND_HEAD + 2 * r] = (int)key_bits(k);
+      o[LM_CAND_HEAD + 1 + 2 * r] = v;
+      if (r == LM_PREF - 1 && n > LM_PREF) o[2] = (int)k;
+      if (hist && r == used - 1) o[1] = (int)k;
+      if (CAND_NOISE != 0 && r < LM_PREF) o[LM_CAND_NOISE + r] = (int)mk_f32_bits(g);
+    } else {
+      o[LM_CAND_HEAD + 2 * sl] = 0; o[LM_CAND_HEAD + 1 + 2 * sl] = -1;
+    }
+  }
+}
 // The LM-head tile's LM_CAND largest logits of each batch row, for the filtered sampler's candidate
 // path (TOKF_CAND): a radix select over the order keys of the tile's logits [r0, r1) in shared
 // memory (region A, free once the tile's GEMV is done), then the words of block ``tile``: how many,
@@ -651,7 +679,9 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
           }
           mk_barrier();
           if (B == 1) trace_mark(c, 5);
-          for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(c, b, o, ckey, cidx, (int)used, n, sl, true);
+          if constexpr (RANK_QUAD != 0) cand_write_quad(c, b, o, ckey, cidx, (int)used, n, true);
+          else for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(c, b, o, ckey, cidx, (int)used, n, sl, true);
+          if (B == 1) trace_mark(c, 6);  // ranked and written (thread 0's slots)
           if (tid == 0) o[0] = (int)used;
           continue;
         }
@@ -696,7 +726,9 @@ __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1
     }
     if (B == 1) trace_mark(c, 5);  // the candidates collected (batch 1: the FMA path's tasks leave stamp 8 free)
     const int used = min((int)res[2], LM_CAND);
-    for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(c, b, o, ckey, cidx, used, n, sl);
+    if constexpr (RANK_QUAD != 0) cand_write_quad(c, b, o, ckey, cidx, used, n);
+    else for (int sl = tid; sl < LM_CAND; sl += NT) cand_write(c, b, o, ckey, cidx, used, n, sl);
+    if (B == 1) trace_mark(c, 6);  // ranked and written (thread 0's slots)
     if (tid == 0) {
       o[0] = used; o[1] = n > LM_CAND ? (int)cut : 0;
       if (n <= LM_PREF) o[2] = 0;
@@ -859,6 +891,7 @@ __device__ MK_OUTLINE void lm_histogram(const Ctx& c, int r0, int r1, int tile, 
       }
     }
     mk_barrier();
+    if (b0 == 0) trace_mark(c, 6);  // the count pass over the tile done
     if constexpr (PDRAW_WALK) {
       for (int idx = tid; idx < nb * (PD_M - 1); idx += NT) {
         const int r = idx / (PD_M - 1), k = 1 + idx % (PD_M - 1);
