@@ -5,9 +5,12 @@
 # "Thirty-fourth session"). An A/A control (CALL=41) showed bench_tokens --ab-options favouring
 # the second instance by 0.04-0.43 % on every filtered step; --ab-options now times an A/A row
 # first. held_early, p_direct and walk_r did not pay (walk_r removed: CALL=39 as written fails).
-# Next (#16): the default over greedy on an H200 (tokens_paired, as in CALL=41: CALL=41 as written
-# is the call to run there, with its kernels rebuilt: prebuild.py --tokens-bench --variants
-# b1-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024).
+# Next (#16): CALL=44 first (the LM-head tile's new marks and rank_quad's, a top-k 50 step; its
+# kernels are out/carry/cache.tgz, prebuilt at ba5a0b0's headers: the device refused it for lack of
+# time), then the default over greedy on an H200 (CALL=41 as written, its kernels rebuilt first:
+# prebuild.py --tokens-bench --variants b1-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1
+# --max-seq-len 1024; --variants b1-atomic --variant-max-seq 1024: every cubin changed with
+# TRACE_STAMPS, the default kernel's SASS did not).
 #
 # Thirty-fourth session: CALL=37 ran on an H100 (asked for an H200): held_early (its pick before the
 # walk's call) paid on every filtered step and is the default; gather_once off measured within the
