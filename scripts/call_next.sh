@@ -10,7 +10,9 @@
 # time), then the default over greedy on an H200 (CALL=41 as written, its kernels rebuilt first:
 # prebuild.py --tokens-bench --variants b1-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1
 # --max-seq-len 1024; --variants b1-atomic --variant-max-seq 1024: every cubin changed with
-# TRACE_STAMPS, the default kernel's SASS did not).
+# TRACE_STAMPS, the default kernel's SASS did not). Lead: held_early's marks (CALL=38, top-k 50)
+# gain 1.2-1.3 us up to the slots' scores, then lose it in the draw (the winner 1.8 us after the
+# scores, 0.8 without it; the end 1.55 after the winner, 1.0 without): not understood.
 #
 # Thirty-fourth session: CALL=37 ran on an H100 (asked for an H200): held_early (its pick before the
 # walk's call) paid on every filtered step and is the default; gather_once off measured within the
