@@ -226,16 +226,19 @@ peer_b1_if_time() {
   [ "$left" -gt 130 ] && MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=40 MKC_AB_MAXSEQ=1024 MKC_AB="128@b1-atomic" \
     OUT=$OUT bash scripts/gpu_final.sh
 }
-# the marks of a top-k 50 and a top-k 50 + top-p 0.9 step of .builds/llama-b1 under the default and
-# each CodegenOptions spec given, each where more than 70 of the call's CALL_S seconds are left
+# marks NAME "ARGS" SPEC...: scripts/trace_marks.py .builds/llama-b1 ARGS under the default and each
+# CodegenOptions spec, to $OUT/marks-NAME.log, where more than 70 of the call's CALL_S seconds are left
+marks() {
+  local name="$1" args="$2" left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  shift 2
+  [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 $args \
+    --specs '{}' "$@" > "$OUT/marks-$name.log" 2>&1
+  echo "marks $name rc=$?"; grep -v "^\[" "$OUT/marks-$name.log" | tail -n 12
+}
+# the marks of a top-k 50 and a top-k 50 + top-p 0.9 step under the default and each spec given
 marks_topk_topkp() {
-  local run left
-  for run in "topk:--top-k 50" "topkp:--top-k 50 --top-p 0.9"; do
-    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-    [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 ${run#*:} \
-      --specs '{}' "$@" > "$OUT/marks-${run%%:*}.log" 2>&1
-    echo "marks ${run%%:*} rc=$?"; grep -v "^\[" "$OUT/marks-${run%%:*}.log" | tail -n 12
-  done
+  marks topk "--top-k 50" "$@"
+  marks topkp "--top-k 50 --top-p 0.9" "$@"
 }
 # `mkc bench llama-3.2-1b --batch 1` where more than 70 of the call's CALL_S seconds are left since T0
 bench_b1_if_time() {
@@ -588,8 +591,7 @@ if [ "${CALL:-1}" = 44 ]; then
   # a slot). Kernels: MKC_TRACE_SPECS="$Q" prebuild.py --build-dirs .builds/llama-b1 --trace.
   T0=$(date +%s)
   Q='{"rank_quad": true}'
-  timeout 80 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 50 --steps 12 --specs '{}' "$Q" > "$OUT/marks-topk.log" 2>&1
-  echo "marks topk rc=$?"; grep -v "^\[" "$OUT/marks-topk.log" | tail -n 8
+  marks topk "--top-k 50 --steps 12" "$Q"
   pack_out
   exit 0
 fi
@@ -644,10 +646,7 @@ if [ "${CALL:-1}" = 40 ]; then
   tokens_ab 120 "$N"
   tokens_paired 150
   tokens_tests 120
-  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-  [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 50 --top-p 0.9 \
-    --specs '{}' "$N" > "$OUT/marks-topkp.log" 2>&1
-  echo "marks topkp rc=$?"; grep -v "^\[" "$OUT/marks-topkp.log" | tail -n 8
+  marks topkp "--top-k 50 --top-p 0.9" "$N"
   peer_b1_if_time
   bench_b1_if_time
   pack_out
@@ -670,12 +669,7 @@ if [ "${CALL:-1}" = 39 ]; then
   WP='{"walk_r": 4, "p_direct": true}'
   tokens_ab 240 "$W4" "$W2" "$P"
   MKC_TEST_OPTIONS="$WP" tokens_tests 120
-  for tp in 0.5 0.9; do
-    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-    [ "$left" -gt 70 ] && timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p $tp \
-      --specs '{}' "$W4" > "$OUT/marks-topp$tp.log" 2>&1
-    echo "marks top-p $tp rc=$?"; grep -v "^\[" "$OUT/marks-topp$tp.log" | tail -n 8
-  done
+  for tp in 0.5 0.9; do marks "topp$tp" "--top-k 0 --top-p $tp" "$W4"; done
   peer_b1_if_time
   pack_out
   exit 0
@@ -697,8 +691,7 @@ if [ "${CALL:-1}" = 38 ]; then
   tokens_ab 150 "$N"
   tokens_paired 150
   tokens_tests 120
-  timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --top-k 0 --top-p 0.5 --specs '{}' "$N" > "$OUT/marks-topp.log" 2>&1
-  echo "marks top-p 0.5 rc=$?"; grep -v "^\[" "$OUT/marks-topp.log" | tail -n 8
+  marks topp "--top-k 0 --top-p 0.5" "$N"
   marks_topk_topkp "$N"
   peer_b1_if_time
   bench_b1_if_time

@@ -586,6 +586,8 @@ __device__ __forceinline__ void cand_write(const Ctx& c, int b, int* o, const un
 // RANK_QUAD (CodegenOptions.rank_quad): every slot's rank counted by four threads, each over a
 // quarter of the kept keys (j = q, q + 4, ...), summed by two shuffles: the same ranks as
 // cand_write's, a quarter of its loop, on all of a block's threads instead of LM_CAND of them.
+// (Its writes repeat cand_write's: the two shared through a helper moved one compare in the default
+// kernel's SASS. Once measured, one of the two goes.)
 static_assert(4 * LM_CAND % WARP == 0, "RANK_QUAD: whole warps");
 __device__ __forceinline__ void cand_write_quad(const Ctx& c, int b, int* o, const unsigned* ckey, const int* cidx, int used,
                                                 int n, bool hist = false) {
