@@ -254,9 +254,10 @@ def run_cli(a) -> int:
         print(f"  trace of the first {summary['steps']} step(s): {summary['trace']} (ui.perfetto.dev), "
               f"{summary['png']}")
         print("  " + format_summary(summary).replace("\n", "\n  "))
-        from mkc.trace import format_marks, mark_summary
+        from mkc.trace import chain_summary, format_chain, format_marks, mark_summary
 
         print("  " + format_marks(mark_summary(mk.tg, measured, mk.trace_marks())).replace("\n", "\n  "))
+        print("  " + format_chain(chain_summary(mk.tg, measured)).replace("\n", "\n  "))
         # measured task times back into the cost model: a calibration file for the next compile
         report = json.loads((bdir / "report.json").read_text()) if (bdir / "report.json").exists() else {}
         base = report.get("schedule", {}).get("kind_scale") or {}

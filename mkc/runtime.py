@@ -58,7 +58,7 @@ from mkc.taskgraph.ir import TASK_KINDS, TaskGraph
 
 DEFAULT_SPIN_LIMIT = 1 << 24  # polls (with up to 256 ns sleep each) before a wait gives up: ~5-10 s
 TRACE_STEPS = 8  # CodegenOptions(trace=True): the first steps of each launch that are stamped
-TRACE_STAMPS = 12  # stamps per task: wait start, start, end and 9 marks inside it (kernel.j2's TRACE_STAMPS)
+TRACE_STAMPS = 13  # stamps per task: wait start, start, end and 10 marks inside it (kernel.j2's TRACE_STAMPS)
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,13 @@ MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT, STAGING), "oproj": GEMV_MARKS +
                     "held: top-p's threshold")}
 
 
+# marks every kind sets (sync.cuh), by index: 8 in signal_task once the block's barrier has passed
+# (the end stamp follows the release add, so the end less it is the release's fence); 9 (atomic
+# counters) in wait_task when thread 0's poll saw its count, before the acquire fence and the
+# barrier (so it lies before the start: the start less it is their time)
+COMMON_MARKS = {8: "signal: barrier passed", 9: "count seen (thread 0)"}
+
+
 def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dict:
     """Per kind, the mean time (us) from a task's start (its waits satisfied) to each of its marks
     and to its end (signalled), over the tasks of ``step`` (the last recorded by default) that set
@@ -116,8 +123,8 @@ def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dic
         if not ids:
             continue
         row = {}
-        for k, name in enumerate(names[: marks.shape[2]]):
-            if name is None:
+        for k, name in [*enumerate(names), *COMMON_MARKS.items()]:
+            if name is None or k >= marks.shape[2]:
                 continue
             d = marks[step, ids, k] - st[step, ids]
             if np.isfinite(d).any():
@@ -126,6 +133,64 @@ def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dic
             row["end"] = float(np.nanmean(en[step, ids] - st[step, ids]))
             out[kind] = row
     return out
+
+
+def chain_summary(tg: TaskGraph, measured, step: int | None = None) -> dict:
+    """Where a decoder layer's period goes (issue #13: the chain of phases on which HBM idles).
+
+    A phase is the tasks of one kind in one layer. Per phase, mean over the layers that have a
+    layer before them in ``step`` (default the last recorded): ``hop_first`` / ``hop_last``, from
+    the previous phase's last end (the previous layer's last phase for a layer's first) to this
+    phase's first / last start (its wait satisfied); ``last_busy``, its last start to its last end;
+    ``adds``, its last end less the previous phase's last end: what the phase adds to the chain.
+    The phases' ``adds`` sum to ``layer_us``, the mean time from one layer's last end to the next's.
+    ``busy_mean``: the mean start-to-end of its tasks."""
+    ws, st, en = _as_steps(measured, len(tg.tasks))
+    step = st.shape[0] - 1 if step is None else step
+    layers = sorted({t.layer for t in tg.tasks if t.layer >= 0})
+    order: list[str] = []
+    for t in tg.tasks:
+        if t.layer >= 0 and t.kind not in order:
+            order.append(t.kind)
+    ids = {}
+    for t in tg.tasks:
+        if t.layer >= 0:
+            ids.setdefault((t.layer, t.kind), []).append(t.id)
+    rows: dict[str, dict[str, list[float]]] = {k: {} for k in order}
+    layer_us: list[float] = []
+    prev_end = None
+    for lay in layers:
+        start_end = prev_end
+        for kind in order:
+            if (lay, kind) not in ids:
+                continue
+            i = ids[(lay, kind)]
+            s, e = st[step, i], en[step, i]
+            if not (np.isfinite(s).all() and np.isfinite(e).all()):
+                prev_end = None
+                continue
+            if prev_end is not None:
+                r = rows[kind]
+                for name, v in (("hop_first", s.min() - prev_end), ("hop_last", s.max() - prev_end),
+                                ("last_busy", e.max() - s.max()), ("adds", e.max() - prev_end),
+                                ("busy_mean", float(np.mean(e - s)))):
+                    r.setdefault(name, []).append(float(v))
+            prev_end = float(e.max())
+        if start_end is not None and prev_end is not None:
+            layer_us.append(prev_end - start_end)
+    out = {kind: {name: float(np.mean(v)) for name, v in r.items()} for kind, r in rows.items() if r}
+    return dict(step=step, layers=len(layer_us), layer_us=float(np.mean(layer_us)) if layer_us else float("nan"),
+                phases=out)
+
+
+def format_chain(c: dict) -> str:
+    lines = [f"a layer's chain (step {c['step']}, mean over {c['layers']} layers): {c['layer_us']:.2f} us from one "
+             "layer's last end to the next's; per phase, us: hop to its first / last start, its last task's busy "
+             "time, what it adds to the chain, its tasks' mean busy time"]
+    for kind, r in c["phases"].items():
+        lines.append(f"  {kind:8s} hop {r['hop_first']:.2f} / {r['hop_last']:.2f}, last busy {r['last_busy']:.2f}, "
+                     f"adds {r['adds']:.2f}, mean busy {r['busy_mean']:.2f}")
+    return "\n".join(lines)
 
 
 def format_marks(m: dict) -> str:

@@ -251,6 +251,26 @@ bench_b1_if_time() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 45 ]; then
+  # thirty-fifth session (#13 first, then #16): the layers' chain of a greedy b1 step traced
+  # (trace_marks.py --greedy: what each phase adds to a layer, mkc.trace.chain_summary), the ring's
+  # depth (11 pages, the default, against 10 and 8, alternated: what one more page might give),
+  # the peer and batch 1; CALL=44's marks (rank_quad); the default over greedy, paired (#16's 3 %
+  # where this is an H200); `mkc bench` at batch 1 if the call has time. Kernels:
+  # MKC_TRACE_SPECS='{"rank_quad": true}' prebuild.py --build-dirs .builds/llama-b1 --trace;
+  # --tokens-bench --variants b1-atomic,b1-atomic-pages10,b1-atomic-pages8 --variant-max-seq 1024;
+  # --bench llama-3.2-1b:1 --max-seq-len 1024.
+  T0=$(date +%s)
+  timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --greedy --steps 12 --specs '{}' > "$OUT/chain.log" 2>&1
+  echo "chain rc=$?"; grep -v "^\[" "$OUT/chain.log" | tail -n 16
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=120 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-atomic-pages10,b1-atomic-pages8,b1-atomic,b1-atomic-pages10" OUT=$OUT bash scripts/gpu_final.sh
+  tokens_paired 150
+  marks topk "--top-k 50 --steps 12" '{"rank_quad": true}'
+  bench_b1_if_time
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 1 ]; then
   MKC_TEST_S=330 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
   timeout 100 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --ab-options "$AB" \

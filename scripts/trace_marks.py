@@ -6,6 +6,9 @@ directly where a paired bench cannot resolve it (a bench's spread is ~0.4 % of a
     python scripts/trace_marks.py .builds/llama-b1 --specs '{}' '{"kth_exit": true}' \
         [--top-k 50] [--top-p 1.0] [--steps 24]
 
+With --greedy (issue #13) it traces greedy steps instead, prints the layers' marks too and what each
+phase of a layer adds to the chain on which HBM idles (mkc.trace.chain_summary).
+
 The kernels (CodegenOptions(trace=True, **spec)) come from the compile cache: prebuild.py
 --build-dirs DIR --trace with MKC_TRACE_SPECS set to the same specs, ';'-separated.
 """
@@ -22,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 KINDS = ("argmax", "lmhead")
+LAYER_KINDS = ("qkv", "attn", "oproj", "gateup", "down")
 
 
 def main() -> int:
@@ -32,7 +36,7 @@ def main() -> int:
     from mkc.generation import generate_rows
     from mkc.runtime import Megakernel
     from mkc.sampling import Sampling
-    from mkc.trace import mark_summary, summarize
+    from mkc.trace import chain_summary, format_chain, mark_summary, summarize
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("build_dir", help="an `mkc compile` directory of one batch size (its b1/ is taken)")
@@ -40,6 +44,7 @@ def main() -> int:
     ap.add_argument("--top-k", type=int, default=50)
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--greedy", action="store_true", help="greedy steps (the greedy kernel); the layers' chain")
     a = ap.parse_args()
     subs = sorted(Path(a.build_dir).glob("b*/tasks.json"))
     manifest = Path(a.build_dir) / "manifest.json"
@@ -48,11 +53,13 @@ def main() -> int:
     bdir, model = subs[0].parent, json.loads(manifest.read_text())["model"]
     weights = load_weights(model, torch.bfloat16, device="cuda", notify=lambda m: None)
     smp = Sampling(temperature=1.0, top_k=a.top_k, top_p=a.top_p, seed=1)
-    print(f"{bdir}: top-k {a.top_k}, top-p {a.top_p}; mean us after each task's waits end, traced steps 1..")
+    what = "greedy" if a.greedy else f"top-k {a.top_k}, top-p {a.top_p}"
+    print(f"{bdir}: {what}; mean us after each task's waits end, traced steps 1..")
     for spec in a.specs:
         mk = Megakernel.from_build_dir(bdir, weights, options=CodegenOptions(trace=True, **json.loads(spec)))
-        mk.prepare_sampling(filtered=True)
-        generate_rows(mk, [[1]], a.steps, sampling=smp)
+        if not a.greedy:
+            mk.prepare_sampling(filtered=True)
+        generate_rows(mk, [[1]], a.steps, sampling=None if a.greedy else smp)
         measured, marks = mk.trace(), mk.trace_marks()
         steps = np.asarray(marks).shape[0]
         rows = [mark_summary(mk.tg, measured, marks, step=s) for s in range(1, steps)]
@@ -62,10 +69,12 @@ def main() -> int:
         # waiting on the next step; the period is what a step adds)
         print(f"  {spec}: traced step period {np.mean(period):.1f} us, span {np.mean(step_us):.1f} us "
               f"(steps 1-{steps - 1})")
-        for kind in KINDS:
+        for kind in (KINDS + LAYER_KINDS if a.greedy else KINDS):
             names = [n for n in rows[0].get(kind, {})]
             vals = {n: np.mean([r[kind][n] for r in rows if n in r.get(kind, {})]) for n in names}
             print(f"    {kind:7s} " + ", ".join(f"{n} {v:.2f}" for n, v in vals.items()))
+        if a.greedy:  # (issue #13) what each phase adds to a layer, the last traced step
+            print("    " + format_chain(chain_summary(mk.tg, measured)).replace("\n", "\n    "))
         del mk
         torch.cuda.empty_cache()
     return 0

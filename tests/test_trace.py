@@ -48,12 +48,14 @@ def test_tensor_core_trace_adds_up_the_input_stagings():
     body = on[on.index("gemv_task_mma_pipe("):]
     body = body[: body.index("\n}\n")]
     assert body.count("trace_now(c);") == 2 and body.count("trace_stage_end(c, t0);") == 2
-    assert f"constexpr int TRACE_STAMPS = {TRACE_STAMPS};" in on and TRACE_STAMPS == 12
+    assert f"constexpr int TRACE_STAMPS = {TRACE_STAMPS};" in on and TRACE_STAMPS == 13
     assert "c.trace_rec[8] = " in on
     # every kind's marks fit the record (mkc.trace.MARKS names them)
-    from mkc.trace import MARKS
+    from mkc.trace import COMMON_MARKS, MARKS
 
-    assert max(len(m) for m in MARKS.values()) <= TRACE_STAMPS - 3
+    assert max(len(m) for m in MARKS.values()) <= min(COMMON_MARKS) and max(COMMON_MARKS) < TRACE_STAMPS - 3
+    # the marks every kind sets: the signal's barrier passed, thread 0's count seen (sync.cuh)
+    assert on.count("c.trace_rec[3 + 8] = ") == 1 and on.count("c.trace_rec[3 + 9] = ") == 1
 
 
 def test_trace_on_amd_renders_without_vendor_words():
@@ -438,3 +440,45 @@ def test_refinement_gives_each_piped_kind_the_traced_phase_span():
         assert got.kind_scale[k] == pytest.approx(true.kind_scale[k], rel=0.05), k
     again = pipelined_timeline(tg, sched.queues, get_target("h200"), CostModel(pipe=got), steps=3)
     assert again.period_us()[-1] == pytest.approx(t.period_us()[-1], rel=0.01)
+
+
+def test_chain_summary_adds_up_to_the_layer():
+    """Each phase's `adds` is its last end less the previous phase's; they sum to the layer's period,
+    and the hops are measured from the previous phase's last end."""
+    from mkc.trace import chain_summary, format_chain
+
+    tg = taskgraph("tiny-llama", 1, 64)
+    n = len(tg.tasks)
+    order = []
+    for t in tg.tasks:
+        if t.layer >= 0 and t.kind not in order:
+            order.append(t.kind)
+    # phases laid end to end: phase p of layer l starts 1 us after the previous one's last end
+    # (its tasks released over 0.5 us) and each task runs 2 us, the last one 3
+    st, en = np.full(n, np.nan), np.full(n, np.nan)
+    for t in tg.tasks:
+        if t.layer < 0:
+            st[t.id], en[t.id] = 0.0, 1.0
+    clock = 1.0
+    for lay in sorted({t.layer for t in tg.tasks if t.layer >= 0}):
+        for kind in order:
+            ids = [t.id for t in tg.tasks if t.layer == lay and t.kind == kind]
+            if not ids:
+                continue
+            s = clock + 1.0 + np.linspace(0, 0.5, len(ids))
+            e = s + 2.0
+            e[-1] += 1.0
+            st[ids], en[ids] = s, e
+            clock = float(e.max())
+    c = chain_summary(tg, (st - 0.1, st, en))
+    layers = len({t.layer for t in tg.tasks if t.layer >= 0})
+    assert c["layers"] == layers - 1
+    assert set(c["phases"]) == set(order)
+    for kind, r in c["phases"].items():
+        many = sum(1 for t in tg.tasks if t.layer == 0 and t.kind == kind) > 1
+        assert r["hop_first"] == pytest.approx(1.0)
+        assert r["hop_last"] == pytest.approx(1.5 if many else 1.0)
+        assert r["last_busy"] == pytest.approx(3.0)
+        assert r["adds"] == pytest.approx(r["hop_last"] + 3.0)
+    assert c["layer_us"] == pytest.approx(sum(r["adds"] for r in c["phases"].values()))
+    assert "a layer's chain" in format_chain(c)

@@ -288,6 +288,9 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort, PollSkip* s
         const unsigned want = (unsigned)thr * (unsigned)(c.step + 1);
         ok = spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev, want) && ok;
       }
+      if constexpr (TRACE) {  // trace mark 9: thread 0's poll saw its count (before the fence and barrier)
+        if (tid == 0 && c.trace_rec != nullptr) c.trace_rec[3 + 9] = mk_globaltimer();
+      }
     }
     if (loop_wait && tid == NT - 1) {
       // this step's token is the previous step's argmax (the in-kernel decode loop)
@@ -320,6 +323,9 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort, PollSkip* s
 __device__ void signal_task(const Ctx& c, const Task& t) {
   mk_barrier();
   const int tid = mk_tid();
+  if constexpr (TRACE) {  // trace mark 8: the block's barrier passed (the end stamp: after the release add)
+    if (tid == 0 && c.trace_rec != nullptr) c.trace_rec[3 + 8] = mk_globaltimer();
+  }
   if constexpr (!NAN_MODE) {
     if (tid < t.n_sig) {
       const int ev = t.sig_ev >= 0 ? t.sig_ev : mk_ld_table(c.tab + mk_ld_table(c.tab + HDR_SIGS) + t.sig_off + tid);
