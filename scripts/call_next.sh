@@ -251,6 +251,56 @@ bench_b1_if_time() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 48 ]; then
+  # thirty-fifth session (#13), after CALL=47 (an H100): at most 3 bulk copies in flight at batch 1
+  # (pipe_inflight 3) made b1 4.4 % faster (0.9872 -> 0.9435, 0.9892 -> 0.9446 ms/token), 6: 2.4 %;
+  # the stream alone saturates HBM from ~3 pages in flight a SM (2.32 / 3.03 / 3.23 / 3.20 TB/s at
+  # 1 / 2 / 4 / 11), while the release's fence waits for all of them. Caps 2, 3, 4 at b1 twice,
+  # nan b1 and b1 over positions 0..1023 with 3, qwen3-8b b1 with 3 and 4; the peer. Kernels:
+  # prebuild.py --variants b1-atomic,b1-atomic-if2,b1-atomic-if3,b1-atomic-if4,b1-nan,b1-nan-if3,
+  # q8-b1-atomic,q8-b1-atomic-if3,q8-b1-atomic-if4 --variant-max-seq 1024.
+  T0=$(date +%s)
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-atomic-if2,b1-atomic-if3,b1-atomic-if4,b1-atomic,b1-atomic-if2,b1-atomic-if3,b1-atomic-if4;128@b1-nan,b1-nan-if3,b1-nan,b1-nan-if3;1024@b1-atomic,b1-atomic-if3;128@q8-b1-atomic,q8-b1-atomic-if3,q8-b1-atomic-if4,q8-b1-atomic" \
+    OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 47 ]; then
+  # thirty-fifth session (#13), after CALL=46 (an H100): the release's fence (MEMBAR.ALL.GPU) waits
+  # for the SM's bulk copies in flight: 0.37 us alone, 3.3 us beside 4 pages in flight, 12.8 us
+  # beside 11. The stream's rate against the pages in flight (1, 2, 4, 11: where HBM saturates), a
+  # bulk store + wait + relaxed add (the peer's signal); then b1 with at most 3 or 6 copies in
+  # flight (pipe_inflight: +10 % in the nineteenth session, not understood) alternated with the
+  # default, and the greedy chain of the default and of pipe_inflight 3 traced (its signals).
+  # Kernels: MKC_TRACE_SPECS='{"pipe_inflight": 3}' prebuild.py --build-dirs .builds/llama-b1
+  # --trace; --variants b1-atomic,b1-atomic-if3,b1-atomic-if6 --variant-max-seq 1024.
+  T0=$(date +%s)
+  timeout 150 python3 scripts/bench_fence.py > "$OUT/fence.log" 2>&1
+  echo "fence rc=$?"; grep "^|" "$OUT/fence.log"
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=120 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-atomic-if3,b1-atomic-if6,b1-atomic,b1-atomic-if3" OUT=$OUT bash scripts/gpu_final.sh
+  timeout 90 python3 scripts/trace_marks.py .builds/llama-b1 --greedy --steps 12 --specs '{}' '{"pipe_inflight": 3}' > "$OUT/chain.log" 2>&1
+  echo "chain rc=$?"; grep -v "^\[" "$OUT/chain.log" | tail -n 30
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 46 ]; then
+  # thirty-fifth session (#13), after CALL=45 (an H100): every GEMV task of a traced greedy b1 step
+  # ends 1.7-3.4 us after its epilogues, and a phase's last task starts ~1 us after its first.
+  # The signal and the poll alone (scripts/bench_fence.py: the release add beside 0, 4 and 11
+  # pages in flight; 131 SMs polling one counter, or replicas of it), then the greedy chain again
+  # with marks 8 (the signal's barrier passed) and 9 (thread 0's count seen). Kernels:
+  # prebuild.py --build-dirs .builds/llama-b1 --trace (TRACE_STAMPS 13); bench_fence builds on the
+  # device if its cubin is not in the cache (~5 s).
+  T0=$(date +%s)
+  timeout 120 python3 scripts/bench_fence.py > "$OUT/fence.log" 2>&1
+  echo "fence rc=$?"; grep "^|" "$OUT/fence.log"
+  timeout 60 python3 scripts/trace_marks.py .builds/llama-b1 --greedy --steps 12 --specs '{}' > "$OUT/chain.log" 2>&1
+  echo "chain rc=$?"; grep -v "^\[" "$OUT/chain.log" | tail -n 16
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 45 ]; then
   # thirty-fifth session (#13 first, then #16): the layers' chain of a greedy b1 step traced
   # (trace_marks.py --greedy: what each phase adds to a layer, mkc.trace.chain_summary), the ring's

@@ -289,7 +289,7 @@ VARIANTS.update({f"{v}-ks{tag}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ksp
 VARIANTS.update({f"{v}-if{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_inflight": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-noks", "q8-b1-atomic-noks", "b1-atomic-trace",
                            "q8-b1-atomic-trace", "b8-atomic", "q8-b8-atomic")
-                 for n in (0, 3, 4, 6, 8)})
+                 for n in (0, 2, 3, 4, 6, 8)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

@@ -689,11 +689,11 @@ def test_pipe_ksplit_by_kind_and_copies_in_flight():
     """CodegenOptions.pipe_ksplit (batch 1): the chain's kinds (qkv, o-proj, down) split the pages'
     columns by default, each kind picks its consumers and its staged input's layout from its bit
     (kinds.cuh KS_BIT), and the plan has room for their partials; a plan saved without that room
-    keeps a row per warp. pipe_inflight: 3 copies at most on the tensor-core path by default, no cap
-    at batch 1, and a cap as large as the ring is none."""
+    keeps a row per warp. pipe_inflight: 3 copies at most by default, on both paths, and a cap as
+    large as the ring is none."""
     from dataclasses import replace
 
-    from mkc.codegen.render import KSPLIT_BITS, KSPLIT_CHAIN, PIPE_MMA_INFLIGHT
+    from mkc.codegen.render import KSPLIT_BITS, KSPLIT_CHAIN, PIPE_INFLIGHT
     from mkc.errors import ScheduleError
     from mkc.taskgraph.plan import PIPE_KS_FLUSH, PIPE_ROWS
 
@@ -701,7 +701,8 @@ def test_pipe_ksplit_by_kind_and_copies_in_flight():
     sched = rr_schedule(tg, "h200", "atomic")
     src, cfg, _ = generate(tg, sched, "h200", CodegenOptions(sampler=False))
     assert KSPLIT_CHAIN == KSPLIT_BITS["qkv"] | KSPLIT_BITS["oproj"] | KSPLIT_BITS["down"] == 11
-    assert (cfg.const("PIPE_KSPLIT"), cfg.const("XS_PLANES"), cfg.const("PIPE_INFLIGHT")) == (11, 1, 0)
+    assert (cfg.const("PIPE_KSPLIT"), cfg.const("XS_PLANES"), cfg.const("PIPE_INFLIGHT")) == (11, 1, PIPE_INFLIGHT)
+    assert PIPE_INFLIGHT == 3
     assert "constexpr bool KS = (PIPE_KSPLIT & Kind::KS_BIT) != 0, PL = XS_PLANES && !KS;" in src
     assert "static constexpr int KS_BIT = LD == I ? 8 : 2;" in src  # down, else o-proj
     part = next(n for name, _, n in tg.plan.regions if name == "OFF_PART")
@@ -720,7 +721,7 @@ def test_pipe_ksplit_by_kind_and_copies_in_flight():
     tg8 = taskgraph("llama-3.2-1b", 8, 64)
     s8 = rr_schedule(tg8, "h200", "atomic")
     cfg8 = generate(tg8, s8, "h200", CodegenOptions(sampler=False))[1]
-    assert (cfg8.const("PIPE_INFLIGHT"), cfg8.const("PIPE_KSPLIT")) == (PIPE_MMA_INFLIGHT, 0)
+    assert (cfg8.const("PIPE_INFLIGHT"), cfg8.const("PIPE_KSPLIT")) == (PIPE_INFLIGHT, 0)
     assert generate(tg8, s8, "h200", CodegenOptions(sampler=False, pipe_inflight=0))[1].const("PIPE_INFLIGHT") == 0
     ring = tg8.plan.pipe_slots
     assert generate(tg8, s8, "h200", CodegenOptions(sampler=False, pipe_inflight=ring))[1].const("PIPE_INFLIGHT") == 0

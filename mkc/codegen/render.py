@@ -55,8 +55,12 @@ CAND_WARP_ROWS = 4
 KSPLIT_BITS = {"qkv": 1, "oproj": 2, "gateup": 4, "down": 8, "lmhead": 16}
 KSPLIT_ALL = sum(KSPLIT_BITS.values())
 KSPLIT_CHAIN = KSPLIT_BITS["qkv"] | KSPLIT_BITS["oproj"] | KSPLIT_BITS["down"]
-# CodegenOptions.pipe_inflight's default on the tensor-core path
-PIPE_MMA_INFLIGHT = 3
+# CodegenOptions.pipe_inflight's default, both paths: bulk copies in flight a block. Each task's
+# signal is a release whose fence (MEMBAR.ALL.GPU) waits for every copy the SM has in flight
+# (scripts/bench_fence.py, H100: 0.37 us alone, 1.2 / 3.2 / 12.7 us beside 2 / 4 / 11 pages in
+# flight), while ~3 pages in flight a block already saturate HBM (2.32 / 3.03 / 3.23 / 3.20 TB/s at
+# 1 / 2 / 4 / 11); BENCHMARKS.md, thirty-fifth session
+PIPE_INFLIGHT = 3
 
 
 @dataclass(frozen=True)
@@ -156,9 +160,11 @@ class CodegenOptions:
     pipe_ksplit: int = KSPLIT_CHAIN
     # at most this many of the pipeline's bulk copies in flight (issued, not landed; 0: as many as
     # the ring has free pages): the ring still fills while the consumers wait on an event, but
-    # while they stream, fewer bytes queue at HBM. None: PIPE_MMA_INFLIGHT on the tensor-core path
-    # (H200, llama-3.2-1b b8, two calls: 1.0050 -> 0.9839 and 1.0033 -> 0.9834 ms/token with 3 of
-    # its 5 pages), none at batch 1 (4, 6 or 8 of 11 pages: +10 %)
+    # while they stream, fewer bytes queue at HBM, and a task's signal (its release fence waits for
+    # the SM's copies in flight) comes sooner. None: PIPE_INFLIGHT (H200, llama-3.2-1b b8, two
+    # calls: 1.0050 -> 0.9839 and 1.0033 -> 0.9834 ms/token with 3 of its 5 pages; H100, b1, two
+    # rounds: 0.9868 / 0.9900 -> 0.9414 / 0.9480 with 3 of 11, 2 and 4 in between, nan b1 -2.2 %,
+    # qwen3-8b b1 +0.0 %; the nineteenth session's +10 % at b1 was before the producer warpgroup)
     pipe_inflight: int | None = None
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
@@ -560,7 +566,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     part_bytes = next((n for name, _, n in plan.regions if name == "OFF_PART"), 0)
     ksplit = (ks_mask and plan.pipe_slots > 0 and not mma
               and part_bytes >= 4 * 2 * PIPE_KS_FLUSH * plan.pipe_rows * (NT // WARP))
-    inflight = o.pipe_inflight if o.pipe_inflight is not None else (PIPE_MMA_INFLIGHT if mma else 0)
+    inflight = o.pipe_inflight if o.pipe_inflight is not None else PIPE_INFLIGHT
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
                        LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
                                      and comb_loads <= COMB_EARLY_MAX),

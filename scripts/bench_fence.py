@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""What a task's signal costs, alone and beside the weight pipeline's copies in flight (issue #13).
+
+    python3 scripts/bench_fence.py [--reps 400] [--gap-ns 3000] [--compile-only DIR]
+
+Why (BENCHMARKS.md, thirty-fifth session): in a traced llama-3.2-1b batch-1 step every GEMV task
+ends 1.7-3.4 us after its epilogues, on each of a layer's five phases, where the signal is a block
+barrier and one ``red.release.gpu`` (SASS: MEMBAR.ALL.CTA, MEMBAR.ALL.GPU, ERRBAR, then the add).
+Is that the release's fence waiting for the SM's other memory traffic (the producer's bulk copies,
+up to 11 pages of 16 KiB in flight) or something else?
+
+One block per SM on every SM, as the megakernel runs: 256 threads write a word each to global
+memory (an epilogue's stores), a block barrier, then thread 0 times one signal with clock64:
+``release``: red.release.gpu (the megakernel's); ``fence``: fence.acq_rel.gpu alone; ``relaxed``:
+red.relaxed.gpu (no fence; not a valid signal, the floor); ``bulk store, wait, relaxed``: 256 bytes
+written by a bulk copy from shared memory, waited for (cp.async.bulk.wait_group 0: the write
+complete), then red.relaxed.gpu (the hand-written megakernel's signal). Beside them one more warp streams HBM
+into the plan's page slots the way the producer does (8 rows of 2 KiB a page, bulk copies on an
+mbarrier, evict-first), keeping N pages in flight (0: no stream). Between signals thread 0 spins
+``gap_ns`` (a task's length). Prints the median over SMs of each mode's mean and worst cycles, and
+the rate the stream reached over all SMs meanwhile (how many pages in flight saturate HBM).
+
+Then the hop (``mk_bench_poll``): one block adds to a counter, every other SM polls it as a task's
+wait does; how long after the add the first, the median and the last poller see it, with the
+megakernel's backoff, without sleeping, with 32 ns sleeps at most, and with the counter in 8 or 32
+replicas (each poller on its own, the adder adding to all): is the last consumer's ~1 us (trace)
+the hot spot of 128 SMs polling one word?
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+WRAPPER = r"""
+__device__ __forceinline__ void bench_red_relaxed(unsigned* p) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" :: "l"(p) : "memory");
+}
+__device__ __forceinline__ void bench_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// 256 bytes of shared memory to global by the bulk-copy engine, then wait until the write is complete
+__device__ __forceinline__ void bench_bulk_store_wait(void* dst, const void* src) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 256;" :: "l"(dst), "r"(mk_smem_addr(src)) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
+mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode, int inflight, long long gap_ns,
+               float* outs, unsigned* counters, long long* cyc_sum, long long* cyc_max, long long* pages_ns) {
+  static_assert(PIPE_SLOTS >= 2, "page slots to stream into");
+  // (no static shared memory: the plan's is all there is; the first slot's empty mbarrier word,
+  // unused here, holds the done flag)
+  volatile int& s_done = *reinterpret_cast<volatile int*>(pipe_empty(0));
+  const int tid = mk_tid();
+  if (tid == 0) {
+    s_done = 0;
+    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), 1u);
+    mk_mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid >= NT) {  // the streaming warp: page n into slot n % PIPE_SLOTS, `inflight` pages in flight
+    if (tid >= NT + WARP || inflight <= 0) return;
+    const unsigned long long policy = mk_policy_stream();
+    constexpr long long row_bytes = PIPE_COLS * 2;
+    long long pg = blockIdx.x;
+    unsigned n = 0;
+    for (;; ++n, pg += gridDim.x) {
+      if (n >= (unsigned)inflight) {
+        const unsigned m = n - inflight;
+        while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
+      }
+      if (s_done) break;
+      if (pg >= hbm_pages) pg -= hbm_pages;
+      const int slot = (int)(n % PIPE_SLOTS);
+      if (lane_id() == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(PIPE_ROWS * row_bytes));
+      mk_syncwarp();
+      if (lane_id() < PIPE_ROWS)
+        mk_bulk_copy(pipe_page(slot) + lane_id() * PIPE_LD * 2, hbm + (pg * PIPE_ROWS + lane_id()) * row_bytes,
+                     (unsigned)row_bytes, pipe_full(slot), policy);
+    }
+    for (unsigned m = n > (unsigned)inflight ? n - inflight : 0u; m < n; ++m)  // drain: every copy lands
+      while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
+    if (lane_id() == 0) pages_ns[2 * blockIdx.x] = n;  // pages streamed while the signals ran
+    return;
+  }
+  const unsigned long long g_start = mk_globaltimer();
+  long long sum = 0, mx = 0;
+  unsigned* ctr = counters + blockIdx.x * 32;
+  for (int r = 0; r < reps; ++r) {
+    outs[(size_t)blockIdx.x * NT + tid] = (float)r;  // the epilogue's stores
+    mk_barrier();
+    if (tid == 0) {
+      const long long c0 = clock64();
+      if (mode == 0) mk_red_release_add(ctr, 1u);
+      else if (mode == 1) bench_fence_acq_rel();
+      else if (mode == 2) bench_red_relaxed(ctr);
+      else { bench_bulk_store_wait(outs + (size_t)blockIdx.x * NT, mk_smem + OFF_XS); bench_red_relaxed(ctr); }
+      const long long c1 = clock64();
+      if (r > 0) { sum += c1 - c0; mx = c1 - c0 > mx ? c1 - c0 : mx; }
+      const unsigned long long g = mk_globaltimer();
+      while (mk_globaltimer() - g < (unsigned long long)gap_ns) {}
+    }
+    mk_barrier();
+  }
+  if (tid == 0) {
+    cyc_sum[blockIdx.x] = sum; cyc_max[blockIdx.x] = mx;
+    pages_ns[2 * blockIdx.x + 1] = (long long)(mk_globaltimer() - g_start);
+    s_done = 1;
+  }
+}
+
+// The hop: block 0 adds 1 to the counters (red.release.gpu, `copies` replicas 256 bytes apart)
+// every gap_ns; every other block polls its replica (blockIdx % copies) as spin_geq does (relaxed
+// loads here, hot for `hot` polls, then sleeping 32 ns doubling to max_ns) until it sees the new
+// count, and stamps the global timer. seen[r * grid + b] - seen[r * grid] is how long after the add
+// block b saw it: their spread is what the last consumer of an event waits beyond the first.
+extern "C" __global__ void __launch_bounds__(NT, 1)
+mk_bench_poll(unsigned* counters, int reps, long long gap_ns, int copies, int hot, int max_ns, long long* seen) {
+  const int b = blockIdx.x;
+  if (threadIdx.x != 0) return;
+  for (int r = 0; r < reps; ++r) {
+    if (b == 0) {
+      const unsigned long long g = mk_globaltimer();
+      while (mk_globaltimer() - g < (unsigned long long)gap_ns) {}
+      const unsigned long long t = mk_globaltimer();
+      for (int k = 0; k < copies; ++k) mk_red_release_add(counters + 64 * k, 1u);
+      seen[(size_t)r * gridDim.x] = (long long)t;
+    } else {
+      const unsigned* p = counters + 64 * (b % copies);
+      unsigned ns = 32;
+      for (int it = 0; mk_ld_relaxed(p) < (unsigned)(r + 1); ++it)
+        if (it >= hot) { mk_sleep(ns); if (ns < (unsigned)max_ns) ns <<= 1; }
+      seen[(size_t)r * gridDim.x + b] = (long long)mk_globaltimer();
+    }
+  }
+}
+"""
+
+MODES = ("release", "fence", "relaxed", "bulk store, wait, relaxed")
+
+
+def config():
+    from codegen_fixtures import rr_schedule, taskgraph
+    from mkc.codegen.render import kernel_config
+    from mkc.target import get_target
+
+    t = get_target("h200")
+    tg = taskgraph("llama-3.2-1b", 1, 1024, t)
+    cfg = kernel_config(tg, rr_schedule(tg, t, "atomic"), t)
+    if dict(cfg.consts).get("PIPE_SLOTS", 0) < 2:
+        raise SystemExit("batch 1: no weight pipeline in its default plan")
+    return cfg, t
+
+
+def source() -> str:
+    from mkc.codegen import source as S
+    from mkc.codegen.render import config_header
+
+    cfg, t = config()
+    prologue = config_header(cfg, t).removeprefix("#pragma once\n")
+    return S.inline(prologue + '#include "mkc/pipe.cuh"\n\nusing namespace mk;\n' + WRAPPER)
+
+
+def build(out_dir=None):
+    from mkc.targets.nvidia.compiler import build_cubin
+
+    cfg, _ = config()
+    return build_cubin(source(), cfg.arch, out_dir=out_dir, verbose=True, name="bench_fence")
+
+
+def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11)) -> list[dict]:
+    import subprocess
+
+    import numpy as np
+    import torch
+
+    from mkc.targets.nvidia.driver import CudaDriver
+
+    cfg, t = config()
+    c = dict(cfg.consts)
+    res = build()
+    drv = CudaDriver()
+    kern = drv.load(res.cubin.read_bytes(), "mk_bench_fence", cfg.smem_bytes)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows, cols = c["PIPE_ROWS"], c["PIPE_COLS"]
+    pages = (2 << 30) // (rows * cols * 2)
+    hbm = torch.empty(pages * rows * cols * 2, dtype=torch.uint8, device="cuda")
+    outs = torch.zeros(sms * cfg.consumer_threads, dtype=torch.float32, device="cuda")
+    counters = torch.zeros(sms * 32, dtype=torch.int32, device="cuda")
+    csum = torch.zeros(sms, dtype=torch.int64, device="cuda")
+    cmax = torch.zeros(sms, dtype=torch.int64, device="cuda")
+    pns = torch.zeros(2 * sms, dtype=torch.int64, device="cuda")
+    out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True).stdout.split()
+    mhz = float(out[0]) if out else 1980.0
+    rows_out = []
+    for inflight in inflights:
+        if inflight > c["PIPE_SLOTS"]:
+            continue
+        for mode, name in enumerate(MODES):
+            args = [("ptr", hbm.data_ptr()), ("ptr", pages), ("i32", reps), ("i32", mode), ("i32", inflight),
+                    ("ptr", gap_ns), ("ptr", outs.data_ptr()), ("ptr", counters.data_ptr()), ("ptr", csum.data_ptr()),
+                    ("ptr", cmax.data_ptr()), ("ptr", pns.data_ptr())]
+            for _ in range(2):  # the first launch warms up
+                drv.launch(kern, sms, cfg.consumer_threads + 32, args)
+                drv.synchronize()
+            mean = csum.cpu().numpy().astype(float) / (reps - 1)
+            worst = cmax.cpu().numpy().astype(float)
+            pn = pns.cpu().numpy().astype(float).reshape(sms, 2)
+            tbps = pn[:, 0].sum() * rows * cols * 2 / np.median(pn[:, 1]) / 1e3 if inflight else 0.0
+            rows_out.append(dict(mode=name, inflight=inflight, cycles_mean=float(np.median(mean)),
+                                 cycles_worst=float(np.median(worst)), us_mean=float(np.median(mean)) / mhz,
+                                 us_worst=float(np.median(worst)) / mhz, mhz=mhz, tbps=float(tbps)))
+    return rows_out
+
+
+def run_poll(reps: int, gap_ns: int) -> list[dict]:
+    import numpy as np
+    import torch
+
+    from mkc.targets.nvidia.driver import CudaDriver
+
+    cfg, _ = config()
+    drv = CudaDriver()
+    kern = drv.load(build().cubin.read_bytes(), "mk_bench_poll", 0)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for copies, hot, max_ns in ((1, 64, 256), (1, 1 << 30, 256), (1, 64, 32), (8, 64, 256), (32, 64, 256)):
+        counters = torch.zeros(64 * 32, dtype=torch.int32, device="cuda")
+        seen = torch.zeros(reps * sms, dtype=torch.int64, device="cuda")
+        args = [("ptr", counters.data_ptr()), ("i32", reps), ("ptr", gap_ns), ("i32", copies), ("i32", hot),
+                ("i32", max_ns), ("ptr", seen.data_ptr())]
+        drv.launch(kern, sms, cfg.consumer_threads, args)
+        drv.synchronize()
+        s = seen.cpu().numpy().astype(float).reshape(reps, sms)[reps // 10:]
+        d = (s[:, 1:] - s[:, :1]) / 1e3  # us after the add, each polling block
+        rows.append(dict(copies=copies, hot=hot, max_ns=max_ns, first=float(np.median(d.min(1))),
+                         median=float(np.median(np.median(d, 1))), last=float(np.median(d.max(1)))))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=400)
+    ap.add_argument("--gap-ns", type=int, default=3000)
+    ap.add_argument("--compile-only", metavar="DIR", help="build the wrapper into DIR and print ptxas's report")
+    a = ap.parse_args()
+    if a.compile_only:
+        res = build(Path(a.compile_only))
+        print("; ".join(line.strip() for line in res.log.splitlines() if "Used" in line or "spill" in line))
+        return
+    print("| signal | pages in flight beside it | cycles, mean (median over SMs) | worst | us, mean | us, worst | "
+          "the stream, TB/s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in run(a.reps, a.gap_ns):
+        print(f"| {r['mode']} | {r['inflight']} | {r['cycles_mean']:.0f} | {r['cycles_worst']:.0f} | "
+              f"{r['us_mean']:.3f} | {r['us_worst']:.3f} | {r['tbps']:.2f} |", flush=True)
+    print("\n| counter replicas | hot polls | longest sleep, ns | first poller sees the add, us | median | last |")
+    print("|---|---|---|---|---|---|")
+    for r in run_poll(a.reps, a.gap_ns):
+        hot = "all" if r["hot"] >= 1 << 30 else r["hot"]
+        print(f"| {r['copies']} | {hot} | {r['max_ns']} | {r['first']:.3f} | {r['median']:.3f} | {r['last']:.3f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
