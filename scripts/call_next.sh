@@ -251,6 +251,37 @@ bench_b1_if_time() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 50 ]; then
+  # thirty-fifth session (#13), after CALL=49 (an H100: sig_hold on every kind brought each
+  # signal to the fence's floor, ~0.45 us, and made b1 2.1 % slower: down waited for the pages
+  # held back at gate/up's signal). The hold on qkv and o-proj only (sig_hold 3: their next pages,
+  # gate/up's, are needed only after attention) and on o-proj only (2), alternated with the
+  # default. Kernels: prebuild.py --variants b1-atomic,b1-atomic-sighold2,b1-atomic-sighold3,
+  # b1-nan,b1-nan-sighold3,q8-b1-atomic,q8-b1-atomic-sighold3 --variant-max-seq 1024.
+  T0=$(date +%s)
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-atomic-sighold3,b1-atomic-sighold2,b1-atomic,b1-atomic-sighold3,b1-atomic-sighold2;128@b1-nan,b1-nan-sighold3;128@q8-b1-atomic,q8-b1-atomic-sighold3" \
+    OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 49 ]; then
+  # thirty-fifth session (#13), after CALL=48 (an H100: 3 copies in flight made the default,
+  # b1 -4.4 %): sig_hold (no copy from a GEMV task's last rows to its signal, so its release fence
+  # waits only for the copies already in flight) against the default, alternated, at b1, b1 nan
+  # and qwen3-8b b1; the greedy chain of both traced. Kernels: prebuild.py --variants
+  # b1-atomic,b1-atomic-sighold,b1-nan,b1-nan-sighold,q8-b1-atomic,q8-b1-atomic-sighold
+  # --variant-max-seq 1024; MKC_TRACE_SPECS='{"sig_hold": true}' prebuild.py --build-dirs
+  # .builds/llama-b1 --trace.
+  T0=$(date +%s)
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-atomic-sighold,b1-atomic,b1-atomic-sighold;128@b1-nan,b1-nan-sighold;128@q8-b1-atomic,q8-b1-atomic-sighold" \
+    OUT=$OUT bash scripts/gpu_final.sh
+  timeout 90 python3 scripts/trace_marks.py .builds/llama-b1 --greedy --steps 12 --specs '{}' '{"sig_hold": true}' > "$OUT/chain.log" 2>&1
+  echo "chain rc=$?"; grep -v "^\[" "$OUT/chain.log" | tail -n 30
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 48 ]; then
   # thirty-fifth session (#13), after CALL=47 (an H100): at most 3 bulk copies in flight at batch 1
   # (pipe_inflight 3) made b1 4.4 % faster (0.9872 -> 0.9435, 0.9892 -> 0.9446 ms/token), 6: 2.4 %;

@@ -285,9 +285,6 @@ VARIANTS.update({f"{v}-noks": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ksplit
 VARIANTS.update({f"{v}-ks{tag}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ksplit": m})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-trace", "q8-b1-atomic-trace")
                  for tag, m in (("chain", 1 | 2 | 8), ("nolm", 15), ("nogu", 1 | 2 | 8 | 16))})
-# no copy from a GEMV task's last rows to its signal (CodegenOptions.sig_hold)
-VARIANTS.update({f"{v}-hold": (*VARIANTS[v][:4], {**VARIANTS[v][4], "sig_hold": True})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic")})
 # at most N of the pipeline's bulk copies in flight (CodegenOptions.pipe_inflight)
 VARIANTS.update({f"{v}-if{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_inflight": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-noks", "q8-b1-atomic-noks", "b1-atomic-trace",

@@ -728,30 +728,6 @@ def test_pipe_ksplit_by_kind_and_copies_in_flight():
     assert generate(tg, sched, "h200", CodegenOptions(sampler=False, pipe_inflight=4))[1].const("PIPE_INFLIGHT") == 4
 
 
-def test_sig_hold_stops_the_copies_from_the_last_rows_to_the_signal():
-    """CodegenOptions.sig_hold (off by default): thread 0 raises the block's hold word after a GEMV
-    task's last rows (not the LM head's: its sampled tail comes before its signal), the producer
-    issues no copy while it is up (and stops on the abort flag), signal_task lowers it after the
-    release; off, none of it is in the kernel's code."""
-    tg = taskgraph("llama-3.2-1b", 1, 64)
-    sched = rr_schedule(tg, "h200", "atomic")
-    off_src, off, _ = generate(tg, sched, "h200", CodegenOptions(sampler=False))
-    on_src, on, _ = generate(tg, sched, "h200", CodegenOptions(sampler=False, sig_hold=True))
-    assert (off.const("SIG_HOLD"), on.const("SIG_HOLD")) == (0, 1)
-    assert "while (*pipe_hold(s_abort)) {" in on_src and "if (*s_abort) { pipe_drain(c, n); return false; }" in on_src
-    assert "if (SIG_HOLD != 0 && !Kind::NO_HOLD && blk == nblk - 1 && mk_tid() == 0) *pipe_hold(s_abort) = 1;" in on_src
-    assert "struct LmHeadKind {\n  static constexpr int KS_BIT = 16;" in on_src
-    assert on_src.count("static constexpr bool NO_HOLD = false;") == 3 and "static constexpr bool NO_HOLD = true;" in on_src
-    # lowered after the signal's release adds, by the thread that raised it
-    sig = on_src[on_src.index("__device__ void signal_task("):]
-    sig = sig[: sig.index("\n}\n")]
-    assert sig.index("mk_red_release_add") < sig.index("if (SIG_HOLD != 0 && tid == 0)")
-    # a plan without the weight pipeline has none of it
-    ta = taskgraph("llama-3.2-1b", 1, 64, "a100")
-    assert ta.plan.pipe_slots == 0
-    assert generate(ta, rr_schedule(ta, "a100", "atomic"), "a100", CodegenOptions(sampler=False, sig_hold=True))[1].const("SIG_HOLD") == 0
-
-
 def test_sampler_region_of_a_saved_plan(llama_tg):
     """The argmax task's scratch is the plan's OFF_SAMPLE region: a task graph saved with a larger
     region (the twenty-first and twenty-second sessions' layout, with room after the scratch for

@@ -354,12 +354,6 @@ class CodegenOptions:
     # past what the copier has issued, so HBM keeps streaming while the ring is full and the
     # consumers wait on an event. 0: none. Needs the producer warpgroup (consumer_regs).
     l2_ahead: int = 0
-    # the weight pipeline's producer issues no copy from the moment a GEMV task's consumers have
-    # the dot products of its last rows until the task has signalled (its release fence waits for
-    # every copy the SM has in flight: scripts/bench_fence.py), so the copies already in flight
-    # land during the epilogue and the signal does not wait behind new ones; the producer warp
-    # waits on a flag word of the block (pipe.cuh pipe_hold), which the task's pages no longer need
-    sig_hold: bool = False
     # the tensor-core pipeline's tile sums (gemv_mma.cuh pipe_tile_sum): each warp's partials stored
     # in fragment order (16-byte stores without bank conflicts), summed in pairs in the same order,
     # where the batch is whole 8-column tiles; False: stored by (row, batch column), 8-way bank
@@ -579,7 +573,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                        XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
                        PIPE_KSPLIT=ks_mask if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
                        PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0,
-                       PIPE_L2_AHEAD=l2_ahead, SIG_HOLD=int(o.sig_hold and plan.pipe_slots > 0))
+                       PIPE_L2_AHEAD=l2_ahead)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

@@ -403,8 +403,6 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
     const int nr = kd.begin(blk);
     if constexpr (KS) pipe_rows_ks<K>(c, nr, xs, out, smem_f(OFF_PART));
     else pipe_rows<K, PL>(c, nr, xs, out);
-    // (sig_hold: every page of the task has landed, thread 0 waited for each; no copy until the signal)
-    if (SIG_HOLD != 0 && !Kind::NO_HOLD && blk == nblk - 1 && mk_tid() == 0) *pipe_hold(s_abort) = 1;
     mk_barrier();
     if (blk == 0) trace_mark(c, 1);  // the first block's dot products
     gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);

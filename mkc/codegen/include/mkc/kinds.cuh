@@ -37,7 +37,6 @@ __device__ __forceinline__ bool epi_item(int idx, int nr, int& j, int& b) {
 // crossing a head boundary (at most HD/2 pairs, HD rows <= QKV_ROWS) is one block.
 struct QkvKind {
   static constexpr int KS_BIT = 1;  // PIPE_KSPLIT's bit (render.KSPLIT_BITS)
-  static constexpr bool NO_HOLD = false;
   __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short *wq, *wk, *wv;
   int layer, h0, h1, p0, p1, hr, hb;
@@ -155,7 +154,6 @@ struct QkvKind {
 template <int K, int LD = K>
 struct ResidKind {
   static constexpr int KS_BIT = LD == I ? 8 : 2;  // down (its rows are I long), else o-proj
-  static constexpr bool NO_HOLD = false;
   const unsigned short* w;
   const float* resid;
   float* y;
@@ -206,7 +204,6 @@ struct ResidKind {
 // gate/up + SiLU * up: rows of Wg and the same rows of Wu in one block
 struct GateUpKind {
   static constexpr int KS_BIT = 4;
-  static constexpr bool NO_HOLD = false;
   __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short *wg, *wu;
   float* y;
@@ -251,9 +248,6 @@ __device__ MK_OUTLINE void lm_gumbel(const Ctx& c, int nr, int rb, const float* 
 // final rmsnorm + LM head: logits rows [r0, r1) and the tile's (max, first argmax) per batch row
 struct LmHeadKind {
   static constexpr int KS_BIT = 16;
-  // (CodegenOptions.sig_hold: not for the LM head, whose sampled tail runs between its last dot
-  // products and its signal)
-  static constexpr bool NO_HOLD = true;
   __device__ void input_staged() {}  // (ResidKind's RESID_PF)
   const unsigned short* w;
   float* logits;

@@ -76,11 +76,6 @@ __device__ __forceinline__ volatile unsigned* pipe_issued(volatile int* s_abort)
   return reinterpret_cast<volatile unsigned*>(s_abort) + 1;
 }
 
-// CodegenOptions.sig_hold: word 2 of the block's flag region, 1 from a GEMV task's last dot
-// products until its signal (thread 0 sets and clears it, sync.cuh signal_task): the producer
-// issues no copy meanwhile. Zeroed at launch.
-__device__ __forceinline__ volatile int* pipe_hold(volatile int* s_abort) { return s_abort + 2; }
-
 // The producer's side of one GEMV task: kd's rows (Kind: blocks/begin/row as kinds.cuh), K columns
 // each. False when the consumers stopped (an abort, or decode's early exit: they free no more pages).
 // PF (the L2 prefetcher, PIPE_L2_AHEAD > 0): the same walk over the same pages, but each page's rows
@@ -134,14 +129,6 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
               while (!mk_mbar_test(pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u)) {
                 if (*s_abort) { pipe_drain(c, n); return false; }
               }
-            }
-          }
-          if constexpr (SIG_HOLD != 0) {
-            // (bounded: the consumers clear it at their task's signal, which needs no more pages;
-            // when they stop, the block's abort flag ends this loop)
-            while (*pipe_hold(s_abort)) {
-              if (*s_abort) { pipe_drain(c, n); return false; }
-              mk_sleep(32);
             }
           }
           const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);

@@ -334,9 +334,6 @@ __device__ void signal_task(const Ctx& c, const Task& t) {
   }
   if ((t.flags & TF_SIGNAL_LOOP) && tid == NT - 1)
     mk_red_release_add(c.ws + WS_COUNTERS + mk_ld_table(c.tab + HDR_N_EVENTS), 1u);
-  // CodegenOptions.sig_hold: the producer may copy again (pipe.cuh pipe_hold; thread 0's release,
-  // if it had one, is done: its fence waited)
-  if (SIG_HOLD != 0 && tid == 0) *(reinterpret_cast<volatile int*>(smem_i(OFF_FLAG)) + 2) = 0;
 }
 
 }  // namespace mk
