@@ -251,6 +251,38 @@ bench_b1_if_time() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 52 ]; then
+  # thirty-fifth session: every GPU test on the new default (3 copies in flight at every batch).
+  # Kernels: prebuild.py --tests --folders.
+  MKC_TEST_S=420 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 53 ]; then
+  # thirty-fifth session (#16, #13): the default over greedy, paired (the issue's 3 %, on the new
+  # default), the peer and batch 1 beside it, `mkc bench` at batch 1. Kernels: prebuild.py
+  # --tokens-bench --variants b1-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024.
+  T0=$(date +%s)
+  tokens_paired 150
+  peer_b1_if_time
+  bench_b1_if_time
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 51 ]; then
+  # thirty-fifth session (#13): pipe_inflight_near (N copies in flight for the pages of the task
+  # the consumers are on, 3, or 2, for the later tasks' pages: the long streams keep more in
+  # flight, the copies ahead of the next signal stay few) against the default (3 for all),
+  # alternated; b1 nan and qwen3-8b b1 with near 6. Kernels: prebuild.py --variants
+  # b1-atomic,b1-atomic-near4,b1-atomic-near6,b1-atomic-near8,b1-atomic-near4-if2,
+  # b1-atomic-near6-if2,b1-nan,b1-nan-near6,q8-b1-atomic,q8-b1-atomic-near6 --variant-max-seq 1024.
+  T0=$(date +%s)
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-atomic-near4,b1-atomic-near6,b1-atomic-near8,b1-atomic-near4-if2,b1-atomic-near6-if2,b1-atomic,b1-atomic-near6,b1-atomic-near6-if2;128@b1-nan,b1-nan-near6;128@q8-b1-atomic,q8-b1-atomic-near6" \
+    OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 50 ]; then
   # thirty-fifth session (#13), after CALL=49 (an H100: sig_hold on every kind brought each
   # signal to the fence's floor, ~0.45 us, and made b1 2.1 % slower: down waited for the pages
