@@ -24,7 +24,11 @@ Then the hop (``mk_bench_poll``): one block adds to a counter, every other SM po
 wait does; how long after the add the first, the median and the last poller see it, with the
 megakernel's backoff, without sleeping, with 32 ns sleeps at most, and with the counter in 8 or 32
 replicas (each poller on its own, the adder adding to all): is the last consumer's ~1 us (trace)
-the hot spot of 128 SMs polling one word?
+the hot spot of 128 SMs polling one word? And the same hop with each polling SM streaming HBM
+beside its poll (0, 3 or 11 pages in flight; ``mk_bench_poll_stream``): does a poll queue behind
+its SM's copies, as the release's fence does? Polled with acquire loads (the megakernel's default),
+with relaxed loads and one acquire fence after the last (``CodegenOptions.acquire_once``), and with
+relaxed loads alone (no acquire: the floor, not a valid wait).
 """
 
 from __future__ import annotations
@@ -138,6 +142,70 @@ mk_bench_poll(unsigned* counters, int reps, long long gap_ns, int copies, int ho
     }
   }
 }
+
+// The hop beside the weight stream: as mk_bench_poll (one replica, the megakernel's backoff), but
+// the pollers spin on acquire loads (poll_counter's) while one more warp of each polling block
+// streams HBM into the page slots with `inflight` pages in flight (block 0, the adder, streams
+// nothing, so its release does not wait): does a poll's round trip queue behind the copies?
+extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
+mk_bench_poll_stream(unsigned* counters, int reps, long long gap_ns, const unsigned char* hbm, long long hbm_pages,
+                     int inflight, int mode, long long* seen) {
+  volatile int& s_done = *reinterpret_cast<volatile int*>(pipe_empty(0));
+  const int tid = mk_tid(), b = blockIdx.x;
+  if (tid == 0) {
+    s_done = 0;
+    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), 1u);
+    mk_mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid >= NT) {
+    if (tid >= NT + WARP || inflight <= 0 || b == 0) return;
+    const unsigned long long policy = mk_policy_stream();
+    constexpr long long row_bytes = PIPE_COLS * 2;
+    long long pg = b;
+    unsigned n = 0;
+    for (;; ++n, pg += gridDim.x) {
+      if (n >= (unsigned)inflight) {
+        const unsigned m = n - inflight;
+        while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
+      }
+      if (s_done) break;
+      if (pg >= hbm_pages) pg -= hbm_pages;
+      const int slot = (int)(n % PIPE_SLOTS);
+      if (lane_id() == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(PIPE_ROWS * row_bytes));
+      mk_syncwarp();
+      if (lane_id() < PIPE_ROWS)
+        mk_bulk_copy(pipe_page(slot) + lane_id() * PIPE_LD * 2, hbm + (pg * PIPE_ROWS + lane_id()) * row_bytes,
+                     (unsigned)row_bytes, pipe_full(slot), policy);
+    }
+    for (unsigned m = n > (unsigned)inflight ? n - inflight : 0u; m < n; ++m)
+      while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
+    return;
+  }
+  if (tid == 0) {
+    for (int r = 0; r < reps; ++r) {
+      if (b == 0) {
+        const unsigned long long g = mk_globaltimer();
+        while (mk_globaltimer() - g < (unsigned long long)gap_ns) {}
+        const unsigned long long t = mk_globaltimer();
+        mk_red_release_add(counters, 1u);
+        seen[(size_t)r * gridDim.x] = (long long)t;
+      } else {
+        unsigned ns = 32;
+        for (int it = 0;; ++it) {
+          unsigned v;
+          if (mode == 0) asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counters) : "memory");
+          else v = mk_ld_relaxed(counters);
+          if (v >= (unsigned)(r + 1)) break;
+          if (it >= 64) { mk_sleep(ns); if (ns < 256u) ns <<= 1; }
+        }
+        if (mode == 1) mk_acquire_fence();  // acquire_once's pattern: relaxed polls, one acquire fence
+        seen[(size_t)r * gridDim.x + b] = (long long)mk_globaltimer();
+      }
+    }
+    s_done = 1;
+  }
+}
 """
 
 MODES = ("release", "fence", "relaxed", "bulk store, wait, relaxed")
@@ -243,22 +311,70 @@ def run_poll(reps: int, gap_ns: int) -> list[dict]:
     return rows
 
 
+POLL_MODES = ("acquire polls", "relaxed polls, one acquire fence", "relaxed polls (no acquire: the floor)")
+
+
+def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11)) -> list[dict]:
+    import numpy as np
+    import torch
+
+    from mkc.targets.nvidia.driver import CudaDriver
+
+    cfg, _ = config()
+    c = dict(cfg.consts)
+    drv = CudaDriver()
+    kern = drv.load(build().cubin.read_bytes(), "mk_bench_poll_stream", cfg.smem_bytes)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows_, cols = c["PIPE_ROWS"], c["PIPE_COLS"]
+    pages = (2 << 30) // (rows_ * cols * 2)
+    hbm = torch.empty(pages * rows_ * cols * 2, dtype=torch.uint8, device="cuda")
+    rows = []
+    for inflight, (mode, mname) in ((i, m) for i in inflights for m in enumerate(POLL_MODES)):
+        counters = torch.zeros(64, dtype=torch.int32, device="cuda")
+        seen = torch.zeros(reps * sms, dtype=torch.int64, device="cuda")
+        args = [("ptr", counters.data_ptr()), ("i32", reps), ("ptr", gap_ns), ("ptr", hbm.data_ptr()), ("ptr", pages),
+                ("i32", inflight), ("i32", mode), ("ptr", seen.data_ptr())]
+        drv.launch(kern, sms, cfg.consumer_threads + 32, args)
+        drv.synchronize()
+        s = seen.cpu().numpy().astype(float).reshape(reps, sms)[reps // 10:]
+        d = (s[:, 1:] - s[:, :1]) / 1e3
+        rows.append(dict(inflight=inflight, mode=mname, first=float(d.min(1).mean()), mean=float(d.mean()),
+                         last=float(d.max(1).mean())))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=400)
     ap.add_argument("--gap-ns", type=int, default=3000)
     ap.add_argument("--compile-only", metavar="DIR", help="build the wrapper into DIR and print ptxas's report")
+    ap.add_argument("--only", choices=("fence", "poll", "poll-stream"), help="one of the three tables")
     a = ap.parse_args()
     if a.compile_only:
         res = build(Path(a.compile_only))
         print("; ".join(line.strip() for line in res.log.splitlines() if "Used" in line or "spill" in line))
         return
+    if a.only in (None, "fence"):
+        fence_table(a)
+    if a.only in (None, "poll"):
+        poll_table(a)
+    if a.only in (None, "poll-stream"):
+        print("\n| pages in flight on each polling SM | the poll | first poller done, us (mean over rounds) | mean | last |")
+        print("|---|---|---|---|---|")
+        for r in run_poll_stream(a.reps, a.gap_ns):
+            print(f"| {r['inflight']} | {r['mode']} | {r['first']:.3f} | {r['mean']:.3f} | {r['last']:.3f} |", flush=True)
+
+
+def fence_table(a) -> None:
     print("| signal | pages in flight beside it | cycles, mean (median over SMs) | worst | us, mean | us, worst | "
           "the stream, TB/s |")
     print("|---|---|---|---|---|---|---|")
     for r in run(a.reps, a.gap_ns):
         print(f"| {r['mode']} | {r['inflight']} | {r['cycles_mean']:.0f} | {r['cycles_worst']:.0f} | "
               f"{r['us_mean']:.3f} | {r['us_worst']:.3f} | {r['tbps']:.2f} |", flush=True)
+
+
+def poll_table(a) -> None:
     print("\n| counter replicas | hot polls | longest sleep, ns | first poller sees the add, us | median | last |")
     print("|---|---|---|---|---|---|")
     for r in run_poll(a.reps, a.gap_ns):

@@ -251,6 +251,31 @@ bench_b1_if_time() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 55 ]; then
+  # thirty-fifth session (#13), after CALL=54 (an H100): a poll with acquire loads beside its SM's
+  # stream sees an add 0.58-0.74 us after it with no copies in flight, 0.85-1.71 with 3, 9.7-16.6
+  # with 11. The same with relaxed polls and one acquire fence (acquire_once's pattern) and with
+  # relaxed polls alone; then acquire_once against the default at b1, b8 and qwen3-8b b1,
+  # alternated. Kernels: prebuild.py --variants b1-atomic,b1-atomic-acq1,q8-b1-atomic,
+  # q8-b1-atomic-acq1,b8-atomic,b8-atomic-acq1 --variant-max-seq 1024; bench_fence's cubin.
+  timeout 120 python3 scripts/bench_fence.py --only poll-stream > "$OUT/poll.log" 2>&1
+  echo "poll rc=$?"; grep "^|" "$OUT/poll.log"
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-atomic-acq1,b1-atomic,b1-atomic-acq1;128@b8-atomic,b8-atomic-acq1;128@q8-b1-atomic,q8-b1-atomic-acq1" \
+    OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 54 ]; then
+  # thirty-fifth session (#13): in the traced chain a phase's last task starts 0.8-2.0 us after
+  # the phase before it ended, its first ~0.3 us after. Does a poll's round trip queue behind its
+  # SM's bulk copies, as the release's fence does? scripts/bench_fence.py --only poll-stream
+  # (131 SMs polling one counter with acquire loads, each streaming 0, 3 or 11 pages beside it).
+  timeout 120 python3 scripts/bench_fence.py --only poll-stream > "$OUT/poll.log" 2>&1
+  echo "poll rc=$?"; grep "^|" "$OUT/poll.log"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 52 ]; then
   # thirty-fifth session: every GPU test on the new default (3 copies in flight at every batch).
   # Kernels: prebuild.py --tests --folders.
