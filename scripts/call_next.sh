@@ -1,6 +1,21 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Thirty-fifth session, summed up: CALL=45 to CALL=55, every one given an H100 (BENCHMARKS.md,
+# "Thirty-fifth session"). A task's release fence (MEMBAR.ALL.GPU) and its polls wait for every
+# bulk copy the SM has in flight (scripts/bench_fence.py): the pipeline now keeps at most 3 copies
+# in flight at every batch (pipe_inflight 3, b1 -4.4 %; mkc's b1 loop 1.3 % faster than the
+# hand-written megakernel's kernel-only time on the H100). sig_hold and pipe_inflight_near lost and
+# are gone (CALL=49 to CALL=51 as written fail); acquire_once stays off. The trace has a layer's
+# chain (trace_marks.py --greedy) and marks 8 and 9 on every kind (TRACE_STAMPS 13: every traced
+# cubin changed). Next: the default over greedy on an H200 (CALL=53 as written: tokens_paired, the
+# peer, `mkc bench` b1; its kernels: prebuild.py --tokens-bench --variants b1-atomic
+# --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024); the #13 rows on an H200
+# (b1 0..127 and 0..1023, nan, b8, b32, qwen3-8b) beside the peer. Leads (#13): with 3 in flight a
+# signal still costs ~1-1.6 us and a poll ~0.5 us more than alone, five of each a layer; the
+# hand-written kernel's signal (bulk store, wait_group, relaxed add: 0.13 us) is not a PTX
+# release; sm_100's red.async.release.gpu is (B200, untested).
+#
 # Thirty-fourth session, summed up: CALL=37 to CALL=42, every one given an H100 (BENCHMARKS.md,
 # "Thirty-fourth session"). An A/A control (CALL=41) showed bench_tokens --ab-options favouring
 # the second instance by 0.04-0.43 % on every filtered step; --ab-options now times an A/A row
