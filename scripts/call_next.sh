@@ -14,7 +14,9 @@
 # (b1 0..127 and 0..1023, nan, b8, b32, qwen3-8b) beside the peer. Leads (#13): with 3 in flight a
 # signal still costs ~1-1.6 us and a poll ~0.5 us more than alone, five of each a layer; the
 # hand-written kernel's signal (bulk store, wait_group, relaxed add: 0.13 us) is not a PTX
-# release; sm_100's red.async.release.gpu is (B200, untested).
+# release; sm_100's red.async.release.gpu is (B200, untested). (#16) CALL=56: rank_quad against the
+# default beside the A/A row (CALL=45's marks: the top-k tile's rank step 2.2 us shorter); the
+# device refused a fresh start with 217 s left, so it did not run.
 #
 # Thirty-fourth session, summed up: CALL=37 to CALL=42, every one given an H100 (BENCHMARKS.md,
 # "Thirty-fourth session"). An A/A control (CALL=41) showed bench_tokens --ab-options favouring
@@ -266,6 +268,15 @@ bench_b1_if_time() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 56 ]; then
+  # thirty-fifth session (#16), the last ~240 s: rank_quad (the candidates' ranks four threads a
+  # slot; CALL=45's marks: the top-k tile's rank step 2.2 us shorter) against the default, beside
+  # the A/A row. Kernels: MKC_TOKENS_AB='{"rank_quad": true}' prebuild.py --tokens-bench
+  # --variants b1-atomic --variant-max-seq 1024.
+  tokens_ab 170 '{"rank_quad": true}'
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 55 ]; then
   # thirty-fifth session (#13), after CALL=54 (an H100): a poll with acquire loads beside its SM's
   # stream sees an add 0.58-0.74 us after it with no copies in flight, 0.85-1.71 with 3, 9.7-16.6
