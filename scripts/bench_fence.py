@@ -52,6 +52,33 @@ __device__ __forceinline__ void bench_bulk_store_wait(void* dst, const void* src
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+// One warp streams HBM into the plan's page slots as the producer does: page n into slot n %
+// PIPE_SLOTS (8 rows of 2 KiB, bulk copies on the slot's mbarrier, evict-first), issued once page
+// n - inflight has landed, until s_done; then every copy lands. Returns the pages issued.
+__device__ unsigned bench_stream(const unsigned char* hbm, long long hbm_pages, int inflight, volatile int& s_done) {
+  const unsigned long long policy = mk_policy_stream();
+  constexpr long long row_bytes = PIPE_COLS * 2;
+  long long pg = blockIdx.x;
+  unsigned n = 0;
+  for (;; ++n, pg += gridDim.x) {
+    if (n >= (unsigned)inflight) {
+      const unsigned m = n - inflight;
+      while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
+    }
+    if (s_done) break;
+    if (pg >= hbm_pages) pg -= hbm_pages;
+    const int slot = (int)(n % PIPE_SLOTS);
+    if (lane_id() == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(PIPE_ROWS * row_bytes));
+    mk_syncwarp();
+    if (lane_id() < PIPE_ROWS)
+      mk_bulk_copy(pipe_page(slot) + lane_id() * PIPE_LD * 2, hbm + (pg * PIPE_ROWS + lane_id()) * row_bytes,
+                   (unsigned)row_bytes, pipe_full(slot), policy);
+  }
+  for (unsigned m = n > (unsigned)inflight ? n - inflight : 0u; m < n; ++m)  // drain: every copy lands
+    while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
+  return n;
+}
+
 extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
 mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode, int inflight, long long gap_ns,
                float* outs, unsigned* counters, long long* cyc_sum, long long* cyc_max, long long* pages_ns) {
@@ -66,28 +93,9 @@ mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode
     mk_mbar_init_fence();
   }
   __syncthreads();
-  if (tid >= NT) {  // the streaming warp: page n into slot n % PIPE_SLOTS, `inflight` pages in flight
+  if (tid >= NT) {  // the streaming warp
     if (tid >= NT + WARP || inflight <= 0) return;
-    const unsigned long long policy = mk_policy_stream();
-    constexpr long long row_bytes = PIPE_COLS * 2;
-    long long pg = blockIdx.x;
-    unsigned n = 0;
-    for (;; ++n, pg += gridDim.x) {
-      if (n >= (unsigned)inflight) {
-        const unsigned m = n - inflight;
-        while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
-      }
-      if (s_done) break;
-      if (pg >= hbm_pages) pg -= hbm_pages;
-      const int slot = (int)(n % PIPE_SLOTS);
-      if (lane_id() == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(PIPE_ROWS * row_bytes));
-      mk_syncwarp();
-      if (lane_id() < PIPE_ROWS)
-        mk_bulk_copy(pipe_page(slot) + lane_id() * PIPE_LD * 2, hbm + (pg * PIPE_ROWS + lane_id()) * row_bytes,
-                     (unsigned)row_bytes, pipe_full(slot), policy);
-    }
-    for (unsigned m = n > (unsigned)inflight ? n - inflight : 0u; m < n; ++m)  // drain: every copy lands
-      while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
+    const unsigned n = bench_stream(hbm, hbm_pages, inflight, s_done);
     if (lane_id() == 0) pages_ns[2 * blockIdx.x] = n;  // pages streamed while the signals ran
     return;
   }
@@ -158,28 +166,9 @@ mk_bench_poll_stream(unsigned* counters, int reps, long long gap_ns, const unsig
     mk_mbar_init_fence();
   }
   __syncthreads();
-  if (tid >= NT) {
+  if (tid >= NT) {  // the streaming warp (not on the adder's block)
     if (tid >= NT + WARP || inflight <= 0 || b == 0) return;
-    const unsigned long long policy = mk_policy_stream();
-    constexpr long long row_bytes = PIPE_COLS * 2;
-    long long pg = b;
-    unsigned n = 0;
-    for (;; ++n, pg += gridDim.x) {
-      if (n >= (unsigned)inflight) {
-        const unsigned m = n - inflight;
-        while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
-      }
-      if (s_done) break;
-      if (pg >= hbm_pages) pg -= hbm_pages;
-      const int slot = (int)(n % PIPE_SLOTS);
-      if (lane_id() == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(PIPE_ROWS * row_bytes));
-      mk_syncwarp();
-      if (lane_id() < PIPE_ROWS)
-        mk_bulk_copy(pipe_page(slot) + lane_id() * PIPE_LD * 2, hbm + (pg * PIPE_ROWS + lane_id()) * row_bytes,
-                     (unsigned)row_bytes, pipe_full(slot), policy);
-    }
-    for (unsigned m = n > (unsigned)inflight ? n - inflight : 0u; m < n; ++m)
-      while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
+    bench_stream(hbm, hbm_pages, inflight, s_done);
     return;
   }
   if (tid == 0) {

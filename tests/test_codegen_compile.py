@@ -205,6 +205,32 @@ def test_staging_benchmark_compiles(tmp_path):
     assert len(spills) == 4 and max(spills) == 0, res.log
 
 
+def test_signal_benchmark_compiles(tmp_path):
+    """scripts/bench_fence.py (a task's signal and poll beside the weight stream, for the device)
+    builds from batch 1's default plan without a warning or a spill, its release mode being the
+    megakernel's own signal (sync.cuh mk_red_release_add: a MEMBAR.ALL.GPU before the add)."""
+    import importlib.util
+    import subprocess
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_fence.py"
+    spec = importlib.util.spec_from_file_location("bench_fence", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert "mk_red_release_add(ctr, 1u)" in mod.WRAPPER and mod.MODES[0] == "release"
+    res = mod.build(tmp_path)
+    assert res.warnings == [], res.log
+    assert all(int(x) == 0 for x in re.findall(r"(\d+) bytes spill stores", res.log)), res.log
+    cuobjdump = shutil.which("cuobjdump") or os.environ.get("CUOBJDUMP")
+    if cuobjdump:
+        sass = subprocess.run([cuobjdump, "-sass", str(res.cubin)], capture_output=True, text=True).stdout
+        for name in ("mk_bench_fence", "mk_bench_poll", "mk_bench_poll_stream"):
+            assert f"Function : {name}\n" in sass, name
+        # the release's fence; the two streaming warps' bulk loads and the bulk store of the peer's signal
+        assert "MEMBAR.ALL.GPU" in sass
+        assert sass.count("UBLKCP.S.G") == 2 and sass.count("UBLKCP.G.S") == 1
+
+
 @pytest.mark.parametrize("batch", [8, 32])
 def test_page_loop_benchmark_compiles(batch, tmp_path):
     """scripts/bench_mma_page.py (the tensor-core pipeline's page loop alone, for the device) builds
