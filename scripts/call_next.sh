@@ -16,7 +16,9 @@
 # hand-written kernel's signal (bulk store, wait_group, relaxed add: 0.13 us) is not a PTX
 # release; sm_100's red.async.release.gpu is (B200, untested). (#16) CALL=56: rank_quad against the
 # default beside the A/A row (CALL=45's marks: the top-k tile's rank step 2.2 us shorter); the
-# device refused a fresh start with 217 s left, so it did not run.
+# device refused a fresh start with 217 s left, so it did not run. (#13) CALL=57: batch 1's page loop
+# alone (scripts/bench_fma_page.py, built, never run): qkv's consumers take ~830 cycles a page already
+# landed in the trace, where the loop's instructions suggest ~200-300.
 #
 # Thirty-fourth session, summed up: CALL=37 to CALL=42, every one given an H100 (BENCHMARKS.md,
 # "Thirty-fourth session"). An A/A control (CALL=41) showed bench_tokens --ab-options favouring
@@ -268,6 +270,18 @@ bench_b1_if_time() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 57 ]; then
+  # (#13, built in the thirty-fifth session, not run) batch 1's K-split page loop alone
+  # (scripts/bench_fma_page.py: qkv's 6 pages handed over with no bytes, or bulk-copied from L2):
+  # is the traced ~830 cycles a page the loop's own, or what surrounds it in a task? bench_fence's
+  # tables again beside it. Its cubin builds on the device (~5 s) if not in the cache.
+  timeout 90 python3 scripts/bench_fma_page.py > "$OUT/fma-page.log" 2>&1
+  echo "fma page rc=$?"; grep "^|" "$OUT/fma-page.log"
+  timeout 150 python3 scripts/bench_fence.py > "$OUT/fence.log" 2>&1
+  echo "fence rc=$?"; grep "^|" "$OUT/fence.log"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 56 ]; then
   # thirty-fifth session (#16), the last ~240 s: rank_quad (the candidates' ranks four threads a
   # slot; CALL=45's marks: the top-k tile's rank step 2.2 us shorter) against the default, beside

@@ -231,6 +231,25 @@ def test_signal_benchmark_compiles(tmp_path):
         assert sass.count("UBLKCP.S.G") == 2 and sass.count("UBLKCP.G.S") == 1
 
 
+def test_fma_page_loop_benchmark_compiles(tmp_path):
+    """scripts/bench_fma_page.py (batch 1's K-split page loop alone, for the device) builds from the
+    default plan's prologue without a warning or a spill, and times the megakernel's own
+    pipe_rows_ks over qkv's shape."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_fma_page.py"
+    spec = importlib.util.spec_from_file_location("bench_fma_page", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert (mod.ROWS, mod.COLS) == (24, 2048) and "pipe_rows_ks<K>(c, NR, xs, out, smem_f(OFF_PART));" in mod.WRAPPER
+    src = mod.source()
+    assert "__device__ __forceinline__ void pipe_rows_ks(" in src  # the megakernel's header, inlined
+    res = mod.build(tmp_path)
+    assert res.warnings == [], res.log
+    assert all(int(x) == 0 for x in re.findall(r"(\d+) bytes spill stores", res.log)), res.log
+
+
 @pytest.mark.parametrize("batch", [8, 32])
 def test_page_loop_benchmark_compiles(batch, tmp_path):
     """scripts/bench_mma_page.py (the tensor-core pipeline's page loop alone, for the device) builds
