@@ -18,7 +18,9 @@
 # default beside the A/A row (CALL=45's marks: the top-k tile's rank step 2.2 us shorter); the
 # device refused a fresh start with 217 s left, so it did not run. (#13) CALL=57: batch 1's page loop
 # alone (scripts/bench_fma_page.py, built, never run): qkv's consumers take ~830 cycles a page already
-# landed in the trace, where the loop's instructions suggest ~200-300.
+# landed in the trace, where the loop's instructions suggest ~200-300. CALL=58: the #13 rows on the
+# new default beside the peer (every kernel of CALL=53, 56, 57 and 58 is in out/carry/cache.tgz,
+# prebuilt at the session's last headers; a header change invalidates them).
 #
 # Thirty-fourth session, summed up: CALL=37 to CALL=42, every one given an H100 (BENCHMARKS.md,
 # "Thirty-fourth session"). An A/A control (CALL=41) showed bench_tokens --ab-options favouring
@@ -270,6 +272,23 @@ bench_b1_if_time() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 58 ]; then
+  # (#13) the issue's rows on the thirty-fifth session's default (3 copies in flight at every
+  # batch), best on an H200, beside the peer: b1 over 0..127 and 0..1023, b1 nan, b8, b32, qwen3-8b
+  # b1 and b8; then `mkc bench` at batch 1 and 8. Kernels (prebuilt at the session's end into
+  # out/carry/cache.tgz): prebuild.py --variants b1-atomic,b1-nan,b8-atomic,b32-atomic,q8-b1-atomic,
+  # q8-b8-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1,8,32 --max-seq-len 1024.
+  T0=$(date +%s)
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=250 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
+    OUT=$OUT bash scripts/gpu_final.sh
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  [ "$left" -gt 90 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1,8" \
+    MKC_BENCH_S=$((left - 10)) OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 57 ]; then
   # (#13, built in the thirty-fifth session, not run) batch 1's K-split page loop alone
   # (scripts/bench_fma_page.py: qkv's 6 pages handed over with no bytes, or bulk-copied from L2):
