@@ -135,7 +135,7 @@ def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dic
     return out
 
 
-def chain_summary(tg: TaskGraph, measured, step: int | None = None) -> dict:
+def chain_summary(tg: TaskGraph, measured, step: int | None = None, steps=None) -> dict:
     """Where a decoder layer's period goes (issue #13: the chain of phases on which HBM idles).
 
     A phase is the tasks of one kind in one layer. Per phase, mean over the layers that have a
@@ -144,9 +144,11 @@ def chain_summary(tg: TaskGraph, measured, step: int | None = None) -> dict:
     phase's first / last start (its wait satisfied); ``last_busy``, its last start to its last end;
     ``adds``, its last end less the previous phase's last end: what the phase adds to the chain.
     The phases' ``adds`` sum to ``layer_us``, the mean time from one layer's last end to the next's.
-    ``busy_mean``: the mean start-to-end of its tasks."""
+    ``busy_mean``: the mean start-to-end of its tasks. ``steps`` (a sequence of step indices): the
+    means over the layers of all of them instead (one traced step's figures vary by ~1 us)."""
     ws, st, en = _as_steps(measured, len(tg.tasks))
     step = st.shape[0] - 1 if step is None else step
+    picked = [step] if steps is None else list(steps)
     layers = sorted({t.layer for t in tg.tasks if t.layer >= 0})
     order: list[str] = []
     for t in tg.tasks:
@@ -158,33 +160,35 @@ def chain_summary(tg: TaskGraph, measured, step: int | None = None) -> dict:
             ids.setdefault((t.layer, t.kind), []).append(t.id)
     rows: dict[str, dict[str, list[float]]] = {k: {} for k in order}
     layer_us: list[float] = []
-    prev_end = None
-    for lay in layers:
-        start_end = prev_end
-        for kind in order:
-            if (lay, kind) not in ids:
-                continue
-            i = ids[(lay, kind)]
-            s, e = st[step, i], en[step, i]
-            if not (np.isfinite(s).all() and np.isfinite(e).all()):
-                prev_end = None
-                continue
-            if prev_end is not None:
-                r = rows[kind]
-                for name, v in (("hop_first", s.min() - prev_end), ("hop_last", s.max() - prev_end),
-                                ("last_busy", e.max() - s.max()), ("adds", e.max() - prev_end),
-                                ("busy_mean", float(np.mean(e - s)))):
-                    r.setdefault(name, []).append(float(v))
-            prev_end = float(e.max())
-        if start_end is not None and prev_end is not None:
-            layer_us.append(prev_end - start_end)
+    for k in picked:
+        prev_end = None
+        for lay in layers:
+            start_end = prev_end
+            for kind in order:
+                if (lay, kind) not in ids:
+                    continue
+                i = ids[(lay, kind)]
+                s, e = st[k, i], en[k, i]
+                if not (np.isfinite(s).all() and np.isfinite(e).all()):
+                    prev_end = None
+                    continue
+                if prev_end is not None:
+                    r = rows[kind]
+                    for name, v in (("hop_first", s.min() - prev_end), ("hop_last", s.max() - prev_end),
+                                    ("last_busy", e.max() - s.max()), ("adds", e.max() - prev_end),
+                                    ("busy_mean", float(np.mean(e - s)))):
+                        r.setdefault(name, []).append(float(v))
+                prev_end = float(e.max())
+            if start_end is not None and prev_end is not None:
+                layer_us.append(prev_end - start_end)
     out = {kind: {name: float(np.mean(v)) for name, v in r.items()} for kind, r in rows.items() if r}
-    return dict(step=step, layers=len(layer_us), layer_us=float(np.mean(layer_us)) if layer_us else float("nan"),
-                phases=out)
+    return dict(step=step if steps is None else picked, layers=len(layer_us),
+                layer_us=float(np.mean(layer_us)) if layer_us else float("nan"), phases=out)
 
 
 def format_chain(c: dict) -> str:
-    lines = [f"a layer's chain (step {c['step']}, mean over {c['layers']} layers): {c['layer_us']:.2f} us from one "
+    which = f"step {c['step']}" if isinstance(c["step"], int) else f"steps {c['step'][0]}-{c['step'][-1]}"
+    lines = [f"a layer's chain ({which}, mean over {c['layers']} layers): {c['layer_us']:.2f} us from one "
              "layer's last end to the next's; per phase, us: hop to its first / last start, its last task's busy "
              "time, what it adds to the chain, its tasks' mean busy time"]
     for kind, r in c["phases"].items():

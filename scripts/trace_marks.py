@@ -73,8 +73,8 @@ def main() -> int:
             names = [n for n in rows[0].get(kind, {})]
             vals = {n: np.mean([r[kind][n] for r in rows if n in r.get(kind, {})]) for n in names}
             print(f"    {kind:7s} " + ", ".join(f"{n} {v:.2f}" for n, v in vals.items()))
-        if a.greedy:  # (issue #13) what each phase adds to a layer, the last traced step
-            print("    " + format_chain(chain_summary(mk.tg, measured)).replace("\n", "\n    "))
+        if a.greedy:  # (issue #13) what each phase adds to a layer, over the traced steps after the first
+            print("    " + format_chain(chain_summary(mk.tg, measured, steps=range(1, steps))).replace("\n", "\n    "))
         del mk
         torch.cuda.empty_cache()
     return 0

@@ -481,4 +481,11 @@ def test_chain_summary_adds_up_to_the_layer():
         assert r["last_busy"] == pytest.approx(3.0)
         assert r["adds"] == pytest.approx(r["hop_last"] + 3.0)
     assert c["layer_us"] == pytest.approx(sum(r["adds"] for r in c["phases"].values()))
-    assert "a layer's chain" in format_chain(c)
+    assert "a layer's chain (step 0," in format_chain(c)
+    # over several steps: the means of all their layers (two steps, the second 2 us later, the same)
+    two = tuple(np.stack([a, a + 2.0]) for a in (st - 0.1, st, en))
+    c2 = chain_summary(tg, two, steps=[0, 1])
+    assert c2["layers"] == 2 * (layers - 1) and c2["step"] == [0, 1]
+    assert c2["phases"].keys() == c["phases"].keys() and c2["layer_us"] == pytest.approx(c["layer_us"])
+    assert all(c2["phases"][k] == pytest.approx(v) for k, v in c["phases"].items())
+    assert "a layer's chain (steps 0-1," in format_chain(c2)
