@@ -48,7 +48,7 @@ import numpy as np
 
 from mkc.backend import BackendUnavailableError, Driver, for_target
 from mkc.codegen import tables as T
-from mkc.codegen.render import CodegenOptions, KernelConfig, generate
+from mkc.codegen.render import TRACE_STAMPS, CodegenOptions, KernelConfig, generate
 from mkc.errors import KernelError, MkcError
 from mkc.sampling import GREEDY, Sampling
 from mkc.schedule.ir import Schedule
@@ -58,7 +58,6 @@ from mkc.taskgraph.ir import TASK_KINDS, TaskGraph
 
 DEFAULT_SPIN_LIMIT = 1 << 24  # polls (with up to 256 ns sleep each) before a wait gives up: ~5-10 s
 TRACE_STEPS = 8  # CodegenOptions(trace=True): the first steps of each launch that are stamped
-TRACE_STAMPS = 13  # stamps per task: wait start, start, end and 10 marks inside it (kernel.j2's TRACE_STAMPS)
 
 
 @dataclass(frozen=True)

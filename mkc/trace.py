@@ -135,20 +135,19 @@ def mark_summary(tg: TaskGraph, measured, marks, step: int | None = None) -> dic
     return out
 
 
-def chain_summary(tg: TaskGraph, measured, step: int | None = None, steps=None) -> dict:
+def chain_summary(tg: TaskGraph, measured, steps=None) -> dict:
     """Where a decoder layer's period goes (issue #13: the chain of phases on which HBM idles).
 
     A phase is the tasks of one kind in one layer. Per phase, mean over the layers that have a
-    layer before them in ``step`` (default the last recorded): ``hop_first`` / ``hop_last``, from
+    layer before them in each of ``steps`` (step indices; default the last recorded step alone:
+    one traced step's figures vary by ~1 us): ``hop_first`` / ``hop_last``, from
     the previous phase's last end (the previous layer's last phase for a layer's first) to this
     phase's first / last start (its wait satisfied); ``last_busy``, its last start to its last end;
     ``adds``, its last end less the previous phase's last end: what the phase adds to the chain.
     The phases' ``adds`` sum to ``layer_us``, the mean time from one layer's last end to the next's.
-    ``busy_mean``: the mean start-to-end of its tasks. ``steps`` (a sequence of step indices): the
-    means over the layers of all of them instead (one traced step's figures vary by ~1 us)."""
+    ``busy_mean``: the mean start-to-end of its tasks."""
     ws, st, en = _as_steps(measured, len(tg.tasks))
-    step = st.shape[0] - 1 if step is None else step
-    picked = [step] if steps is None else list(steps)
+    picked = [st.shape[0] - 1] if steps is None else list(steps)
     layers = sorted({t.layer for t in tg.tasks if t.layer >= 0})
     order: list[str] = []
     for t in tg.tasks:
@@ -182,12 +181,13 @@ def chain_summary(tg: TaskGraph, measured, step: int | None = None, steps=None) 
             if start_end is not None and prev_end is not None:
                 layer_us.append(prev_end - start_end)
     out = {kind: {name: float(np.mean(v)) for name, v in r.items()} for kind, r in rows.items() if r}
-    return dict(step=step if steps is None else picked, layers=len(layer_us),
+    return dict(steps=picked, layers=len(layer_us),
                 layer_us=float(np.mean(layer_us)) if layer_us else float("nan"), phases=out)
 
 
 def format_chain(c: dict) -> str:
-    which = f"step {c['step']}" if isinstance(c["step"], int) else f"steps {c['step'][0]}-{c['step'][-1]}"
+    s = c["steps"]
+    which = f"step {s[0]}" if len(s) == 1 else f"steps {s[0]}-{s[-1]}"
     lines = [f"a layer's chain ({which}, mean over {c['layers']} layers): {c['layer_us']:.2f} us from one "
              "layer's last end to the next's; per phase, us: hop to its first / last start, its last task's busy "
              "time, what it adds to the chain, its tasks' mean busy time"]

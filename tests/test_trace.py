@@ -39,8 +39,11 @@ def test_trace_switch_is_one_constant(llama_tg, sync):
 def test_tensor_core_trace_adds_up_the_input_stagings():
     """Batch 32 (tensor cores, the weight pipeline): every staging of a chunk is timed between
     trace_now and trace_stage_end, into the record's stamp 8, which the host reads (TRACE_STAMPS
-    in the kernel and in the runtime agree); untraced, the helpers are empty."""
-    from mkc.runtime import TRACE_STAMPS
+    in the kernel and in the runtime are one constant); untraced, the helpers are empty."""
+    from mkc.codegen.render import TRACE_STAMPS
+    from mkc.runtime import TRACE_STAMPS as RUNTIME_STAMPS
+
+    assert RUNTIME_STAMPS is TRACE_STAMPS  # one constant: the kernel's record and the runtime's buffer
 
     tg = taskgraph("llama-3.2-1b", 32, 512)
     sched = rr_schedule(tg, "h200", "atomic")
@@ -485,7 +488,7 @@ def test_chain_summary_adds_up_to_the_layer():
     # over several steps: the means of all their layers (two steps, the second 2 us later, the same)
     two = tuple(np.stack([a, a + 2.0]) for a in (st - 0.1, st, en))
     c2 = chain_summary(tg, two, steps=[0, 1])
-    assert c2["layers"] == 2 * (layers - 1) and c2["step"] == [0, 1]
+    assert c2["layers"] == 2 * (layers - 1) and c2["steps"] == [0, 1] and c["steps"] == [0]
     assert c2["phases"].keys() == c["phases"].keys() and c2["layer_us"] == pytest.approx(c["layer_us"])
     assert all(c2["phases"][k] == pytest.approx(v) for k, v in c["phases"].items())
     assert "a layer's chain (steps 0-1," in format_chain(c2)

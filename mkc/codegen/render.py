@@ -61,6 +61,9 @@ KSPLIT_CHAIN = KSPLIT_BITS["qkv"] | KSPLIT_BITS["oproj"] | KSPLIT_BITS["down"]
 # flight), while ~3 pages in flight a block already saturate HBM (2.32 / 3.03 / 3.23 / 3.20 TB/s at
 # 1 / 2 / 4 / 11); BENCHMARKS.md, thirty-fifth session
 PIPE_INFLIGHT = 3
+# stamps per traced task (CodegenOptions.trace): wait start, start, end, then marks inside it
+# (common.cuh trace_mark; mkc.trace names them); the kernel's TRACE_STAMPS and the runtime's buffer
+TRACE_STAMPS = 13
 
 
 @dataclass(frozen=True)
@@ -667,7 +670,7 @@ def _template_vars(cfg: KernelConfig, target: Target) -> dict:
     if dict(cfg.consts).get("SAMPLER_INLINE"):  # CodegenOptions.sampler_inline (the dialect keys on it)
         macros += (("MK_OUTLINE", "__forceinline__"),)
     return dict(cfg=cfg, d=dialect_for(target), consts=cfg.consts, enums=T.enums(), macros=macros,
-                fallbacks=tuple((k, 0) for k in _PATH_CONSTS if k not in have))
+                fallbacks=tuple((k, 0) for k in _PATH_CONSTS if k not in have), trace_stamps=TRACE_STAMPS)
 
 
 def config_header(cfg: KernelConfig, target: Target) -> str:
