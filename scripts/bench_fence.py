@@ -55,7 +55,10 @@ __device__ __forceinline__ void bench_bulk_store_wait(void* dst, const void* src
 // One warp streams HBM into the plan's page slots as the producer does: page n into slot n %
 // PIPE_SLOTS (8 rows of 2 KiB, bulk copies on the slot's mbarrier, evict-first), issued once page
 // n - inflight has landed, until s_done; then every copy lands. Returns the pages issued.
-__device__ unsigned bench_stream(const unsigned char* hbm, long long hbm_pages, int inflight, volatile int& s_done) {
+// With ahead > 0 the warp also prefetches into L2 (cp.async.bulk.prefetch.L2, no completion) the
+// page `ahead` pages past each page it copies, as CodegenOptions.l2_ahead's second warp does.
+__device__ unsigned bench_stream(const unsigned char* hbm, long long hbm_pages, int inflight, volatile int& s_done,
+                                 int ahead = 0) {
   const unsigned long long policy = mk_policy_stream();
   constexpr long long row_bytes = PIPE_COLS * 2;
   long long pg = blockIdx.x;
@@ -73,6 +76,11 @@ __device__ unsigned bench_stream(const unsigned char* hbm, long long hbm_pages, 
     if (lane_id() < PIPE_ROWS)
       mk_bulk_copy(pipe_page(slot) + lane_id() * PIPE_LD * 2, hbm + (pg * PIPE_ROWS + lane_id()) * row_bytes,
                    (unsigned)row_bytes, pipe_full(slot), policy);
+    if (ahead > 0 && lane_id() < PIPE_ROWS) {
+      long long pf = pg + (long long)ahead * gridDim.x;
+      while (pf >= hbm_pages) pf -= hbm_pages;
+      mk_bulk_prefetch_l2(hbm + (pf * PIPE_ROWS + lane_id()) * row_bytes, (unsigned)row_bytes);
+    }
   }
   for (unsigned m = n > (unsigned)inflight ? n - inflight : 0u; m < n; ++m)  // drain: every copy lands
     while (!mk_mbar_test(pipe_full((int)(m % PIPE_SLOTS)), (m / PIPE_SLOTS) & 1u)) {}
@@ -81,7 +89,8 @@ __device__ unsigned bench_stream(const unsigned char* hbm, long long hbm_pages, 
 
 extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
 mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode, int inflight, long long gap_ns,
-               float* outs, unsigned* counters, long long* cyc_sum, long long* cyc_max, long long* pages_ns) {
+               float* outs, unsigned* counters, long long* cyc_sum, long long* cyc_max, long long* pages_ns,
+               int ahead) {
   static_assert(PIPE_SLOTS >= 2, "page slots to stream into");
   // (no static shared memory: the plan's is all there is; the first slot's empty mbarrier word,
   // unused here, holds the done flag)
@@ -95,7 +104,7 @@ mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode
   __syncthreads();
   if (tid >= NT) {  // the streaming warp
     if (tid >= NT + WARP || inflight <= 0) return;
-    const unsigned n = bench_stream(hbm, hbm_pages, inflight, s_done);
+    const unsigned n = bench_stream(hbm, hbm_pages, inflight, s_done, ahead);
     if (lane_id() == 0) pages_ns[2 * blockIdx.x] = n;  // pages streamed while the signals ran
     return;
   }
@@ -157,7 +166,7 @@ mk_bench_poll(unsigned* counters, int reps, long long gap_ns, int copies, int ho
 // nothing, so its release does not wait): does a poll's round trip queue behind the copies?
 extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
 mk_bench_poll_stream(unsigned* counters, int reps, long long gap_ns, const unsigned char* hbm, long long hbm_pages,
-                     int inflight, int mode, long long* seen) {
+                     int inflight, int mode, long long* seen, int ahead) {
   volatile int& s_done = *reinterpret_cast<volatile int*>(pipe_empty(0));
   const int tid = mk_tid(), b = blockIdx.x;
   if (tid == 0) {
@@ -168,7 +177,7 @@ mk_bench_poll_stream(unsigned* counters, int reps, long long gap_ns, const unsig
   __syncthreads();
   if (tid >= NT) {  // the streaming warp (not on the adder's block)
     if (tid >= NT + WARP || inflight <= 0 || b == 0) return;
-    bench_stream(hbm, hbm_pages, inflight, s_done);
+    bench_stream(hbm, hbm_pages, inflight, s_done, ahead);
     return;
   }
   if (tid == 0) {
@@ -229,7 +238,7 @@ def build(out_dir=None):
     return build_cubin(source(), cfg.arch, out_dir=out_dir, verbose=True, name="bench_fence")
 
 
-def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11)) -> list[dict]:
+def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11), aheads=(0,), modes=MODES) -> list[dict]:
     import subprocess
 
     import numpy as np
@@ -255,13 +264,15 @@ def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11)) -> list[dict]:
                          capture_output=True, text=True).stdout.split()
     mhz = float(out[0]) if out else 1980.0
     rows_out = []
-    for inflight in inflights:
+    for inflight, ahead in ((i, a) for i in inflights for a in aheads):
         if inflight > c["PIPE_SLOTS"]:
             continue
         for mode, name in enumerate(MODES):
+            if name not in modes:
+                continue
             args = [("ptr", hbm.data_ptr()), ("ptr", pages), ("i32", reps), ("i32", mode), ("i32", inflight),
                     ("ptr", gap_ns), ("ptr", outs.data_ptr()), ("ptr", counters.data_ptr()), ("ptr", csum.data_ptr()),
-                    ("ptr", cmax.data_ptr()), ("ptr", pns.data_ptr())]
+                    ("ptr", cmax.data_ptr()), ("ptr", pns.data_ptr()), ("i32", ahead)]
             for _ in range(2):  # the first launch warms up
                 drv.launch(kern, sms, cfg.consumer_threads + 32, args)
                 drv.synchronize()
@@ -269,7 +280,7 @@ def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11)) -> list[dict]:
             worst = cmax.cpu().numpy().astype(float)
             pn = pns.cpu().numpy().astype(float).reshape(sms, 2)
             tbps = pn[:, 0].sum() * rows * cols * 2 / np.median(pn[:, 1]) / 1e3 if inflight else 0.0
-            rows_out.append(dict(mode=name, inflight=inflight, cycles_mean=float(np.median(mean)),
+            rows_out.append(dict(mode=name, inflight=inflight, ahead=ahead, cycles_mean=float(np.median(mean)),
                                  cycles_worst=float(np.median(worst)), us_mean=float(np.median(mean)) / mhz,
                                  us_worst=float(np.median(worst)) / mhz, mhz=mhz, tbps=float(tbps)))
     return rows_out
@@ -303,7 +314,7 @@ def run_poll(reps: int, gap_ns: int) -> list[dict]:
 POLL_MODES = ("acquire polls", "relaxed polls, one acquire fence", "relaxed polls (no acquire: the floor)")
 
 
-def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11)) -> list[dict]:
+def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11), aheads=(0,), modes=POLL_MODES) -> list[dict]:
     import numpy as np
     import torch
 
@@ -318,16 +329,18 @@ def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11)) -> list[dict]:
     pages = (2 << 30) // (rows_ * cols * 2)
     hbm = torch.empty(pages * rows_ * cols * 2, dtype=torch.uint8, device="cuda")
     rows = []
-    for inflight, (mode, mname) in ((i, m) for i in inflights for m in enumerate(POLL_MODES)):
+    for inflight, ahead, (mode, mname) in ((i, a, m) for i in inflights for a in aheads for m in enumerate(POLL_MODES)):
+        if mname not in modes:
+            continue
         counters = torch.zeros(64, dtype=torch.int32, device="cuda")
         seen = torch.zeros(reps * sms, dtype=torch.int64, device="cuda")
         args = [("ptr", counters.data_ptr()), ("i32", reps), ("ptr", gap_ns), ("ptr", hbm.data_ptr()), ("ptr", pages),
-                ("i32", inflight), ("i32", mode), ("ptr", seen.data_ptr())]
+                ("i32", inflight), ("i32", mode), ("ptr", seen.data_ptr()), ("i32", ahead)]
         drv.launch(kern, sms, cfg.consumer_threads + 32, args)
         drv.synchronize()
         s = seen.cpu().numpy().astype(float).reshape(reps, sms)[reps // 10:]
         d = (s[:, 1:] - s[:, :1]) / 1e3
-        rows.append(dict(inflight=inflight, mode=mname, first=float(d.min(1).mean()), mean=float(d.mean()),
+        rows.append(dict(inflight=inflight, ahead=ahead, mode=mname, first=float(d.min(1).mean()), mean=float(d.mean()),
                          last=float(d.max(1).mean())))
     return rows
 
@@ -337,7 +350,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=400)
     ap.add_argument("--gap-ns", type=int, default=3000)
     ap.add_argument("--compile-only", metavar="DIR", help="build the wrapper into DIR and print ptxas's report")
-    ap.add_argument("--only", choices=("fence", "poll", "poll-stream"), help="one of the three tables")
+    ap.add_argument("--only", choices=("fence", "poll", "poll-stream", "ahead"),
+                    help="one of the tables (ahead: the release and the poll beside 3 copies in flight with the "
+                         "page 0/8/16/32 pages past each copy prefetched into L2, as CodegenOptions.l2_ahead does)")
     a = ap.parse_args()
     if a.compile_only:
         res = build(Path(a.compile_only))
@@ -352,6 +367,22 @@ def main() -> None:
         print("|---|---|---|---|---|")
         for r in run_poll_stream(a.reps, a.gap_ns):
             print(f"| {r['inflight']} | {r['mode']} | {r['first']:.3f} | {r['mean']:.3f} | {r['last']:.3f} |", flush=True)
+    if a.only == "ahead":
+        ahead_tables(a)
+
+
+def ahead_tables(a) -> None:
+    aheads = (0, 8, 16, 32)
+    print("| signal | copies in flight | L2 prefetch, pages ahead | us, mean | us, worst | the stream, TB/s |")
+    print("|---|---|---|---|---|---|")
+    for r in run(a.reps, a.gap_ns, inflights=(3,), aheads=aheads, modes=("release",)):
+        print(f"| {r['mode']} | {r['inflight']} | {r['ahead']} | {r['us_mean']:.3f} | {r['us_worst']:.3f} | "
+              f"{r['tbps']:.2f} |", flush=True)
+    print("\n| copies in flight on each polling SM | L2 prefetch, pages ahead | the poll | first poller, us | mean | last |")
+    print("|---|---|---|---|---|---|")
+    for r in run_poll_stream(a.reps, a.gap_ns, inflights=(3,), aheads=aheads, modes=("acquire polls",)):
+        print(f"| {r['inflight']} | {r['ahead']} | {r['mode']} | {r['first']:.3f} | {r['mean']:.3f} | {r['last']:.3f} |",
+              flush=True)
 
 
 def fence_table(a) -> None:

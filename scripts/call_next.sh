@@ -272,6 +272,41 @@ bench_b1_if_time() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 60 ]; then
+  # thirty-sixth session (#13): does a task's release (and its poll) wait for L2 prefetches in
+  # flight as it waits for bulk copies? (bench_fence.py --only ahead: 3 copies in flight, the page
+  # 0/8/16/32 past each copy prefetched into L2.) Then the L2 prefetcher (l2_ahead, the twenty-fourth
+  # session's +14 to +46 % with 11 copies in flight) on the 3-in-flight default, alternated. Kernels:
+  # prebuild.py --variants b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic-l2a16,b1-atomic-l2a32,
+  # b1-nan,b1-nan-l2a16,q8-b1-atomic,q8-b1-atomic-l2a16 --variant-max-seq 1024.
+  T0=$(date +%s)
+  timeout 100 python3 scripts/bench_fence.py --only ahead > "$OUT/ahead.log" 2>&1
+  echo "ahead rc=$?"; grep "^|" "$OUT/ahead.log"
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=300 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic-l2a16,b1-atomic-l2a32,b1-atomic,b1-atomic-l2a16,b1-atomic-l2a8;128@b1-nan,b1-nan-l2a16;128@q8-b1-atomic,q8-b1-atomic-l2a16" \
+    OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 59 ]; then
+  # thirty-sixth session: on an H200, CALL=53 (the #16 verdict: the default over greedy, the peer,
+  # `mkc bench` b1); on any other card, CALL=57 (batch 1's page loop alone, bench_fence) and
+  # CALL=56 (rank_quad beside the A/A row), which an H100 answers as well as an H200.
+  T0=$(date +%s)
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    tokens_paired 150
+    peer_b1_if_time
+    bench_b1_if_time
+  else
+    timeout 90 python3 scripts/bench_fma_page.py > "$OUT/fma-page.log" 2>&1
+    echo "fma page rc=$?"; grep "^|" "$OUT/fma-page.log"
+    timeout 120 python3 scripts/bench_fence.py > "$OUT/fence.log" 2>&1
+    echo "fence rc=$?"; grep "^|" "$OUT/fence.log"
+    tokens_ab 200 '{"rank_quad": true}'
+  fi
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 58 ]; then
   # (#13) the issue's rows on the thirty-fifth session's default (3 copies in flight at every
   # batch), best on an H200, beside the peer: b1 over 0..127 and 0..1023, b1 nan, b8, b32, qwen3-8b
