@@ -160,6 +160,27 @@ mk_bench_poll(unsigned* counters, int reps, long long gap_ns, int copies, int ho
   }
 }
 
+// N relaxed polls of p in flight, a new one ~GAP cycles after the last, until one sees >= want
+template <int N, int GAP>
+__device__ __forceinline__ void bench_poll_pipe(const unsigned* p, unsigned want) {
+  unsigned v[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    v[k] = mk_ld_relaxed(p);
+    const long long c0 = clock64();
+    while (clock64() - c0 < GAP) {}
+  }
+  for (;;) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (v[k] >= want) return;
+      v[k] = mk_ld_relaxed(p);
+      const long long c0 = clock64();
+      while (clock64() - c0 < GAP) {}
+    }
+  }
+}
+
 // The hop beside the weight stream: as mk_bench_poll (one replica, the megakernel's backoff), but
 // the pollers spin on acquire loads (poll_counter's) while one more warp of each polling block
 // streams HBM into the page slots with `inflight` pages in flight (block 0, the adder, streams
@@ -189,6 +210,15 @@ mk_bench_poll_stream(unsigned* counters, int reps, long long gap_ns, const unsig
         mk_red_release_add(counters, 1u);
         seen[(size_t)r * gridDim.x] = (long long)t;
       } else {
+        if (mode >= 3) {
+          // relaxed polls kept in flight, a new one every ~gap cycles (a poll's round trip queues
+          // behind the SM's copies: several in flight see the add sooner), one acquire fence after
+          if (mode == 3) bench_poll_pipe<4, 300>(counters, (unsigned)(r + 1));
+          else bench_poll_pipe<8, 150>(counters, (unsigned)(r + 1));
+          mk_acquire_fence();
+          seen[(size_t)r * gridDim.x + b] = (long long)mk_globaltimer();
+          continue;
+        }
         unsigned ns = 32;
         for (int it = 0;; ++it) {
           unsigned v;
@@ -311,7 +341,9 @@ def run_poll(reps: int, gap_ns: int) -> list[dict]:
     return rows
 
 
-POLL_MODES = ("acquire polls", "relaxed polls, one acquire fence", "relaxed polls (no acquire: the floor)")
+POLL_MODES = ("acquire polls", "relaxed polls, one acquire fence", "relaxed polls (no acquire: the floor)",
+              "4 relaxed polls in flight, 300 cycles apart, one acquire fence",
+              "8 relaxed polls in flight, 150 cycles apart, one acquire fence")
 
 
 def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11), aheads=(0,), modes=POLL_MODES) -> list[dict]:
@@ -380,7 +412,10 @@ def ahead_tables(a) -> None:
               f"{r['tbps']:.2f} |", flush=True)
     print("\n| copies in flight on each polling SM | L2 prefetch, pages ahead | the poll | first poller, us | mean | last |")
     print("|---|---|---|---|---|---|")
-    for r in run_poll_stream(a.reps, a.gap_ns, inflights=(3,), aheads=aheads, modes=("acquire polls",)):
+    for r in run_poll_stream(a.reps, a.gap_ns, inflights=(0, 3), aheads=(0,), modes=POLL_MODES):
+        print(f"| {r['inflight']} | {r['ahead']} | {r['mode']} | {r['first']:.3f} | {r['mean']:.3f} | {r['last']:.3f} |",
+              flush=True)
+    for r in run_poll_stream(a.reps, a.gap_ns, inflights=(3,), aheads=aheads[1:], modes=POLL_MODES[:1]):
         print(f"| {r['inflight']} | {r['ahead']} | {r['mode']} | {r['first']:.3f} | {r['mean']:.3f} | {r['last']:.3f} |",
               flush=True)
 
