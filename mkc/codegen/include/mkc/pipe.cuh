@@ -105,7 +105,8 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
               mk_sleep(64);
             }
             const int k0 = c0 + sl * PIPE_COLS;
-            if (d >= 0 && lane < rows) mk_bulk_prefetch_l2(kd.row(r0 + lane) + k0, (unsigned)(min(PIPE_COLS, K - k0) * 2));
+            if (d >= 0 && lane < rows)
+              mk_bulk_prefetch_l2(kd.row(r0 + lane) + k0, (unsigned)(min(PIPE_COLS, K - k0) * 2), policy);
             continue;
           }
           const int slot = (int)(n % PIPE_NS);

@@ -273,9 +273,15 @@ __device__ __forceinline__ void mk_bulk_copy(void* dst, const void* src, unsigne
                :: "r"(mk_smem_addr(dst)), "l"(src), "r"(bytes), "r"(mk_smem_addr(bar)), "l"(policy) : "memory");
 }
 // [src, src + bytes) into L2 only (16-byte aligned, a multiple of 16): no shared memory, no
-// completion to wait for; a later read of the bytes finds them in L2 if they are still there
+// completion to wait for; a later read of the bytes finds them in L2 if they are still there.
+// With the stream's policy (evict-first), as the copy that reads them later, so that a weight
+// stream running ahead does not push the activations and the KV cache out of L2.
 __device__ __forceinline__ void mk_bulk_prefetch_l2(const void* src, unsigned bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mk_bulk_prefetch_l2(const void* src, unsigned bytes, unsigned long long policy) {
+  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" :: "l"(src), "r"(bytes), "l"(policy)
+               : "memory");
 }
 #else
 #define MKC_HAS_BULK_COPY 0
