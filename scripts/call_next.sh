@@ -295,6 +295,33 @@ if [ "${CALL:-1}" = 59 ]; then
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then CALL=53 exec bash "$0"; fi
   CALL=60 exec bash "$0"
 fi
+if [ "${CALL:-1}" = 62 ]; then
+  # thirty-sixth session (after CALL=60 on an H100: l2_ahead lost 8-70 %; its prefetches now carry
+  # the copies' evict-first policy). On an H200: #16's verdict (the default over greedy, paired) and
+  # #13's rows beside the peer, then `mkc bench` b1. Elsewhere: l2_ahead with the policy against the
+  # default, batch 1's page loop alone (bench_fma_page.py), rank_quad beside the A/A row (#16).
+  # Kernels: prebuild.py --variants b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-nan,b1-nan-l2a8,
+  # q8-b1-atomic,q8-b1-atomic-l2a8,b8-atomic,b32-atomic,q8-b8-atomic --variant-max-seq 1024;
+  # --tokens-bench --variants b1-atomic --variant-max-seq 1024 (and with MKC_TOKENS_AB=rank_quad);
+  # --bench llama-3.2-1b:1,8 --max-seq-len 1024.
+  T0=$(date +%s)
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    tokens_paired 150
+    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
+      MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;128@b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic" \
+      OUT=$OUT bash scripts/gpu_final.sh
+    bench_b1_if_time
+  else
+    timeout 90 python3 scripts/bench_fma_page.py > "$OUT/fma-page.log" 2>&1
+    echo "fma page rc=$?"; grep "^|" "$OUT/fma-page.log"
+    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
+      MKC_AB="128@b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic,b1-atomic-l2a8,b1-atomic-l2a4;128@b1-nan,b1-nan-l2a8;128@q8-b1-atomic,q8-b1-atomic-l2a8" \
+      OUT=$OUT bash scripts/gpu_final.sh
+    tokens_ab 170 '{"rank_quad": true}'
+  fi
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 61 ]; then
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then CALL=60 exec bash "$0"; fi
   T0=$(date +%s)
