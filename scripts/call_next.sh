@@ -295,6 +295,33 @@ if [ "${CALL:-1}" = 59 ]; then
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then CALL=53 exec bash "$0"; fi
   CALL=60 exec bash "$0"
 fi
+if [ "${CALL:-1}" = 63 ]; then
+  # thirty-sixth session, CALL=62 with the event counters spaced (ctr_stride 32: a 128-byte line
+  # each; 8: 32 bytes) beside it (the device refused CALL=62 three times). Kernels: prebuild.py
+  # --variants b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic-cs8,b1-atomic-cs32,b1-nan,b1-nan-l2a8,
+  # b1-nan-cs32,q8-b1-atomic,q8-b1-atomic-l2a8,q8-b1-atomic-cs32,b8-atomic,b8-atomic-cs32,b32-atomic,
+  # b32-atomic-cs32,q8-b8-atomic --variant-max-seq 1024; --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024 (and with MKC_TOKENS_AB=rank_quad); --bench llama-3.2-1b:1,8 --max-seq-len 1024.
+  T0=$(date +%s)
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    tokens_paired 130
+    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
+      MKC_AB="128@b1-atomic,b1-atomic-cs32,b1-atomic-l2a4,b1-nan,b8-atomic,b32-atomic,b1-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic" \
+      OUT=$OUT bash scripts/gpu_final.sh
+    bench_b1_if_time
+  else
+    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=170 MKC_AB_MAXSEQ=1024 \
+      MKC_AB="128@b1-atomic,b1-atomic-cs32,b1-atomic-l2a4,b1-atomic-cs8,b1-atomic-l2a8,b1-atomic,b1-atomic-cs32,b1-atomic-l2a4;128@b1-nan,b1-nan-cs32,b1-nan-l2a8;128@q8-b1-atomic,q8-b1-atomic-cs32,q8-b1-atomic-l2a8;128@b8-atomic,b8-atomic-cs32;128@b32-atomic,b32-atomic-cs32" \
+      OUT=$OUT bash scripts/gpu_final.sh
+    timeout 80 python3 scripts/bench_fma_page.py > "$OUT/fma-page.log" 2>&1
+    echo "fma page rc=$?"; grep "^|" "$OUT/fma-page.log"
+    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+    echo "seconds left: $left"
+    [ "$left" -gt 120 ] && tokens_ab $((left - 20)) '{"rank_quad": true}'
+  fi
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 62 ]; then
   # thirty-sixth session (after CALL=60 on an H100: l2_ahead lost 8-70 %; its prefetches now carry
   # the copies' evict-first policy). On an H200: #16's verdict (the default over greedy, paired) and
