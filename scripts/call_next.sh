@@ -295,6 +295,28 @@ if [ "${CALL:-1}" = 59 ]; then
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then CALL=53 exec bash "$0"; fi
   CALL=60 exec bash "$0"
 fi
+if [ "${CALL:-1}" = 64 ]; then
+  # thirty-sixth session, after CALL=63 (an H100): batch 1's K-split page loop alone took 605 cycles
+  # a page with every page handed over (927 with bulk copies from L2). ks_prefetch loads the task's
+  # next page before the current page's FMAs where it has landed (the same sums in the same order):
+  # the loop alone both ways (bench_fma_page.py: cycles, and the dot products bit for bit), the
+  # kernels alternated, and the sampling steps with their tokens against the default (tokens_ab).
+  # On an H200 the #16 verdict first. Kernels: prebuild.py --variants b1-atomic,b1-atomic-kspf,
+  # b1-nan,b1-nan-kspf,q8-b1-atomic,q8-b1-atomic-kspf --variant-max-seq 1024; MKC_TOKENS_AB=
+  # '{"ks_prefetch": true}' --tokens-bench --variants b1-atomic --variant-max-seq 1024.
+  T0=$(date +%s)
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then tokens_paired 110; fi
+  timeout 60 python3 scripts/bench_fma_page.py > "$OUT/fma-page.log" 2>&1
+  echo "fma page rc=$?"; grep "^|\|bit for bit" "$OUT/fma-page.log"
+  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=100 MKC_AB_MAXSEQ=1024 \
+    MKC_AB="128@b1-atomic,b1-atomic-kspf,b1-atomic,b1-atomic-kspf;128@b1-nan,b1-nan-kspf;128@q8-b1-atomic,q8-b1-atomic-kspf" \
+    OUT=$OUT bash scripts/gpu_final.sh
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  [ "$left" -gt 60 ] && tokens_ab $((left - 10)) '{"ks_prefetch": true}'
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 63 ]; then
   # thirty-sixth session, CALL=62 with the event counters spaced (ctr_stride 32: a 128-byte line
   # each; 8: 32 bytes) beside it (the device refused CALL=62 three times). Kernels: prebuild.py

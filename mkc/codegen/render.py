@@ -165,6 +165,11 @@ class CodegenOptions:
     # qwen3-8b b1 4.1131 / 4.1527 / 4.1254: where the streams are HBM-bound, faster consumers only
     # leave more of the ring in flight)
     pipe_ksplit: int = KSPLIT_CHAIN
+    # the K-split consumers load the next page's weights and input before the current page's FMAs
+    # where that page has landed (pipe.cuh pipe_rows_ks; the same sums in the same order): the page
+    # loop alone took ~605 cycles a page with every page landed (scripts/bench_fma_page.py, H100,
+    # thirty-sixth session), where its shared-memory traffic is ~160
+    ks_prefetch: bool = False
     # at most this many of the pipeline's bulk copies in flight (issued, not landed; 0: as many as
     # the ring has free pages): the ring still fills while the consumers wait on an event, but
     # while they stream, fewer bytes queue at HBM, and a task's signal (its release fence waits for
@@ -581,6 +586,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                                      and comb_loads <= COMB_EARLY_MAX),
                        XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
                        PIPE_KSPLIT=ks_mask if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
+                       PIPE_KS_PF=int(bool(o.ks_prefetch and ksplit)),
                        PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0,
                        PIPE_L2_AHEAD=l2_ahead)
     needed = plan.smem_bytes

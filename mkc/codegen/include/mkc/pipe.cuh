@@ -193,8 +193,103 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
 // warps in a fixed order into out (double buffered: the next flush's writes come after the next
 // barrier, which every thread reaches only after its sums). The staged input is in the plain
 // layout.
+// PIPE_KS_PF (CodegenOptions.ks_prefetch): pipe_rows_ks with the task's next page's loads in
+// flight while the current page's FMAs issue, where that page has landed (the same sums in the same
+// order). ks_load: one page's loads for lane `col` (its 4 inputs of K-slice sl, its 4 columns of
+// the page's 8 rows, all at once: rows past the task's are summed into accumulators never stored);
+// false (nothing loaded) where the slice has no column `col`.
+template <int K>
+__device__ __forceinline__ bool ks_load(const float* xs, int slot, int sl, int col, float4& xv, uint2 (&wv)[PIPE_ROWS]) {
+  if (col >= min(PIPE_COLS, K - sl * PIPE_COLS)) return false;
+  xv = *reinterpret_cast<const float4*>(xs + sl * PIPE_COLS + col);
+  const unsigned char* pg = pipe_page(slot) + col * 2;
+#pragma unroll
+  for (int r = 0; r < PIPE_ROWS; ++r) wv[r] = *reinterpret_cast<const uint2*>(pg + r * PIPE_LD * 2);
+  return true;
+}
+
+template <int K>
+__device__ __forceinline__ void pipe_rows_ks_pf(const Ctx& c, int nr, const float* xs, float* out, float* part) {
+  constexpr int PCW = PIPE_COLS / NW;  // columns per warp of a page
+  static_assert(PIPE_ROWS == 8 && PCW == 4 * WARP && K % 4 == 0, "8-row pages, 4 columns per lane");
+  constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
+  const int lane = lane_id(), w = warp_id();
+  const int col = w * PCW + 4 * lane;
+  // the registers hold page c.pipe_n's loads where `have` (its landing observed by this lane: a
+  // test or a wait of its full barrier); `ok`: it had column `col`
+  const unsigned n_end = c.pipe_n + (unsigned)(((nr + PIPE_ROWS - 1) / PIPE_ROWS) * NSL);
+  float4 xv;
+  uint2 wv[PIPE_ROWS];
+  bool have = false, ok = false;
+  int g = 0;
+  for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS, ++g) {
+    float acc[PIPE_ROWS];
+#pragma unroll
+    for (int r = 0; r < PIPE_ROWS; ++r) acc[r] = 0.f;
+    for (int sl = 0; sl < NSL; ++sl) {
+      const unsigned n = c.pipe_n++;
+      const int slot = (int)(n % PIPE_NS);
+      if (!have) {
+        pipe_wait(c, pipe_full(slot), (n / PIPE_NS) & 1u);
+        ok = ks_load<K>(xs, slot, sl, col, xv, wv);
+      }
+      const float4 xc = xv;
+      uint2 wc[PIPE_ROWS];
+#pragma unroll
+      for (int r = 0; r < PIPE_ROWS; ++r) wc[r] = wv[r];
+      const bool okc = ok;
+      // the task's next page, if it has landed: its loads go out before this page's FMAs
+      have = false;
+      if (n + 1 < n_end) {
+        const unsigned m = n + 1;
+        if (mk_mbar_test(pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u)) {
+          have = true;
+          ok = ks_load<K>(xs, (int)(m % PIPE_NS), sl + 1 < NSL ? sl + 1 : 0, col, xv, wv);
+        }
+      }
+      if (okc) {
+#pragma unroll
+        for (int r = 0; r < PIPE_ROWS; ++r) {
+          acc[r] = fmaf(mk_lo_bf16(wc[r].x), xc.x, acc[r]); acc[r] = fmaf(mk_hi_bf16(wc[r].x), xc.y, acc[r]);
+          acc[r] = fmaf(mk_lo_bf16(wc[r].y), xc.z, acc[r]); acc[r] = fmaf(mk_hi_bf16(wc[r].y), xc.w, acc[r]);
+        }
+      }
+      mk_syncwarp();
+      if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
+    }
+    // transposing butterfly: after the exchanges over lane bits 4, 3, 2 a lane holds one row
+    // ((lane >> 2) & 7), then bits 1 and 0 add the four lanes that hold it
+    float a4[4], a2[2];
+    const bool h16 = lane & 16, h8 = lane & 8, h4 = lane & 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a4[i] = (h16 ? acc[i + 4] : acc[i]) + mk_shfl_xor(h16 ? acc[i] : acc[i + 4], 16);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) a2[i] = (h8 ? a4[i + 2] : a4[i]) + mk_shfl_xor(h8 ? a4[i] : a4[i + 2], 8);
+    float v = (h4 ? a2[1] : a2[0]) + mk_shfl_xor(h4 ? a2[0] : a2[1], 4);
+    v += mk_shfl_xor(v, 2);
+    v += mk_shfl_xor(v, 1);
+    float* pb = part + ((g / PIPE_KS_FLUSH) & 1) * (PIPE_KS_FLUSH * PIPE_ROWS * NW);
+    if ((lane & 3) == 0) pb[((g % PIPE_KS_FLUSH) * PIPE_ROWS + (lane >> 2)) * NW + w] = v;
+    if (g % PIPE_KS_FLUSH == PIPE_KS_FLUSH - 1 || r0 + PIPE_ROWS >= nr) {
+      mk_barrier();
+      const int rb = (g / PIPE_KS_FLUSH) * PIPE_KS_FLUSH * PIPE_ROWS, re = min(nr, r0 + PIPE_ROWS);
+      for (int j = rb + mk_tid(); j < re; j += NT) {
+        const float* pj = pb + (j - rb) * NW;
+        float s = 0.f;
+#pragma unroll
+        for (int u = 0; u < NW; ++u) s += pj[u];
+        out[j] = s;
+      }
+    }
+  }
+}
+
 template <int K>
 __device__ __forceinline__ void pipe_rows_ks(const Ctx& c, int nr, const float* xs, float* out, float* part) {
+  if constexpr (PIPE_KS_PF != 0) {
+    pipe_rows_ks_pf<K>(c, nr, xs, out, part);
+    return;
+  }
   constexpr int PCW = PIPE_COLS / NW;  // columns per warp of a page
   static_assert(PIPE_ROWS == 8 && PCW == 4 * WARP && K % 4 == 0, "8-row pages, 4 columns per lane");
   constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
