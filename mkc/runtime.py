@@ -254,8 +254,7 @@ class Megakernel:
             self.buffers[b.name] = arr
         self.weights = {n: a for n, a in self.buffers.items() if self.plan[n].role == "weight"}
         self.ids, self.tokens = self.buffers["ids"], self.buffers["tokens"]  # [L, B]: forced / argmax per step
-        # (the event counters CTR_STRIDE words apart: CodegenOptions.ctr_stride)
-        self.ws = drv.empty((T.WS_COUNTERS + (self.tables.n_events + 1) * self.cfg.const("CTR_STRIDE"),), "i32")
+        self.ws = drv.empty((self.tables.ws_words,), "i32")
         B, L = tg.dim("B"), tg.dim("L")
         self.ctl_at = T.ctl_layout(B, L)  # the decode control block (tables.ctl_layout)
         self.ctl = drv.empty((self.ctl_at["CTL_WORDS"],), "i32")

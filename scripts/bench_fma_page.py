@@ -86,38 +86,38 @@ mk_bench_fma_page(const unsigned char* w, const float* x, int reps, int mode, lo
 """
 
 
-def config(pf: bool = False):
+def config():
     from codegen_fixtures import rr_schedule, taskgraph
-    from mkc.codegen.render import CodegenOptions, kernel_config
+    from mkc.codegen.render import kernel_config
     from mkc.target import get_target
 
     t = get_target("h200")
     tg = taskgraph("llama-3.2-1b", 1, 1024, t)
-    cfg = kernel_config(tg, rr_schedule(tg, t, "atomic"), t, CodegenOptions(ks_prefetch=pf))
+    cfg = kernel_config(tg, rr_schedule(tg, t, "atomic"), t)
     c = dict(cfg.consts)
     if cfg.mma_gemv or c.get("PIPE_SLOTS", 0) < 2 or not c.get("PIPE_KSPLIT"):
         raise SystemExit("batch 1: no K-split FMA weight pipeline in its default plan")
     return cfg, t
 
 
-def source(pf: bool = False) -> str:
+def source() -> str:
     from mkc.codegen import source as S
     from mkc.codegen.render import config_header
 
-    cfg, t = config(pf)
+    cfg, t = config()
     prologue = config_header(cfg, t).removeprefix("#pragma once\n")
     return S.inline(prologue + f"constexpr int BENCH_ROWS = {ROWS}, BENCH_K = {COLS};\n"
                     '#include "mkc/pipe.cuh"\n\nusing namespace mk;\n' + WRAPPER)
 
 
-def build(out_dir=None, pf: bool = False):
+def build(out_dir=None):
     from mkc.targets.nvidia.compiler import build_cubin
 
-    cfg, _ = config(pf)
-    return build_cubin(source(pf), cfg.arch, out_dir=out_dir, verbose=True, name="bench_fma_page")
+    cfg, _ = config()
+    return build_cubin(source(), cfg.arch, out_dir=out_dir, verbose=True, name="bench_fma_page")
 
 
-def run(reps: int, pf: bool = False) -> list[dict]:
+def run(reps: int) -> list[dict]:
     import subprocess
 
     import numpy as np
@@ -125,10 +125,10 @@ def run(reps: int, pf: bool = False) -> list[dict]:
 
     from mkc.targets.nvidia.driver import CudaDriver
 
-    cfg, _ = config(pf)
+    cfg, _ = config()
     c = dict(cfg.consts)
     prow, pcol = c["PIPE_ROWS"], c["PIPE_COLS"]
-    res = build(pf=pf)
+    res = build()
     drv = CudaDriver()
     kern = drv.load(res.cubin.read_bytes(), "mk_bench_fma_page", cfg.smem_bytes)
     g = torch.Generator().manual_seed(0)
@@ -164,7 +164,7 @@ def run(reps: int, pf: bool = False) -> list[dict]:
         # mode 0 hands over slots never written: only mode 1's first repetition reads w's pages
         err = float((got - want).abs().max() / (want.abs().max() + 1e-9)) if mode == 1 else float("nan")
         rows.append(dict(mode=name, cycles=float(np.median(per_page)), us=float(np.median(per_page)) / mhz,
-                         rel_err=err, pages=len(pages), out=got.numpy().copy()))
+                         rel_err=err, pages=len(pages)))
     return rows
 
 
@@ -174,21 +174,14 @@ def main() -> None:
     ap.add_argument("--compile-only", metavar="DIR", help="build the wrapper into DIR and print ptxas's report")
     a = ap.parse_args()
     if a.compile_only:
-        for pf in (False, True):
-            res = build(Path(a.compile_only), pf)
-            print("; ".join(line.strip() for line in res.log.splitlines() if "Used" in line or "spill" in line))
+        res = build(Path(a.compile_only))
+        print("; ".join(line.strip() for line in res.log.splitlines() if "Used" in line or "spill" in line))
         return
-    print(f"| the loop (CodegenOptions.ks_prefetch) | pages ({ROWS} rows x {COLS} columns, qkv's task) | "
-          "cycles a page (median over SMs) | us a page | dot products, rel. error |")
-    print("|---|---|---|---|---|")
-    outs = {}
-    for pf in (False, True):
-        for r in run(a.reps, pf):
-            outs[pf, r["mode"]] = r["out"]
-            print(f"| {'next page loaded first' if pf else 'the default'} | {r['mode']} | {r['cycles']:.0f} | "
-                  f"{r['us']:.3f} | {r['rel_err']:.1e} |", flush=True)
-    m = "bulk copies from L2"
-    print(f"ks_prefetch's dot products equal the default's bit for bit: {bool((outs[True, m] == outs[False, m]).all())}")
+    print(f"| pages ({ROWS} rows x {COLS} columns, qkv's task) | cycles a page (median over SMs) | us a page | "
+          "dot products, rel. error |")
+    print("|---|---|---|---|")
+    for r in run(a.reps):
+        print(f"| {r['mode']} | {r['cycles']:.0f} | {r['us']:.3f} | {r['rel_err']:.1e} |", flush=True)
 
 
 if __name__ == "__main__":

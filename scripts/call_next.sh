@@ -1,6 +1,20 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Thirty-sixth session, summed up: the device refused eight starts (~720 s of the 1,800) and gave an
+# H100 to the three calls that ran: CALL=60 (through CALL=59), CALL=63 and CALL=64 (BENCHMARKS.md,
+# "Thirty-sixth session"). A task's release and its polls do not wait for L2 prefetches (bench_fence
+# --only ahead), but l2_ahead still loses 8-10 % in the megakernel, with or without the copies'
+# evict-first policy on its prefetches (kept). Polls kept in flight are slower (never merged);
+# counters spaced a line apart (ctr_stride) neutral and removed (CALL=63 as written fails now).
+# Batch 1's K-split page loop alone takes 605 cycles a page (927 with copies landing), which makes
+# the consumers, not HBM, the limit on the chain's short tasks; loading the next page before the
+# FMAs (ks_prefetch) made it slower (979 / 1080; the kernel +6 %) and was removed (CALL=64 as
+# written fails now). rank_quad inside the A/A spread: off. Next: #16's verdict on an H200 (CALL=53
+# as written, or CALL=62 on an H200: out/carry/cache.tgz holds CALL=62's kernels, CALL=53's among
+# them, built at these headers; a header change invalidates them); the page loop (why 605 cycles: the SASS's serial wait, loads, FMAs, arrival per
+# warp, two warps a scheduler; try more rows a warp, fewer barriers, the butterfly once per task).
+#
 # Thirty-fifth session, summed up: CALL=45 to CALL=55, every one given an H100 (BENCHMARKS.md,
 # "Thirty-fifth session"). A task's release fence (MEMBAR.ALL.GPU) and its polls wait for every
 # bulk copy the SM has in flight (scripts/bench_fence.py): the pipeline now keeps at most 3 copies

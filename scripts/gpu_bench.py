@@ -100,12 +100,6 @@ VARIANTS.update({f"{v}-noahead": (*VARIANTS[v][:4], {**VARIANTS[v][4], "task_ahe
 # relaxed counter polls and one acquire fence per wait (CodegenOptions.acquire_once, docs/sync.md)
 VARIANTS.update({f"{v}-acq1": (*VARIANTS[v][:4], {**VARIANTS[v][4], "acquire_once": True})
                  for v in ("b1-atomic", "b8-atomic", "q8-b1-atomic", "q8-b8-atomic")})
-# the K-split consumers load the task's next page before the current page's FMAs (CodegenOptions.ks_prefetch)
-VARIANTS.update({f"{v}-kspf": (*VARIANTS[v][:4], {**VARIANTS[v][4], "ks_prefetch": True})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic")})
-# the event counters a 128-byte line each (CodegenOptions.ctr_stride=32) or 32 bytes apart (8)
-VARIANTS.update({f"{v}-cs{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "ctr_stride": n})
-                 for v in ("b1-atomic", "b1-nan", "b8-atomic", "b32-atomic", "q8-b1-atomic", "q8-b8-atomic") for n in (8, 32)})
 # o-proj's early combine (CodegenOptions.lean_comb, on by default) against the combine after the
 # split weights
 VARIANTS.update({f"{v}-nocomb": (*VARIANTS[v][:4], {**VARIANTS[v][4], "lean_comb": False})

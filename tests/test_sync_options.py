@@ -261,34 +261,3 @@ def test_nan_polls_are_16_bytes_four_in_flight_and_reissued_at_batch_1(target):
         assert ("ld.relaxed.gpu.global.v4.u32" in src) == (target == "h200")
     off, cfg, _ = _source("llama-3.2-1b", 1, "h200", "nan", CodegenOptions(poll_vec=False, poll_reissue=False, poll_batch=8))
     assert (cfg.const("POLL_VEC"), cfg.const("POLL_REISSUE"), cfg.const("POLL_BATCH")) == (0, 0, 8)
-
-
-def test_ctr_stride_spaces_every_counter_and_the_runtime_sizes_the_workspace():
-    """CodegenOptions.ctr_stride: every counter access (waits, signals, the decode-loop counter)
-    indexes event ``ev`` at ``ev * CTR_STRIDE``; the runtime allocates that many words."""
-    from mkc.errors import IRCheckError
-
-    src, cfg, _ = _source("llama-3.2-1b", 1, "h200", "atomic", CodegenOptions(ctr_stride=32))
-    assert cfg.const("CTR_STRIDE") == 32
-    uses = re.findall(r"c\.ws \+ WS_COUNTERS \+ [^,;]*", src)
-    assert len(uses) == 5 and all(u.endswith("* CTR_STRIDE") for u in uses), uses
-    assert _source("llama-3.2-1b", 1, "h200", "atomic")[1].const("CTR_STRIDE") == 1
-    with pytest.raises(IRCheckError, match="ctr_stride=3"):
-        _source("llama-3.2-1b", 1, "h200", "atomic", CodegenOptions(ctr_stride=3))
-    runtime = (ROOT / "mkc" / "runtime.py").read_text()
-    assert '(self.tables.n_events + 1) * self.cfg.const("CTR_STRIDE")' in runtime
-
-
-def test_ks_prefetch_is_one_constant_on_the_k_split_path():
-    """CodegenOptions.ks_prefetch: the K-split consumers (pipe.cuh pipe_rows_ks) load the task's
-    next landed page before the current page's FMAs; off, the source differs only in the constant
-    (the loop is selected with if constexpr), so the default kernel is the one measured before."""
-    off, cfg0, _ = _source("llama-3.2-1b", 1, "h200", "atomic")
-    on, cfg1, _ = _source("llama-3.2-1b", 1, "h200", "atomic", CodegenOptions(ks_prefetch=True))
-    assert cfg0.const("PIPE_KS_PF") == 0 and cfg1.const("PIPE_KS_PF") == 1
-    assert off.replace("PIPE_KS_PF = 0;", "PIPE_KS_PF = 1;") == on
-    body = _function(on, "__device__ __forceinline__ void pipe_rows_ks_pf(")
-    # the next page is only tested (never waited for) before the current page's FMAs
-    assert body.index("mk_mbar_test(pipe_full") < body.index("acc[r] = fmaf(")
-    # no K-split path at batch 8 (tensor cores): the option has nothing to switch
-    assert _source("llama-3.2-1b", 8, "h200", "atomic", CodegenOptions(ks_prefetch=True))[1].const("PIPE_KS_PF") == 0

@@ -121,10 +121,6 @@ class CodegenOptions:
     # atomic waits poll their counters relaxed and each polling thread issues one acquire fence after
     # its last poll (docs/sync.md "Acquire once"), instead of an ld.acquire per poll
     acquire_once: bool = False
-    # 32-bit words from one event counter to the next in the workspace (1: packed, 32 per 128-byte
-    # line; 32: a line each, so the polls of one event and the adds to another do not meet at one
-    # L2 line)
-    ctr_stride: int = 1
     # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (NVIDIA
     # sm_90+: batch 1 on the FMA path, batch 2-32 on the tensor-core path, pages of 16 rows,
     # gemv_mma.cuh gemv_task_mma_pipe), False: off (weights through registers or the cp.async ring,
@@ -165,11 +161,6 @@ class CodegenOptions:
     # qwen3-8b b1 4.1131 / 4.1527 / 4.1254: where the streams are HBM-bound, faster consumers only
     # leave more of the ring in flight)
     pipe_ksplit: int = KSPLIT_CHAIN
-    # the K-split consumers load the next page's weights and input before the current page's FMAs
-    # where that page has landed (pipe.cuh pipe_rows_ks; the same sums in the same order): the page
-    # loop alone took ~605 cycles a page with every page landed (scripts/bench_fma_page.py, H100,
-    # thirty-sixth session), where its shared-memory traffic is ~160
-    ks_prefetch: bool = False
     # at most this many of the pipeline's bulk copies in flight (issued, not landed; 0: as many as
     # the ring has free pages): the ring still fills while the consumers wait on an event, but
     # while they stream, fewer bytes queue at HBM, and a task's signal (its release fence waits for
@@ -544,8 +535,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         consumer_regs = o.consumer_regs if o.consumer_regs is not None else auto_consumer_regs(plan, target, B)
         if consumer_regs:
             launch_threads, producer_regs = reg_split(consumer_regs, plan, target)
-    if o.ctr_stride not in (1, 2, 4, 8, 16, 32, 64):
-        raise IRCheckError(f"CodegenOptions.ctr_stride={o.ctr_stride}: a power of two from 1 to 64 words")
     l2_ahead = o.l2_ahead if plan.pipe_slots > 0 else 0
     if l2_ahead < 0 or (l2_ahead and not consumer_regs):
         raise IRCheckError(f"CodegenOptions.l2_ahead={o.l2_ahead}: a count of pages >= 0, and its prefetch warp is "
@@ -586,7 +575,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                                      and comb_loads <= COMB_EARLY_MAX),
                        XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
                        PIPE_KSPLIT=ks_mask if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
-                       PIPE_KS_PF=int(bool(o.ks_prefetch and ksplit)),
                        PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0,
                        PIPE_L2_AHEAD=l2_ahead)
     needed = plan.smem_bytes
@@ -635,7 +623,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
-        ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), CTR_STRIDE=o.ctr_stride, SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
+        ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
                                                                                B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), RANK_QUAD=int(o.rank_quad), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,

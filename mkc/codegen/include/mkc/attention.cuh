@@ -41,7 +41,7 @@ __device__ bool attn_step_order(const Ctx& c, const Task& t, int* s_abort) {
   if (mk_tid() == 0) {
     const int ev = mk_ld_table(c.tab + HDR_N_EVENTS);
     const unsigned want = (unsigned)mk_ld_table(c.tab + HDR_N_ARGMAX) * (unsigned)c.step;
-    if (!spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev * CTR_STRIDE, want)) *s_abort = 1;
+    if (!spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev, want)) *s_abort = 1;
     if constexpr (ACQUIRE_ONCE != 0) mk_acquire_fence();  // relaxed polls (sync.cuh poll_counter)
   }
   mk_barrier();

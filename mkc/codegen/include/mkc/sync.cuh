@@ -286,7 +286,7 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort, PollSkip* s
           thr = mk_ld_table(wt + WT_THRESHOLD);
         }
         const unsigned want = (unsigned)thr * (unsigned)(c.step + 1);
-        ok = spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev * CTR_STRIDE, want) && ok;
+        ok = spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev, want) && ok;
       }
       if constexpr (TRACE) {  // trace mark 9: thread 0's poll saw its count (before the fence and barrier)
         if (tid == 0 && c.trace_rec != nullptr) c.trace_rec[3 + 9] = mk_globaltimer();
@@ -296,7 +296,7 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort, PollSkip* s
       // this step's token is the previous step's argmax (the in-kernel decode loop)
       const int ev = mk_ld_table(c.tab + HDR_N_EVENTS);
       const unsigned want = (unsigned)mk_ld_table(c.tab + HDR_N_ARGMAX) * (unsigned)c.step;
-      ok = spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev * CTR_STRIDE, want) && ok;
+      ok = spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev, want) && ok;
     }
     if (!ok) *s_abort = 1;
     if constexpr (NAN_MODE) mk_fence();  // relaxed polls -> fence: acquire what they observed
@@ -329,11 +329,11 @@ __device__ void signal_task(const Ctx& c, const Task& t) {
   if constexpr (!NAN_MODE) {
     if (tid < t.n_sig) {
       const int ev = t.sig_ev >= 0 ? t.sig_ev : mk_ld_table(c.tab + mk_ld_table(c.tab + HDR_SIGS) + t.sig_off + tid);
-      mk_red_release_add(c.ws + WS_COUNTERS + ev * CTR_STRIDE, 1u);
+      mk_red_release_add(c.ws + WS_COUNTERS + ev, 1u);
     }
   }
   if ((t.flags & TF_SIGNAL_LOOP) && tid == NT - 1)
-    mk_red_release_add(c.ws + WS_COUNTERS + mk_ld_table(c.tab + HDR_N_EVENTS) * CTR_STRIDE, 1u);
+    mk_red_release_add(c.ws + WS_COUNTERS + mk_ld_table(c.tab + HDR_N_EVENTS), 1u);
 }
 
 }  // namespace mk
