@@ -11,7 +11,8 @@
 # the consumers, not HBM, the limit on the chain's short tasks; loading the next page before the
 # FMAs (ks_prefetch) made it slower (979 / 1080; the kernel +6 %) and was removed (CALL=64 as
 # written fails now). rank_quad inside the A/A spread: off. Next: #16's verdict on an H200 (CALL=53
-# as written, or CALL=62 on an H200: out/carry/cache.tgz holds CALL=62's kernels, CALL=53's among
+# as written, or CALL=62, whose branch for other cards now traces l2_ahead 4 against the default and
+# runs #13's rows beside the peer: out/carry/cache.tgz holds CALL=62's kernels, CALL=53's among
 # them, built at these headers; a header change invalidates them); the page loop (why 605 cycles: the SASS's serial wait, loads, FMAs, arrival per
 # warp, two warps a scheduler; try more rows a warp, fewer barriers, the butterfly once per task).
 #
@@ -375,12 +376,16 @@ if [ "${CALL:-1}" = 62 ]; then
       OUT=$OUT bash scripts/gpu_final.sh
     bench_b1_if_time
   else
-    timeout 90 python3 scripts/bench_fma_page.py > "$OUT/fma-page.log" 2>&1
-    echo "fma page rc=$?"; grep "^|" "$OUT/fma-page.log"
-    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
-      MKC_AB="128@b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic,b1-atomic-l2a8,b1-atomic-l2a4;128@b1-nan,b1-nan-l2a8;128@q8-b1-atomic,q8-b1-atomic-l2a8" \
+    # (rewritten at the thirty-sixth session's end, which measured the old branch in CALL=60, 63
+    # and 64): the layers' chain traced with and without l2_ahead 4 (why does it lose 8 % in the
+    # megakernel when the release and the polls gain beside prefetches?), then #13's rows beside
+    # the peer and `mkc bench` b1 on this card. Trace kernels: MKC_TRACE_SPECS='{"l2_ahead": 4}'
+    # prebuild.py --build-dirs .builds/llama-b1 --trace.
+    marks l2a "--greedy" '{"l2_ahead": 4}'
+    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
+      MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic" \
       OUT=$OUT bash scripts/gpu_final.sh
-    tokens_ab 170 '{"rank_quad": true}'
+    bench_b1_if_time
   fi
   pack_out
   exit 0
