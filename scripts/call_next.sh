@@ -283,6 +283,15 @@ bench_b1_if_time() {
   [ "$left" -gt 70 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1" MKC_BENCH_S=$((left - 10)) \
     OUT=$OUT bash scripts/gpu_final.sh
 }
+# gpu_bench's rows $2 (MKC_AB's syntax: STEPS@VARIANT,...;...), kernels of a 1,024-position cache,
+# bounded at $1 s; with $3, the hand-written peer first, bounded at $3 s
+ab_rows() {
+  if [ -n "${3:-}" ]; then
+    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=$3 MKC_AB_S=$1 MKC_AB_MAXSEQ=1024 MKC_AB="$2" OUT=$OUT bash scripts/gpu_final.sh
+  else
+    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=$1 MKC_AB_MAXSEQ=1024 MKC_AB="$2" OUT=$OUT bash scripts/gpu_final.sh
+  fi
+}
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
@@ -297,9 +306,7 @@ if [ "${CALL:-1}" = 60 ]; then
   T0=$(date +%s)
   timeout 100 python3 scripts/bench_fence.py --only ahead > "$OUT/ahead.log" 2>&1
   echo "ahead rc=$?"; grep "^|" "$OUT/ahead.log"
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=300 MKC_AB_MAXSEQ=1024 \
-    MKC_AB="128@b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic-l2a16,b1-atomic-l2a32,b1-atomic,b1-atomic-l2a16,b1-atomic-l2a8;128@b1-nan,b1-nan-l2a16;128@q8-b1-atomic,q8-b1-atomic-l2a16" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 300 "128@b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic-l2a16,b1-atomic-l2a32,b1-atomic,b1-atomic-l2a16,b1-atomic-l2a8;128@b1-nan,b1-nan-l2a16;128@q8-b1-atomic,q8-b1-atomic-l2a16"
   pack_out
   exit 0
 fi
@@ -323,9 +330,7 @@ if [ "${CALL:-1}" = 64 ]; then
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then tokens_paired 110; fi
   timeout 60 python3 scripts/bench_fma_page.py > "$OUT/fma-page.log" 2>&1
   echo "fma page rc=$?"; grep "^|\|bit for bit" "$OUT/fma-page.log"
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=100 MKC_AB_MAXSEQ=1024 \
-    MKC_AB="128@b1-atomic,b1-atomic-kspf,b1-atomic,b1-atomic-kspf;128@b1-nan,b1-nan-kspf;128@q8-b1-atomic,q8-b1-atomic-kspf" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 100 "128@b1-atomic,b1-atomic-kspf,b1-atomic,b1-atomic-kspf;128@b1-nan,b1-nan-kspf;128@q8-b1-atomic,q8-b1-atomic-kspf"
   left=$((${CALL_S:-570} - ($(date +%s) - T0)))
   echo "seconds left: $left"
   [ "$left" -gt 60 ] && tokens_ab $((left - 10)) '{"ks_prefetch": true}'
@@ -342,14 +347,10 @@ if [ "${CALL:-1}" = 63 ]; then
   T0=$(date +%s)
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     tokens_paired 130
-    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
-      MKC_AB="128@b1-atomic,b1-atomic-cs32,b1-atomic-l2a4,b1-nan,b8-atomic,b32-atomic,b1-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic" \
-      OUT=$OUT bash scripts/gpu_final.sh
+    ab_rows 150 "128@b1-atomic,b1-atomic-cs32,b1-atomic-l2a4,b1-nan,b8-atomic,b32-atomic,b1-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic" 90
     bench_b1_if_time
   else
-    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=170 MKC_AB_MAXSEQ=1024 \
-      MKC_AB="128@b1-atomic,b1-atomic-cs32,b1-atomic-l2a4,b1-atomic-cs8,b1-atomic-l2a8,b1-atomic,b1-atomic-cs32,b1-atomic-l2a4;128@b1-nan,b1-nan-cs32,b1-nan-l2a8;128@q8-b1-atomic,q8-b1-atomic-cs32,q8-b1-atomic-l2a8;128@b8-atomic,b8-atomic-cs32;128@b32-atomic,b32-atomic-cs32" \
-      OUT=$OUT bash scripts/gpu_final.sh
+    ab_rows 170 "128@b1-atomic,b1-atomic-cs32,b1-atomic-l2a4,b1-atomic-cs8,b1-atomic-l2a8,b1-atomic,b1-atomic-cs32,b1-atomic-l2a4;128@b1-nan,b1-nan-cs32,b1-nan-l2a8;128@q8-b1-atomic,q8-b1-atomic-cs32,q8-b1-atomic-l2a8;128@b8-atomic,b8-atomic-cs32;128@b32-atomic,b32-atomic-cs32"
     timeout 80 python3 scripts/bench_fma_page.py > "$OUT/fma-page.log" 2>&1
     echo "fma page rc=$?"; grep "^|" "$OUT/fma-page.log"
     left=$((${CALL_S:-570} - ($(date +%s) - T0)))
@@ -371,9 +372,7 @@ if [ "${CALL:-1}" = 62 ]; then
   T0=$(date +%s)
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     tokens_paired 150
-    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
-      MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;128@b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic" \
-      OUT=$OUT bash scripts/gpu_final.sh
+    ab_rows 150 "128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;128@b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic" 90
     bench_b1_if_time
   else
     # (rewritten at the thirty-sixth session's end, which measured the old branch in CALL=60, 63
@@ -382,9 +381,7 @@ if [ "${CALL:-1}" = 62 ]; then
     # the peer and `mkc bench` b1 on this card. Trace kernels: MKC_TRACE_SPECS='{"l2_ahead": 4}'
     # prebuild.py --build-dirs .builds/llama-b1 --trace.
     marks l2a "--greedy" '{"l2_ahead": 4}'
-    MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=150 MKC_AB_MAXSEQ=1024 \
-      MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic" \
-      OUT=$OUT bash scripts/gpu_final.sh
+    ab_rows 150 "128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic" 90
     bench_b1_if_time
   fi
   pack_out
@@ -406,9 +403,7 @@ if [ "${CALL:-1}" = 58 ]; then
   # out/carry/cache.tgz): prebuild.py --variants b1-atomic,b1-nan,b8-atomic,b32-atomic,q8-b1-atomic,
   # q8-b8-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1,8,32 --max-seq-len 1024.
   T0=$(date +%s)
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=90 MKC_AB_S=250 MKC_AB_MAXSEQ=1024 \
-    MKC_AB="128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 250 "128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic;1024@q8-b1-atomic" 90
   left=$((${CALL_S:-570} - ($(date +%s) - T0)))
   echo "seconds left: $left"
   [ "$left" -gt 90 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_BENCH="llama-3.2-1b:1,8" \
@@ -446,9 +441,7 @@ if [ "${CALL:-1}" = 55 ]; then
   # q8-b1-atomic-acq1,b8-atomic,b8-atomic-acq1 --variant-max-seq 1024; bench_fence's cubin.
   timeout 120 python3 scripts/bench_fence.py --only poll-stream > "$OUT/poll.log" 2>&1
   echo "poll rc=$?"; grep "^|" "$OUT/poll.log"
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-    MKC_AB="128@b1-atomic,b1-atomic-acq1,b1-atomic,b1-atomic-acq1;128@b8-atomic,b8-atomic-acq1;128@q8-b1-atomic,q8-b1-atomic-acq1" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 200 "128@b1-atomic,b1-atomic-acq1,b1-atomic,b1-atomic-acq1;128@b8-atomic,b8-atomic-acq1;128@q8-b1-atomic,q8-b1-atomic-acq1"
   pack_out
   exit 0
 fi
@@ -488,9 +481,7 @@ if [ "${CALL:-1}" = 51 ]; then
   # b1-atomic,b1-atomic-near4,b1-atomic-near6,b1-atomic-near8,b1-atomic-near4-if2,
   # b1-atomic-near6-if2,b1-nan,b1-nan-near6,q8-b1-atomic,q8-b1-atomic-near6 --variant-max-seq 1024.
   T0=$(date +%s)
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-    MKC_AB="128@b1-atomic,b1-atomic-near4,b1-atomic-near6,b1-atomic-near8,b1-atomic-near4-if2,b1-atomic-near6-if2,b1-atomic,b1-atomic-near6,b1-atomic-near6-if2;128@b1-nan,b1-nan-near6;128@q8-b1-atomic,q8-b1-atomic-near6" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 200 "128@b1-atomic,b1-atomic-near4,b1-atomic-near6,b1-atomic-near8,b1-atomic-near4-if2,b1-atomic-near6-if2,b1-atomic,b1-atomic-near6,b1-atomic-near6-if2;128@b1-nan,b1-nan-near6;128@q8-b1-atomic,q8-b1-atomic-near6"
   pack_out
   exit 0
 fi
@@ -502,9 +493,7 @@ if [ "${CALL:-1}" = 50 ]; then
   # default. Kernels: prebuild.py --variants b1-atomic,b1-atomic-sighold2,b1-atomic-sighold3,
   # b1-nan,b1-nan-sighold3,q8-b1-atomic,q8-b1-atomic-sighold3 --variant-max-seq 1024.
   T0=$(date +%s)
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-    MKC_AB="128@b1-atomic,b1-atomic-sighold3,b1-atomic-sighold2,b1-atomic,b1-atomic-sighold3,b1-atomic-sighold2;128@b1-nan,b1-nan-sighold3;128@q8-b1-atomic,q8-b1-atomic-sighold3" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 200 "128@b1-atomic,b1-atomic-sighold3,b1-atomic-sighold2,b1-atomic,b1-atomic-sighold3,b1-atomic-sighold2;128@b1-nan,b1-nan-sighold3;128@q8-b1-atomic,q8-b1-atomic-sighold3"
   pack_out
   exit 0
 fi
@@ -517,9 +506,7 @@ if [ "${CALL:-1}" = 49 ]; then
   # --variant-max-seq 1024; MKC_TRACE_SPECS='{"sig_hold": true}' prebuild.py --build-dirs
   # .builds/llama-b1 --trace.
   T0=$(date +%s)
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-    MKC_AB="128@b1-atomic,b1-atomic-sighold,b1-atomic,b1-atomic-sighold;128@b1-nan,b1-nan-sighold;128@q8-b1-atomic,q8-b1-atomic-sighold" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 200 "128@b1-atomic,b1-atomic-sighold,b1-atomic,b1-atomic-sighold;128@b1-nan,b1-nan-sighold;128@q8-b1-atomic,q8-b1-atomic-sighold"
   timeout 90 python3 scripts/trace_marks.py .builds/llama-b1 --greedy --steps 12 --specs '{}' '{"sig_hold": true}' > "$OUT/chain.log" 2>&1
   echo "chain rc=$?"; grep -v "^\[" "$OUT/chain.log" | tail -n 30
   pack_out
@@ -534,9 +521,7 @@ if [ "${CALL:-1}" = 48 ]; then
   # prebuild.py --variants b1-atomic,b1-atomic-if2,b1-atomic-if3,b1-atomic-if4,b1-nan,b1-nan-if3,
   # q8-b1-atomic,q8-b1-atomic-if3,q8-b1-atomic-if4 --variant-max-seq 1024.
   T0=$(date +%s)
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_PEER_S=80 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-    MKC_AB="128@b1-atomic,b1-atomic-if2,b1-atomic-if3,b1-atomic-if4,b1-atomic,b1-atomic-if2,b1-atomic-if3,b1-atomic-if4;128@b1-nan,b1-nan-if3,b1-nan,b1-nan-if3;1024@b1-atomic,b1-atomic-if3;128@q8-b1-atomic,q8-b1-atomic-if3,q8-b1-atomic-if4,q8-b1-atomic" \
-    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 200 "128@b1-atomic,b1-atomic-if2,b1-atomic-if3,b1-atomic-if4,b1-atomic,b1-atomic-if2,b1-atomic-if3,b1-atomic-if4;128@b1-nan,b1-nan-if3,b1-nan,b1-nan-if3;1024@b1-atomic,b1-atomic-if3;128@q8-b1-atomic,q8-b1-atomic-if3,q8-b1-atomic-if4,q8-b1-atomic" 80
   pack_out
   exit 0
 fi
@@ -627,9 +612,7 @@ if [ "${CALL:-1}" = 7 ]; then
   # items in 4 x 8 tiles (CodegenOptions.epi_tiles), two held tiles at batch 32 (mma_hold_floats=32)
   # and the residual loaded early (resid_early) against the default.
   # Their same-bits tests: CALL=9.
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b1-atomic,b1-atomic-rese,b1-atomic,b1-atomic-rese,b1-nan,b1-nan-rese;128@q8-b1-atomic,q8-b1-atomic-rese;128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-rese,b32-atomic,b32-atomic-epit,b32-atomic-rese;128@b16-atomic,b8-atomic,b8-atomic-epit,b8-atomic-rese,b8-nan,b8-nan-epit" \
-  OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 200 "128@b1-atomic,b1-atomic-rese,b1-atomic,b1-atomic-rese,b1-nan,b1-nan-rese;128@q8-b1-atomic,q8-b1-atomic-rese;128@b32-atomic-f32acts,b32-atomic-hbf16,b32-atomic-abf16,b32-atomic-bf16both,b32-atomic-f32acts,b32-atomic-bf16both;128@b8-atomic-f32acts,b8-atomic-hbf16,b8-atomic-abf16,b8-atomic-bf16both,b16-atomic-f32acts,b16-atomic-bf16both;128@q8-b8-atomic-f32acts,q8-b8-atomic-bf16both;128@b32-atomic,b32-atomic-epit,b32-atomic-hold32,b32-atomic-rese,b32-atomic,b32-atomic-epit,b32-atomic-rese;128@b16-atomic,b8-atomic,b8-atomic-epit,b8-atomic-rese,b8-nan,b8-nan-epit"
   pack_out
   exit 0
 fi
@@ -1227,9 +1210,7 @@ if [ "${CALL:-1}" = 5 ]; then
   # alone, alone with a spare warp, and beside a warp streaming HBM (SM clock under that load)
   timeout 90 python3 scripts/bench_mma_page.py --batches 32,8 > "$OUT/mma-page.log" 2>&1
   echo "mma page rc=$?"; tail -n 6 "$OUT/mma-page.log"
-  MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=200 MKC_AB_MAXSEQ=1024 \
-  MKC_AB="128@b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic-l2a16,b1-atomic-l2a32,b1-atomic,b1-atomic-l2a8,b1-atomic-l2a16;128@b8-atomic,b8-atomic-l2a8,b32-atomic,b32-atomic-l2a8,b1-nan,b1-nan-l2a8;128@q8-b1-atomic,q8-b1-atomic-l2a8,q8-b1-atomic-l2a16,q8-b8-atomic,q8-b8-atomic-l2a8" \
-  OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 200 "128@b1-atomic,b1-atomic-l2a4,b1-atomic-l2a8,b1-atomic-l2a16,b1-atomic-l2a32,b1-atomic,b1-atomic-l2a8,b1-atomic-l2a16;128@b8-atomic,b8-atomic-l2a8,b32-atomic,b32-atomic-l2a8,b1-nan,b1-nan-l2a8;128@q8-b1-atomic,q8-b1-atomic-l2a8,q8-b1-atomic-l2a16,q8-b8-atomic,q8-b8-atomic-l2a8"
   pack_out
   exit 0
 fi
