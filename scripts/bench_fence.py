@@ -57,8 +57,11 @@ __device__ __forceinline__ void bench_bulk_store_wait(void* dst, const void* src
 // n - inflight has landed, until s_done; then every copy lands. Returns the pages issued.
 // With ahead > 0 the warp also prefetches into L2 (cp.async.bulk.prefetch.L2, no completion) the
 // page `ahead` pages past each page it copies, as CodegenOptions.l2_ahead's second warp does.
+// With kind 1 the page is copied by 16-byte cp.async (LDGSTS, generic proxy) instead: every lane
+// issues its share and arrives on the slot's mbarrier once its copies have landed
+// (cp.async.mbarrier.arrive.noinc; the slot's mbarrier then counts WARP arrivals).
 __device__ unsigned bench_stream(const unsigned char* hbm, long long hbm_pages, int inflight, volatile int& s_done,
-                                 int ahead = 0) {
+                                 int ahead = 0, int kind = 0) {
   const unsigned long long policy = mk_policy_stream();
   constexpr long long row_bytes = PIPE_COLS * 2;
   long long pg = blockIdx.x;
@@ -71,6 +74,15 @@ __device__ unsigned bench_stream(const unsigned char* hbm, long long hbm_pages, 
     if (s_done) break;
     if (pg >= hbm_pages) pg -= hbm_pages;
     const int slot = (int)(n % PIPE_SLOTS);
+    if (kind == 1) {
+      constexpr int units = (int)(PIPE_ROWS * row_bytes / 16), per_row = (int)(row_bytes / 16);
+      const unsigned char* src = hbm + pg * PIPE_ROWS * row_bytes;
+      for (int u = lane_id(); u < units; u += WARP)
+        mk_cp_async16(pipe_page(slot) + (u / per_row) * PIPE_LD * 2 + (u % per_row) * 16,
+                      src + (u / per_row) * row_bytes + (u % per_row) * 16, true);
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(mk_smem_addr(pipe_full(slot))) : "memory");
+      continue;
+    }
     if (lane_id() == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(PIPE_ROWS * row_bytes));
     mk_syncwarp();
     if (lane_id() < PIPE_ROWS)
@@ -90,7 +102,7 @@ __device__ unsigned bench_stream(const unsigned char* hbm, long long hbm_pages, 
 extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
 mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode, int inflight, long long gap_ns,
                float* outs, unsigned* counters, long long* cyc_sum, long long* cyc_max, long long* pages_ns,
-               int ahead) {
+               int ahead, int kind) {
   static_assert(PIPE_SLOTS >= 2, "page slots to stream into");
   // (no static shared memory: the plan's is all there is; the first slot's empty mbarrier word,
   // unused here, holds the done flag)
@@ -98,13 +110,13 @@ mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode
   const int tid = mk_tid();
   if (tid == 0) {
     s_done = 0;
-    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), 1u);
+    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), kind == 1 ? (unsigned)WARP : 1u);
     mk_mbar_init_fence();
   }
   __syncthreads();
   if (tid >= NT) {  // the streaming warp
     if (tid >= NT + WARP || inflight <= 0) return;
-    const unsigned n = bench_stream(hbm, hbm_pages, inflight, s_done, ahead);
+    const unsigned n = bench_stream(hbm, hbm_pages, inflight, s_done, ahead, kind);
     if (lane_id() == 0) pages_ns[2 * blockIdx.x] = n;  // pages streamed while the signals ran
     return;
   }
@@ -187,18 +199,18 @@ __device__ __forceinline__ void bench_poll_pipe(const unsigned* p, unsigned want
 // nothing, so its release does not wait): does a poll's round trip queue behind the copies?
 extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
 mk_bench_poll_stream(unsigned* counters, int reps, long long gap_ns, const unsigned char* hbm, long long hbm_pages,
-                     int inflight, int mode, long long* seen, int ahead) {
+                     int inflight, int mode, long long* seen, int ahead, int kind) {
   volatile int& s_done = *reinterpret_cast<volatile int*>(pipe_empty(0));
   const int tid = mk_tid(), b = blockIdx.x;
   if (tid == 0) {
     s_done = 0;
-    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), 1u);
+    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), kind == 1 ? (unsigned)WARP : 1u);
     mk_mbar_init_fence();
   }
   __syncthreads();
   if (tid >= NT) {  // the streaming warp (not on the adder's block)
     if (tid >= NT + WARP || inflight <= 0 || b == 0) return;
-    bench_stream(hbm, hbm_pages, inflight, s_done, ahead);
+    bench_stream(hbm, hbm_pages, inflight, s_done, ahead, kind);
     return;
   }
   if (tid == 0) {
@@ -268,7 +280,7 @@ def build(out_dir=None):
     return build_cubin(source(), cfg.arch, out_dir=out_dir, verbose=True, name="bench_fence")
 
 
-def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11), aheads=(0,), modes=MODES) -> list[dict]:
+def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11), aheads=(0,), modes=MODES, kind=0) -> list[dict]:
     import subprocess
 
     import numpy as np
@@ -302,7 +314,7 @@ def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11), aheads=(0,), modes=M
                 continue
             args = [("ptr", hbm.data_ptr()), ("ptr", pages), ("i32", reps), ("i32", mode), ("i32", inflight),
                     ("ptr", gap_ns), ("ptr", outs.data_ptr()), ("ptr", counters.data_ptr()), ("ptr", csum.data_ptr()),
-                    ("ptr", cmax.data_ptr()), ("ptr", pns.data_ptr()), ("i32", ahead)]
+                    ("ptr", cmax.data_ptr()), ("ptr", pns.data_ptr()), ("i32", ahead), ("i32", kind)]
             for _ in range(2):  # the first launch warms up
                 drv.launch(kern, sms, cfg.consumer_threads + 32, args)
                 drv.synchronize()
@@ -310,7 +322,7 @@ def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11), aheads=(0,), modes=M
             worst = cmax.cpu().numpy().astype(float)
             pn = pns.cpu().numpy().astype(float).reshape(sms, 2)
             tbps = pn[:, 0].sum() * rows * cols * 2 / np.median(pn[:, 1]) / 1e3 if inflight else 0.0
-            rows_out.append(dict(mode=name, inflight=inflight, ahead=ahead, cycles_mean=float(np.median(mean)),
+            rows_out.append(dict(mode=name, inflight=inflight, ahead=ahead, kind=kind, cycles_mean=float(np.median(mean)),
                                  cycles_worst=float(np.median(worst)), us_mean=float(np.median(mean)) / mhz,
                                  us_worst=float(np.median(worst)) / mhz, mhz=mhz, tbps=float(tbps)))
     return rows_out
@@ -346,7 +358,7 @@ POLL_MODES = ("acquire polls", "relaxed polls, one acquire fence", "relaxed poll
               "8 relaxed polls in flight, 150 cycles apart, one acquire fence")
 
 
-def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11), aheads=(0,), modes=POLL_MODES) -> list[dict]:
+def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11), aheads=(0,), modes=POLL_MODES, kind=0) -> list[dict]:
     import numpy as np
     import torch
 
@@ -367,7 +379,7 @@ def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11), aheads=(0,), m
         counters = torch.zeros(64, dtype=torch.int32, device="cuda")
         seen = torch.zeros(reps * sms, dtype=torch.int64, device="cuda")
         args = [("ptr", counters.data_ptr()), ("i32", reps), ("ptr", gap_ns), ("ptr", hbm.data_ptr()), ("ptr", pages),
-                ("i32", inflight), ("i32", mode), ("ptr", seen.data_ptr()), ("i32", ahead)]
+                ("i32", inflight), ("i32", mode), ("ptr", seen.data_ptr()), ("i32", ahead), ("i32", kind)]
         drv.launch(kern, sms, cfg.consumer_threads + 32, args)
         drv.synchronize()
         s = seen.cpu().numpy().astype(float).reshape(reps, sms)[reps // 10:]
@@ -382,9 +394,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=400)
     ap.add_argument("--gap-ns", type=int, default=3000)
     ap.add_argument("--compile-only", metavar="DIR", help="build the wrapper into DIR and print ptxas's report")
-    ap.add_argument("--only", choices=("fence", "poll", "poll-stream", "ahead"),
+    ap.add_argument("--only", choices=("fence", "poll", "poll-stream", "ahead", "ldgsts"),
                     help="one of the tables (ahead: the release and the poll beside 3 copies in flight with the "
-                         "page 0/8/16/32 pages past each copy prefetched into L2, as CodegenOptions.l2_ahead does)")
+                         "page 0/8/16/32 pages past each copy prefetched into L2, as CodegenOptions.l2_ahead does; "
+                         "ldgsts: the release and the poll beside pages streamed by bulk copies and by 16-byte "
+                         "cp.async)")
     a = ap.parse_args()
     if a.compile_only:
         res = build(Path(a.compile_only))
@@ -401,6 +415,32 @@ def main() -> None:
             print(f"| {r['inflight']} | {r['mode']} | {r['first']:.3f} | {r['mean']:.3f} | {r['last']:.3f} |", flush=True)
     if a.only == "ahead":
         ahead_tables(a)
+    if a.only == "ldgsts":
+        ldgsts_tables(a)
+
+
+KINDS = ("bulk copies", "16-byte cp.async")
+
+
+def ldgsts_tables(a) -> None:
+    """Does the release's fence (and a poll) wait for pages in flight when they are 16-byte cp.async
+    (LDGSTS) copies of one warp rather than bulk copies?"""
+    print("| signal | pages in flight | streamed by | us, mean | us, worst | the stream, TB/s |")
+    print("|---|---|---|---|---|---|")
+    for inflight in (0, 1, 3, 4, 11):
+        for kind in (0, 1):
+            if inflight == 0 and kind:
+                continue
+            for r in run(a.reps, a.gap_ns, inflights=(inflight,), modes=("release",), kind=kind):
+                print(f"| {r['mode']} | {r['inflight']} | {KINDS[kind]} | {r['us_mean']:.3f} | {r['us_worst']:.3f} | "
+                      f"{r['tbps']:.2f} |", flush=True)
+    print("\n| pages in flight on each polling SM | streamed by | the poll | first poller, us | mean | last |")
+    print("|---|---|---|---|---|---|")
+    for inflight in (3, 11):
+        for kind in (0, 1):
+            for r in run_poll_stream(a.reps, a.gap_ns, inflights=(inflight,), modes=POLL_MODES[:1], kind=kind):
+                print(f"| {r['inflight']} | {KINDS[kind]} | {r['mode']} | {r['first']:.3f} | {r['mean']:.3f} | "
+                      f"{r['last']:.3f} |", flush=True)
 
 
 def ahead_tables(a) -> None:

@@ -296,6 +296,25 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 65 ]; then
+  # thirty-seventh session, first call. Everywhere: does the release's fence (and a poll) wait for
+  # pages in flight when one warp streams them with 16-byte cp.async (LDGSTS, the generic proxy)
+  # instead of bulk copies (bench_fence.py --only ldgsts)? If not, the producer could keep more in
+  # flight without the five signals a layer paying for it. On an H200 first #16's verdict (the
+  # default over greedy, paired) and then #13's rows beside the peer and `mkc bench` b1; on any
+  # other card the l2_ahead 4 trace and the same rows. Kernels: CALL=62's (out/carry/cache.tgz)
+  # and bench_fence's cubin.
+  T0=$(date +%s)
+  H200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && H200=1
+  [ $H200 = 1 ] && tokens_paired 150
+  timeout 90 python3 scripts/bench_fence.py --only ldgsts > "$OUT/ldgsts.log" 2>&1
+  echo "ldgsts rc=$?"; grep "^|" "$OUT/ldgsts.log"
+  [ $H200 = 1 ] || marks l2a "--greedy" '{"l2_ahead": 4}'
+  ab_rows 150 "128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic" 90
+  bench_b1_if_time
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 60 ]; then
   # thirty-sixth session (#13): does a task's release (and its poll) wait for L2 prefetches in
   # flight as it waits for bulk copies? (bench_fence.py --only ahead: 3 copies in flight, the page
