@@ -112,6 +112,28 @@ def test_early_residual_gives_the_same_bits_at_batch_1(name, sync):
         assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
 
 
+LDGSTS_CASES = [("llama-3.2-1b", 1, "atomic"), ("llama-3.2-1b", 1, "nan"), ("llama-3.2-1b", 8, "atomic")]
+
+
+@pytest.mark.parametrize("name,batch,sync", LDGSTS_CASES)
+def test_pages_by_cp_async_give_the_same_bits(name, batch, sync):
+    """CodegenOptions.pipe_ldgsts: the weight pipeline's pages copied by the producer warp's 16-byte
+    cp.async instead of bulk copies (the FMA path at batch 1 and the tensor-core path at batch 8):
+    the same bytes in the same pages, so every step's logits are the same bits as the default's."""
+    import torch
+
+    from mkc.codegen.render import CodegenOptions
+
+    hf = hf_models(name)
+    mks = [megakernel(hf, batch, sync, options=CodegenOptions(**o)) for o in ({}, {"pipe_ldgsts": True})]
+    assert mks[0].cfg.const("PIPE_LDGSTS") == 0 and mks[1].cfg.const("PIPE_LDGSTS") == 1
+    g = torch.Generator(device="cuda").manual_seed(7)
+    ids = torch.randint(0, hf.vocab, (batch, 12), device="cuda", generator=g)
+    for t in range(ids.shape[1]):
+        a, b = (mk(ids[:, t], t).clone() for mk in mks)
+        assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
+
+
 # lower(h_bf16=True, attn_bf16=True): gate/up stores h and unsplit attention its output as bf16, and
 # down and o-proj stage them as they are; the tensor-core path rounds its inputs to bf16 when it
 # stages them anyway, so the logits must be the same bits (tiny-qwen2 b4: split attention, where

@@ -169,6 +169,11 @@ class CodegenOptions:
     # rounds: 0.9868 / 0.9900 -> 0.9414 / 0.9480 with 3 of 11, 2 and 4 in between, nan b1 -2.2 %,
     # qwen3-8b b1 +0.0 %; the nineteenth session's +10 % at b1 was before the producer warpgroup)
     pipe_inflight: int | None = None
+    # the pipeline's pages copied by the producer warp's 16-byte cp.async (LDGSTS, the generic
+    # proxy; each lane arrives on the page's mbarrier once its copies have landed) instead of one
+    # bulk copy a row: an experiment, whether a task's release fence then stops waiting for the
+    # SM's copies in flight (scripts/bench_fence.py --only ldgsts). False: bulk copies
+    pipe_ldgsts: bool = False
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -576,7 +581,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                        XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
                        PIPE_KSPLIT=ks_mask if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
                        PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0,
-                       PIPE_L2_AHEAD=l2_ahead)
+                       PIPE_L2_AHEAD=l2_ahead, PIPE_LDGSTS=int(o.pipe_ldgsts and plan.pipe_slots > 0))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

@@ -44,7 +44,9 @@ __device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned pari
 // one thread, before the block's first barrier
 __device__ void pipe_init() {
   for (int s = 0; s < PIPE_NS; ++s) {
-    mk_mbar_init(pipe_full(s), 1u);        // the producer's arrival (with the page's bytes)
+    // the producer's arrival (with the page's bytes), or with PIPE_LDGSTS each producer lane's once
+    // its cp.async copies have landed
+    mk_mbar_init(pipe_full(s), PIPE_LDGSTS ? (unsigned)WARP : 1u);
     mk_mbar_init(pipe_empty(s), (unsigned)NW);  // one arrival per consumer warp
   }
   mk_mbar_init_fence();
@@ -133,6 +135,19 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
             }
           }
           const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
+          if constexpr (PIPE_LDGSTS) {
+            // 16 bytes a copy, the page's rows one after another across the warp; each lane's
+            // arrival comes once its own copies have landed (the page's rows start 16-byte aligned:
+            // K and PIPE_COLS are multiples of 8 columns, as for the bulk copies)
+            const int per_row = kw / 8;
+            for (int u = lane; u < rows * per_row; u += WARP) {
+              const int r = u / per_row, q = u - r * per_row;
+              mk_cp_async16_hint(pipe_page(slot) + r * PIPE_LD * 2 + q * 16, kd.row(r0 + r) + k0 + q * 8, policy);
+            }
+            mk_cp_async_mbar_arrive(pipe_full(slot));
+            if (PIPE_L2_AHEAD > 0 && lane == 0) *pipe_issued(s_abort) = n + 1;
+            continue;
+          }
           if (lane == 0) mk_mbar_arrive_tx(pipe_full(slot), (unsigned)(rows * kw * 2));
           mk_syncwarp();
           if (lane < rows)
