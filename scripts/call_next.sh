@@ -296,6 +296,32 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 66 ]; then
+  # thirty-seventh session (CALL=65 refused, and its kernels then rebuilt: CodegenOptions.pipe_ldgsts
+  # changed pipe.cuh; the default's SASS is the same). Everywhere: bench_fence.py --only ldgsts (does
+  # the release's fence, and a poll, wait for pages in flight when they are one warp's 16-byte
+  # cp.async rather than bulk copies?), pipe_ldgsts's same-bits test, and the megakernel with its
+  # pages by cp.async (-ldg: 3 in flight; -ldg-if0: every free page; -ldg-if6) alternated with the
+  # default beside the peer. On an H200 first #16's verdict, and after the rows #13's other rows and
+  # `mkc bench` b1. Kernels: prebuild.py --variants b1-atomic,b1-atomic-ldg,b1-atomic-ldg-if0,
+  # b1-atomic-ldg-if6,b1-nan,b1-nan-ldg,q8-b1-atomic,q8-b1-atomic-ldg,b8-atomic,b8-atomic-ldg,
+  # b32-atomic,q8-b8-atomic --variant-max-seq 1024; --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024; --tests; bench_fence's cubin.
+  T0=$(date +%s)
+  H200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && H200=1
+  [ $H200 = 1 ] && tokens_paired 150
+  timeout 90 python3 scripts/bench_fence.py --only ldgsts > "$OUT/ldgsts.log" 2>&1
+  echo "ldgsts rc=$?"; grep "^|" "$OUT/ldgsts.log"
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_pages_by_cp_async_give_the_same_bits" MKC_TEST_S=100 MKC_AB=none \
+    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 100 "128@b1-atomic,b1-atomic-ldg,b1-atomic-ldg-if0,b1-atomic-ldg-if6,b1-atomic,b1-atomic-ldg;128@b1-nan,b1-nan-ldg;128@q8-b1-atomic,q8-b1-atomic-ldg;128@b8-atomic,b8-atomic-ldg" 90
+  if [ $H200 = 1 ]; then
+    ab_rows 80 "128@b32-atomic;1024@b1-atomic;128@q8-b8-atomic"
+    bench_b1_if_time
+  fi
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 65 ]; then
   # thirty-seventh session, first call. Everywhere: does the release's fence (and a poll) wait for
   # pages in flight when one warp streams them with 16-byte cp.async (LDGSTS, the generic proxy)
