@@ -296,6 +296,28 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 67 ]; then
+  # thirty-seventh session, after CALL=66 (an H100): with 3 pages in flight the release took 0.52 us
+  # beside one warp's 16-byte cp.async against 1.82 beside bulk copies (11 in flight: 2.86 / 12.5), at
+  # the same 3.15 TB/s; but the -ldg kernels (then with the copies' evict-first `.L2::cache_hint`)
+  # died of an illegal instruction. Now without the hint (as bench_fence ran): the same-bits test,
+  # then the -ldg kernels alternated with the default, a layer's chain traced both ways; on an H200
+  # #16's verdict first and the peer beside the rows. Kernels: prebuild.py --variants b1-atomic,
+  # b1-atomic-ldg,b1-atomic-ldg-if0,b1-atomic-ldg-if6,b1-nan,b1-nan-ldg,q8-b1-atomic,q8-b1-atomic-ldg,
+  # b8-atomic,b8-atomic-ldg --variant-max-seq 1024; --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024; MKC_TRACE_SPECS='{"pipe_ldgsts": true}' --build-dirs .builds/llama-b1
+  # --trace (the same-bits test's kernels build here, ~30 s).
+  T0=$(date +%s)
+  H200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && H200=1
+  [ $H200 = 1 ] && tokens_paired 150
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_pages_by_cp_async_give_the_same_bits" MKC_TEST_S=150 MKC_AB=none \
+    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  ROWS="128@b1-atomic,b1-atomic-ldg,b1-atomic-ldg-if0,b1-atomic-ldg-if6,b1-atomic,b1-atomic-ldg;128@b1-nan,b1-nan-ldg,b1-nan,b1-nan-ldg;128@q8-b1-atomic,q8-b1-atomic-ldg;128@b8-atomic,b8-atomic-ldg"
+  if [ $H200 = 1 ]; then ab_rows 100 "$ROWS" 90; else ab_rows 100 "$ROWS"; fi
+  marks ldg "--greedy" '{"pipe_ldgsts": true}'
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 66 ]; then
   # thirty-seventh session (CALL=65 refused, and its kernels then rebuilt: CodegenOptions.pipe_ldgsts
   # changed pipe.cuh; the default's SASS is the same). Everywhere: bench_fence.py --only ldgsts (does

@@ -138,11 +138,13 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
           if constexpr (PIPE_LDGSTS) {
             // 16 bytes a copy, the page's rows one after another across the warp; each lane's
             // arrival comes once its own copies have landed (the page's rows start 16-byte aligned:
-            // K and PIPE_COLS are multiples of 8 columns, as for the bulk copies)
+            // K and PIPE_COLS are multiples of 8 columns, as for the bulk copies). No L2 policy:
+            // with `.L2::cache_hint` (the bulk copies' evict-first) the first launch on an H100
+            // died of an illegal instruction (thirty-seventh session); without it bench_fence ran.
             const int per_row = kw / 8;
             for (int u = lane; u < rows * per_row; u += WARP) {
               const int r = u / per_row, q = u - r * per_row;
-              mk_cp_async16_hint(pipe_page(slot) + r * PIPE_LD * 2 + q * 16, kd.row(r0 + r) + k0 + q * 8, policy);
+              mk_cp_async16(pipe_page(slot) + r * PIPE_LD * 2 + q * 16, kd.row(r0 + r) + k0 + q * 8, true);
             }
             mk_cp_async_mbar_arrive(pipe_full(slot));
             if (PIPE_L2_AHEAD > 0 && lane == 0) *pipe_issued(s_abort) = n + 1;

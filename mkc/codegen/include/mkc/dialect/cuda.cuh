@@ -331,11 +331,6 @@ __device__ __forceinline__ void mk_cp_async16(void* dst, const void* src, bool f
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
 }
-// the same, always 16 bytes, with an L2 cache policy (createpolicy's)
-__device__ __forceinline__ void mk_cp_async16_hint(void* dst, const void* src, unsigned long long policy) {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "l"(policy) : "memory");
-}
 // an arrival on the mbarrier once every cp.async this thread issued before has landed (its
 // expected count includes the arrival: .noinc)
 __device__ __forceinline__ void mk_cp_async_mbar_arrive(void* bar) {
