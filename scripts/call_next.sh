@@ -296,6 +296,24 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 68 ]; then
+  # thirty-seventh session, after CALL=67 (an H100): the -ldg kernels gave the same bits (3 passed) but
+  # ran 3x slower (b1 2.78 ms): the traced tasks waited for pages (qkv 13.6 us), the producer warp
+  # issuing a page's 16-byte copies through a loop dividing by the row's length (~1,300 instructions
+  # a page); their signals took 0.43-0.47 us from the barrier (1.2-1.6 with bulk copies). Now a whole
+  # slice is 4 unrolled copies a lane per row (row pointers by shuffles, shared addresses with
+  # immediate offsets: ~120 instructions a page). The same-bits test again, the rows, the trace.
+  # Kernels: prebuild.py --variants b1-atomic,b1-atomic-ldg,b1-atomic-ldg-if0,b1-atomic-ldg-if4,
+  # b1-atomic-ldg-if6,b1-nan,b1-nan-ldg,q8-b1-atomic,q8-b1-atomic-ldg,b8-atomic,b8-atomic-ldg
+  # --variant-max-seq 1024; MKC_TRACE_SPECS='{"pipe_ldgsts": true}' --build-dirs .builds/llama-b1 --trace.
+  T0=$(date +%s)
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_pages_by_cp_async_give_the_same_bits" MKC_TEST_S=150 MKC_AB=none \
+    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 100 "128@b1-atomic,b1-atomic-ldg,b1-atomic-ldg-if4,b1-atomic-ldg-if6,b1-atomic-ldg-if0,b1-atomic,b1-atomic-ldg;128@b1-nan,b1-nan-ldg,b1-nan,b1-nan-ldg;128@q8-b1-atomic,q8-b1-atomic-ldg;128@b8-atomic,b8-atomic-ldg"
+  marks ldg "--greedy" '{"pipe_ldgsts": true}'
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 67 ]; then
   # thirty-seventh session, after CALL=66 (an H100): with 3 pages in flight the release took 0.52 us
   # beside one warp's 16-byte cp.async against 1.82 beside bulk copies (11 in flight: 2.86 / 12.5), at

@@ -136,15 +136,38 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
           }
           const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
           if constexpr (PIPE_LDGSTS) {
-            // 16 bytes a copy, the page's rows one after another across the warp; each lane's
-            // arrival comes once its own copies have landed (the page's rows start 16-byte aligned:
-            // K and PIPE_COLS are multiples of 8 columns, as for the bulk copies). No L2 policy:
-            // with `.L2::cache_hint` (the bulk copies' evict-first) the first launch on an H100
-            // died of an illegal instruction (thirty-seventh session); without it bench_fence ran.
-            const int per_row = kw / 8;
-            for (int u = lane; u < rows * per_row; u += WARP) {
-              const int r = u / per_row, q = u - r * per_row;
-              mk_cp_async16(pipe_page(slot) + r * PIPE_LD * 2 + q * 16, kd.row(r0 + r) + k0 + q * 8, true);
+            // 16 bytes a copy; each lane's arrival comes once its own copies have landed (the page's
+            // rows start 16-byte aligned: K and PIPE_COLS are multiples of 8 columns, as for the bulk
+            // copies). A whole slice: each row's copies spread over the lanes, unrolled, with no
+            // index arithmetic (a loop dividing by the row's length made the producer issue a page
+            // in ~3 us: the kernels ran 3x slower, thirty-seventh session). No L2 policy: with
+            // `.L2::cache_hint` (the bulk copies' evict-first) the first launch on an H100 died of an
+            // illegal instruction.
+            unsigned char* pg = pipe_page(slot);
+            if (kw == PIPE_COLS) {
+              static_assert(PIPE_COLS % (8 * WARP) == 0, "whole 16-byte copies for every lane");
+              constexpr int PER_LANE = PIPE_COLS / (8 * WARP);
+              // lane r finds row r once (qkv's row() walks the task's heads); the others get it by shuffles
+              const unsigned pg_s = mk_smem_addr(pg);
+              const unsigned long long mine =
+                  lane < rows ? reinterpret_cast<unsigned long long>(kd.row(r0 + lane) + k0) : 0ull;
+#pragma unroll
+              for (int r = 0; r < PIPE_ROWS; ++r) {
+                if (r < rows) {
+                  const unsigned long long rp = (unsigned long long)mk_shfl_u32((unsigned)(mine >> 32), r) << 32 |
+                                                mk_shfl_u32((unsigned)mine, r);
+                  const auto* src = reinterpret_cast<const unsigned short*>(rp) + lane * 8;
+                  const unsigned dst = pg_s + r * PIPE_LD * 2 + lane * 16;
+#pragma unroll
+                  for (int q = 0; q < PER_LANE; ++q) mk_cp_async16_s(dst + q * WARP * 16, src + q * WARP * 8);
+                }
+              }
+            } else {
+              const int per_row = kw / 8;
+              for (int u = lane; u < rows * per_row; u += WARP) {
+                const int r = u / per_row, q = u - r * per_row;
+                mk_cp_async16(pg + r * PIPE_LD * 2 + q * 16, kd.row(r0 + r) + k0 + q * 8, true);
+              }
             }
             mk_cp_async_mbar_arrive(pipe_full(slot));
             if (PIPE_L2_AHEAD > 0 && lane == 0) *pipe_issued(s_abort) = n + 1;

@@ -331,6 +331,11 @@ __device__ __forceinline__ void mk_cp_async16(void* dst, const void* src, bool f
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
 }
+// the same, 16 bytes, to a shared-memory address (mk_smem_addr's), so that a run of copies needs no
+// address conversion each
+__device__ __forceinline__ void mk_cp_async16_s(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+}
 // an arrival on the mbarrier once every cp.async this thread issued before has landed (its
 // expected count includes the arrival: .noinc)
 __device__ __forceinline__ void mk_cp_async_mbar_arrive(void* bar) {
