@@ -293,7 +293,8 @@ VARIANTS.update({f"{v}-if{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_infli
 # the pipeline's pages by 16-byte cp.async rather than bulk copies (CodegenOptions.pipe_ldgsts), with
 # the default 3 copies in flight and with N pages (0: every free page)
 VARIANTS.update({f"{v}-ldg": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldgsts": True})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "b32-atomic", "b1-atomic-trace")})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "b32-atomic", "b1-atomic-trace", "b8-nan",
+                           "b16-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-ldg-if{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldgsts": True, "pipe_inflight": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic") for n in (0, 4, 6)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
