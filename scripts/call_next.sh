@@ -1,6 +1,17 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Thirty-seventh session, summed up: the device refused most starts (~1,000 of the 1,800 s) and gave an
+# H100 to CALL=66, 67 and 68 (BENCHMARKS.md, "Thirty-seventh session"). A task's release waits for far
+# less of one warp's 16-byte cp.async pages than of bulk copies (bench_fence.py --only ldgsts: 0.52 us
+# against 1.82 beside 3 pages, same 3.15 TB/s). CodegenOptions.pipe_ldgsts (off; the same bits) made
+# the kernel's signals cheap (0.46-0.51 us) but its pages slower beside the consumers: b1 +19 %, nan
+# +18 %, qwen3-8b b1 +19 %, b8 -3.4 % (one pair). Next: CALL=69 as written (the tensor-core batches
+# both ways: b8 twice, b8 nan, b16, b32, qwen3-8b b8; its kernels are in out/carry/cache.tgz at these
+# headers); on an H200 #16's verdict first (CALL=53 or CALL=68's tail). If b8-b32 gain, ldgsts as
+# the tensor-core path's default needs the whole GPU suite on it; at batch 1 try it for the chain's
+# first pages only, or find what slows the LDGSTS pages (L1 beside the consumers' reads?).
+#
 # Thirty-sixth session, summed up: the device refused eight starts (~720 s of the 1,800) and gave an
 # H100 to the three calls that ran: CALL=60 (through CALL=59), CALL=63 and CALL=64 (BENCHMARKS.md,
 # "Thirty-sixth session"). A task's release and its polls do not wait for L2 prefetches (bench_fence
