@@ -246,6 +246,53 @@ mk_bench_poll_stream(unsigned* counters, int reps, long long gap_ns, const unsig
     s_done = 1;
   }
 }
+
+// The stream beside shared-memory readers: one warp streams HBM into the page slots (kind 0: bulk
+// copies, 1: 16-byte cp.async) with `inflight` pages in flight for `dur_ns`, while the NT consumer
+// threads (readers > 0) read the slots' bytes as the K-split consumers do (8 rows of 8 bytes a lane,
+// summed, the slots one after another) without waiting for them: do the cp.async copies' writes into
+// shared memory slow the stream, or the readers, where bulk copies' do not? out[b]: the pages
+// streamed, out[grid + b]: the bytes the block's readers read, sink: the readers' sums (kept live).
+extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
+mk_bench_stream_read(const unsigned char* hbm, long long hbm_pages, int inflight, int kind, int readers,
+                     long long dur_ns, long long* out, float* sink) {
+  volatile int& s_done = *reinterpret_cast<volatile int*>(pipe_empty(0));
+  const int tid = mk_tid();
+  if (tid == 0) {
+    s_done = 0;
+    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), kind == 1 ? (unsigned)WARP : 1u);
+    mk_mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid >= NT) {
+    if (tid >= NT + WARP) return;
+    const unsigned n = bench_stream(hbm, hbm_pages, inflight, s_done, 0, kind);
+    if (lane_id() == 0) out[blockIdx.x] = n;
+    return;
+  }
+  const unsigned long long t0 = mk_globaltimer();
+  float acc = 0.f;
+  long long bytes = 0;
+  if (readers) {
+    const int w = warp_id(), lane = lane_id();
+    const int col = w * (PIPE_COLS / NW) + 4 * lane;
+    for (int it = 0; mk_globaltimer() - t0 < (unsigned long long)dur_ns; ++it) {
+      const unsigned char* pg = pipe_page(it % PIPE_SLOTS) + col * 2;
+#pragma unroll
+      for (int r = 0; r < PIPE_ROWS; ++r) {
+        const uint2 v = *reinterpret_cast<const uint2*>(pg + r * PIPE_LD * 2);
+        acc += __uint_as_float(v.x) + __uint_as_float(v.y);
+      }
+      bytes += PIPE_ROWS * 8;
+    }
+  } else {
+    while (mk_globaltimer() - t0 < (unsigned long long)dur_ns) {}
+  }
+  mk_barrier();
+  if (tid == 0) s_done = 1;
+  sink[blockIdx.x * NT + tid] = acc;
+  atomicAdd(reinterpret_cast<unsigned long long*>(out + gridDim.x + blockIdx.x), (unsigned long long)bytes);
+}
 """
 
 MODES = ("release", "fence", "relaxed", "bulk store, wait, relaxed")
@@ -389,16 +436,59 @@ def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11), aheads=(0,), m
     return rows
 
 
+def run_stream_read(dur_ns: int = 2_000_000) -> list[dict]:
+    import numpy as np
+    import torch
+
+    from mkc.targets.nvidia.driver import CudaDriver
+
+    cfg, _ = config()
+    c = dict(cfg.consts)
+    drv = CudaDriver()
+    kern = drv.load(build().cubin.read_bytes(), "mk_bench_stream_read", cfg.smem_bytes)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows_, cols = c["PIPE_ROWS"], c["PIPE_COLS"]
+    pages = (2 << 30) // (rows_ * cols * 2)
+    hbm = torch.empty(pages * rows_ * cols * 2, dtype=torch.uint8, device="cuda")
+    sink = torch.zeros(sms * cfg.consumer_threads, dtype=torch.float32, device="cuda")
+    rows = []
+    for inflight in (3, 11):
+        for kind in (0, 1):
+            for readers in (0, 1):
+                out = torch.zeros(2 * sms, dtype=torch.int64, device="cuda")
+                args = [("ptr", hbm.data_ptr()), ("ptr", pages), ("i32", inflight), ("i32", kind), ("i32", readers),
+                        ("ptr", dur_ns), ("ptr", out.data_ptr()), ("ptr", sink.data_ptr())]
+                for _ in range(2):  # the first launch warms up
+                    out.zero_()
+                    drv.launch(kern, sms, cfg.consumer_threads + 32, args)
+                    drv.synchronize()
+                o = out.cpu().numpy().astype(float)
+                rows.append(dict(inflight=inflight, kind=KINDS[kind], readers=bool(readers),
+                                 stream_tbps=float(o[:sms].sum() * rows_ * cols * 2 / dur_ns / 1e3),
+                                 read_tbps=float(o[sms:].sum() / dur_ns / 1e3)))
+    return rows
+
+
+def stream_read_table(a) -> None:
+    print("\n| pages in flight | streamed by | consumers reading the slots | the stream, TB/s (all SMs) | "
+          "the reads, TB/s of shared memory (all SMs) |")
+    print("|---|---|---|---|---|")
+    for r in run_stream_read():
+        print(f"| {r['inflight']} | {r['kind']} | {'yes' if r['readers'] else 'no'} | {r['stream_tbps']:.2f} | "
+              f"{r['read_tbps']:.2f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=400)
     ap.add_argument("--gap-ns", type=int, default=3000)
     ap.add_argument("--compile-only", metavar="DIR", help="build the wrapper into DIR and print ptxas's report")
-    ap.add_argument("--only", choices=("fence", "poll", "poll-stream", "ahead", "ldgsts"),
+    ap.add_argument("--only", choices=("fence", "poll", "poll-stream", "ahead", "ldgsts", "stream-read"),
                     help="one of the tables (ahead: the release and the poll beside 3 copies in flight with the "
                          "page 0/8/16/32 pages past each copy prefetched into L2, as CodegenOptions.l2_ahead does; "
                          "ldgsts: the release and the poll beside pages streamed by bulk copies and by 16-byte "
-                         "cp.async)")
+                         "cp.async; stream-read: the stream's rate both ways with the consumer warps reading the "
+                         "page slots as the K-split consumers do, and without)")
     a = ap.parse_args()
     if a.compile_only:
         res = build(Path(a.compile_only))
@@ -417,6 +507,8 @@ def main() -> None:
         ahead_tables(a)
     if a.only == "ldgsts":
         ldgsts_tables(a)
+    if a.only == "stream-read":
+        stream_read_table(a)
 
 
 KINDS = ("bulk copies", "16-byte cp.async")

@@ -313,7 +313,13 @@ if [ "${CALL:-1}" = 69 ]; then
   # (1.1522 -> 1.1127, -3.4 %, one pair). The tensor-core batches again, alternated: b8 twice, b8 nan,
   # b16, b32, qwen3-8b b8. Kernels: prebuild.py --variants b8-atomic,b8-atomic-ldg,b8-nan,b8-nan-ldg,
   # b16-atomic,b16-atomic-ldg,b32-atomic,b32-atomic-ldg,q8-b8-atomic,q8-b8-atomic-ldg --variant-max-seq 1024.
+  # First bench_fence.py --only stream-read (written after CALL=68, not yet run): the stream both ways
+  # with the consumer warps reading the page slots as the K-split consumers do, and without: do the
+  # cp.async copies' writes into shared memory slow the stream (or the readers) where bulk copies'
+  # do not? Its cubin is in the cache too.
   T0=$(date +%s)
+  timeout 60 python3 scripts/bench_fence.py --only stream-read > "$OUT/stream-read.log" 2>&1
+  echo "stream-read rc=$?"; grep "^|" "$OUT/stream-read.log"
   ab_rows 70 "128@b8-atomic,b8-atomic-ldg,b8-atomic,b8-atomic-ldg;128@b8-nan,b8-nan-ldg;128@b16-atomic,b16-atomic-ldg;128@b32-atomic,b32-atomic-ldg,b32-atomic,b32-atomic-ldg;128@q8-b8-atomic,q8-b8-atomic-ldg"
   pack_out
   exit 0

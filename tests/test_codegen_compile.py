@@ -189,6 +189,25 @@ def test_early_residual_compiles_cleanly(batch, sync, tmp_path):
     assert spills and max(spills) <= (16 if batch >= 32 else 0), res.log
 
 
+@pytest.mark.parametrize("batch,sync", [(1, "atomic"), (1, "nan"), (8, "atomic")])
+def test_pages_by_cp_async_compile_cleanly(batch, sync, tmp_path):
+    """CodegenOptions.pipe_ldgsts (off by default): the weight pipeline's pages copied by the producer
+    warp's 16-byte cp.async, each lane arriving on the page's mbarrier once its copies land, builds
+    without a warning or a spill beyond the default's, and without the bulk copies' L2 policy (with
+    it the first launch on an H100 died of an illegal instruction)."""
+    from mkc.codegen.render import CodegenOptions
+    from mkc.targets.nvidia.compiler import build_cubin
+
+    tg = taskgraph("llama-3.2-1b", batch, 1024, "h200")
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=False, pipe_ldgsts=True))
+    assert dict(cfg.consts)["PIPE_LDGSTS"] == 1 and dict(cfg.consts)["PIPE_SLOTS"] >= 2
+    assert "cp.async.mbarrier.arrive.noinc" in src and "cp.async.cg.shared.global.L2::cache_hint" not in src
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert spills and max(spills) == 0, res.log
+
+
 def test_staging_benchmark_compiles(tmp_path):
     """scripts/bench_staging.py (the tensor-core path's input staging alone, for the device) builds
     from batch 32's default plan without a warning or a spill."""
@@ -224,11 +243,13 @@ def test_signal_benchmark_compiles(tmp_path):
     cuobjdump = shutil.which("cuobjdump") or os.environ.get("CUOBJDUMP")
     if cuobjdump:
         sass = subprocess.run([cuobjdump, "-sass", str(res.cubin)], capture_output=True, text=True).stdout
-        for name in ("mk_bench_fence", "mk_bench_poll", "mk_bench_poll_stream"):
+        for name in ("mk_bench_fence", "mk_bench_poll", "mk_bench_poll_stream", "mk_bench_stream_read"):
             assert f"Function : {name}\n" in sass, name
-        # the release's fence; the two streaming warps' bulk loads and the bulk store of the peer's signal
+        # the release's fence; the three streaming warps' bulk loads and the bulk store of the peer's
+        # signal; their 16-byte cp.async copies (--only ldgsts, stream-read)
         assert "MEMBAR.ALL.GPU" in sass
-        assert sass.count("UBLKCP.S.G") == 2 and sass.count("UBLKCP.G.S") == 1
+        assert sass.count("UBLKCP.S.G") == 3 and sass.count("UBLKCP.G.S") == 1
+        assert "LDGSTS.E.BYPASS.128" in sass and "ARRIVES.LDGSTSBAR.64" in sass
 
 
 def test_fma_page_loop_benchmark_compiles(tmp_path):
