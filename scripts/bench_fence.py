@@ -99,6 +99,17 @@ __device__ unsigned bench_stream(const unsigned char* hbm, long long hbm_pages, 
   return n;
 }
 
+// thread 0 clears the done flag and sets up the slots' mbarriers (kind 1: 32 arrivals each, one a
+// lane), then the block's barrier
+__device__ void bench_init(volatile int& s_done, int kind) {
+  if (mk_tid() == 0) {
+    s_done = 0;
+    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), kind == 1 ? (unsigned)WARP : 1u);
+    mk_mbar_init_fence();
+  }
+  __syncthreads();
+}
+
 extern "C" __global__ void __launch_bounds__(NT + WARP, 1)
 mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode, int inflight, long long gap_ns,
                float* outs, unsigned* counters, long long* cyc_sum, long long* cyc_max, long long* pages_ns,
@@ -108,12 +119,7 @@ mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode
   // unused here, holds the done flag)
   volatile int& s_done = *reinterpret_cast<volatile int*>(pipe_empty(0));
   const int tid = mk_tid();
-  if (tid == 0) {
-    s_done = 0;
-    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), kind == 1 ? (unsigned)WARP : 1u);
-    mk_mbar_init_fence();
-  }
-  __syncthreads();
+  bench_init(s_done, kind);
   if (tid >= NT) {  // the streaming warp
     if (tid >= NT + WARP || inflight <= 0) return;
     const unsigned n = bench_stream(hbm, hbm_pages, inflight, s_done, ahead, kind);
@@ -202,12 +208,7 @@ mk_bench_poll_stream(unsigned* counters, int reps, long long gap_ns, const unsig
                      int inflight, int mode, long long* seen, int ahead, int kind) {
   volatile int& s_done = *reinterpret_cast<volatile int*>(pipe_empty(0));
   const int tid = mk_tid(), b = blockIdx.x;
-  if (tid == 0) {
-    s_done = 0;
-    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), kind == 1 ? (unsigned)WARP : 1u);
-    mk_mbar_init_fence();
-  }
-  __syncthreads();
+  bench_init(s_done, kind);
   if (tid >= NT) {  // the streaming warp (not on the adder's block)
     if (tid >= NT + WARP || inflight <= 0 || b == 0) return;
     bench_stream(hbm, hbm_pages, inflight, s_done, ahead, kind);
@@ -258,12 +259,7 @@ mk_bench_stream_read(const unsigned char* hbm, long long hbm_pages, int inflight
                      long long dur_ns, long long* out, float* sink) {
   volatile int& s_done = *reinterpret_cast<volatile int*>(pipe_empty(0));
   const int tid = mk_tid();
-  if (tid == 0) {
-    s_done = 0;
-    for (int s = 0; s < PIPE_SLOTS; ++s) mk_mbar_init(pipe_full(s), kind == 1 ? (unsigned)WARP : 1u);
-    mk_mbar_init_fence();
-  }
-  __syncthreads();
+  bench_init(s_done, kind);
   if (tid >= NT) {
     if (tid >= NT + WARP) return;
     const unsigned n = bench_stream(hbm, hbm_pages, inflight, s_done, 0, kind);
