@@ -321,6 +321,10 @@ if [ "${CALL:-1}" = 69 ]; then
   timeout 60 python3 scripts/bench_fence.py --only stream-read > "$OUT/stream-read.log" 2>&1
   echo "stream-read rc=$?"; grep "^|" "$OUT/stream-read.log"
   ab_rows 70 "128@b8-atomic,b8-atomic-ldg,b8-atomic,b8-atomic-ldg;128@b8-nan,b8-nan-ldg;128@b16-atomic,b16-atomic-ldg;128@b32-atomic,b32-atomic-ldg,b32-atomic,b32-atomic-ldg;128@q8-b8-atomic,q8-b8-atomic-ldg"
+  # then the thirty-sixth session's open question: the layers' chain with l2_ahead 4 (+8 % in the
+  # kernel, though the release and the polls gain beside prefetches). Its trace kernels:
+  # MKC_TRACE_SPECS='{"l2_ahead": 4}' prebuild.py --build-dirs .builds/llama-b1 --trace.
+  marks l2a "--greedy" '{"l2_ahead": 4}'
   pack_out
   exit 0
 fi
