@@ -145,7 +145,7 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
             // illegal instruction.
             unsigned char* pg = pipe_page(slot);
             if (kw == PIPE_COLS) {
-              static_assert(PIPE_COLS % (8 * WARP) == 0, "whole 16-byte copies for every lane");
+              static_assert(PIPE_COLS % (8 * WARP) == 0, "a slice is whole 16-byte copies, the same number each lane");
               constexpr int PER_LANE = PIPE_COLS / (8 * WARP);
               // lane r finds row r once (qkv's row() walks the task's heads); the others get it by shuffles
               const unsigned pg_s = mk_smem_addr(pg);
