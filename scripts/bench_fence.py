@@ -323,23 +323,32 @@ def build(out_dir=None):
     return build_cubin(source(), cfg.arch, out_dir=out_dir, verbose=True, name="bench_fence")
 
 
+def stream_setup(kernel: str):
+    """What a kernel beside the weight stream needs: the plan, its consts, the driver, the kernel
+    loaded with the plan's shared memory, the SM count, the page shape and 2 GiB of HBM to stream."""
+    import torch
+
+    from mkc.targets.nvidia.driver import CudaDriver
+
+    cfg, _ = config()
+    c = dict(cfg.consts)
+    drv = CudaDriver()
+    kern = drv.load(build().cubin.read_bytes(), kernel, cfg.smem_bytes)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows, cols = c["PIPE_ROWS"], c["PIPE_COLS"]
+    pages = (2 << 30) // (rows * cols * 2)
+    hbm = torch.empty(pages * rows * cols * 2, dtype=torch.uint8, device="cuda")
+    return cfg, drv, kern, sms, rows, cols, pages, hbm
+
+
 def run(reps: int, gap_ns: int, inflights=(0, 1, 2, 4, 11), aheads=(0,), modes=MODES, kind=0) -> list[dict]:
     import subprocess
 
     import numpy as np
     import torch
 
-    from mkc.targets.nvidia.driver import CudaDriver
-
-    cfg, t = config()
+    cfg, drv, kern, sms, rows, cols, pages, hbm = stream_setup("mk_bench_fence")
     c = dict(cfg.consts)
-    res = build()
-    drv = CudaDriver()
-    kern = drv.load(res.cubin.read_bytes(), "mk_bench_fence", cfg.smem_bytes)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rows, cols = c["PIPE_ROWS"], c["PIPE_COLS"]
-    pages = (2 << 30) // (rows * cols * 2)
-    hbm = torch.empty(pages * rows * cols * 2, dtype=torch.uint8, device="cuda")
     outs = torch.zeros(sms * cfg.consumer_threads, dtype=torch.float32, device="cuda")
     counters = torch.zeros(sms * 32, dtype=torch.int32, device="cuda")
     csum = torch.zeros(sms, dtype=torch.int64, device="cuda")
@@ -402,19 +411,9 @@ POLL_MODES = ("acquire polls", "relaxed polls, one acquire fence", "relaxed poll
 
 
 def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11), aheads=(0,), modes=POLL_MODES, kind=0) -> list[dict]:
-    import numpy as np
     import torch
 
-    from mkc.targets.nvidia.driver import CudaDriver
-
-    cfg, _ = config()
-    c = dict(cfg.consts)
-    drv = CudaDriver()
-    kern = drv.load(build().cubin.read_bytes(), "mk_bench_poll_stream", cfg.smem_bytes)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rows_, cols = c["PIPE_ROWS"], c["PIPE_COLS"]
-    pages = (2 << 30) // (rows_ * cols * 2)
-    hbm = torch.empty(pages * rows_ * cols * 2, dtype=torch.uint8, device="cuda")
+    cfg, drv, kern, sms, _, _, pages, hbm = stream_setup("mk_bench_poll_stream")
     rows = []
     for inflight, ahead, (mode, mname) in ((i, a, m) for i in inflights for a in aheads for m in enumerate(POLL_MODES)):
         if mname not in modes:
@@ -433,19 +432,9 @@ def run_poll_stream(reps: int, gap_ns: int, inflights=(0, 3, 11), aheads=(0,), m
 
 
 def run_stream_read(dur_ns: int = 2_000_000) -> list[dict]:
-    import numpy as np
     import torch
 
-    from mkc.targets.nvidia.driver import CudaDriver
-
-    cfg, _ = config()
-    c = dict(cfg.consts)
-    drv = CudaDriver()
-    kern = drv.load(build().cubin.read_bytes(), "mk_bench_stream_read", cfg.smem_bytes)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rows_, cols = c["PIPE_ROWS"], c["PIPE_COLS"]
-    pages = (2 << 30) // (rows_ * cols * 2)
-    hbm = torch.empty(pages * rows_ * cols * 2, dtype=torch.uint8, device="cuda")
+    cfg, drv, kern, sms, rows_, cols, pages, hbm = stream_setup("mk_bench_stream_read")
     sink = torch.zeros(sms * cfg.consumer_threads, dtype=torch.float32, device="cuda")
     rows = []
     for inflight in (3, 11):

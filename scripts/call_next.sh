@@ -350,73 +350,9 @@ if [ "${CALL:-1}" = 68 ]; then
   pack_out
   exit 0
 fi
-if [ "${CALL:-1}" = 67 ]; then
-  # thirty-seventh session, after CALL=66 (an H100): with 3 pages in flight the release took 0.52 us
-  # beside one warp's 16-byte cp.async against 1.82 beside bulk copies (11 in flight: 2.86 / 12.5), at
-  # the same 3.15 TB/s; but the -ldg kernels (then with the copies' evict-first `.L2::cache_hint`)
-  # died of an illegal instruction. Now without the hint (as bench_fence ran): the same-bits test,
-  # then the -ldg kernels alternated with the default, a layer's chain traced both ways; on an H200
-  # #16's verdict first and the peer beside the rows. Kernels: prebuild.py --variants b1-atomic,
-  # b1-atomic-ldg,b1-atomic-ldg-if0,b1-atomic-ldg-if6,b1-nan,b1-nan-ldg,q8-b1-atomic,q8-b1-atomic-ldg,
-  # b8-atomic,b8-atomic-ldg --variant-max-seq 1024; --tokens-bench --variants b1-atomic
-  # --variant-max-seq 1024; MKC_TRACE_SPECS='{"pipe_ldgsts": true}' --build-dirs .builds/llama-b1
-  # --trace (the same-bits test's kernels build here, ~30 s).
-  T0=$(date +%s)
-  H200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && H200=1
-  [ $H200 = 1 ] && tokens_paired 150
-  MKC_TESTS="tests/test_gpu_megakernel.py::test_pages_by_cp_async_give_the_same_bits" MKC_TEST_S=150 MKC_AB=none \
-    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
-  ROWS="128@b1-atomic,b1-atomic-ldg,b1-atomic-ldg-if0,b1-atomic-ldg-if6,b1-atomic,b1-atomic-ldg;128@b1-nan,b1-nan-ldg,b1-nan,b1-nan-ldg;128@q8-b1-atomic,q8-b1-atomic-ldg;128@b8-atomic,b8-atomic-ldg"
-  if [ $H200 = 1 ]; then ab_rows 100 "$ROWS" 90; else ab_rows 100 "$ROWS"; fi
-  marks ldg "--greedy" '{"pipe_ldgsts": true}'
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 66 ]; then
-  # thirty-seventh session (CALL=65 refused, and its kernels then rebuilt: CodegenOptions.pipe_ldgsts
-  # changed pipe.cuh; the default's SASS is the same). Everywhere: bench_fence.py --only ldgsts (does
-  # the release's fence, and a poll, wait for pages in flight when they are one warp's 16-byte
-  # cp.async rather than bulk copies?), pipe_ldgsts's same-bits test, and the megakernel with its
-  # pages by cp.async (-ldg: 3 in flight; -ldg-if0: every free page; -ldg-if6) alternated with the
-  # default beside the peer. On an H200 first #16's verdict, and after the rows #13's other rows and
-  # `mkc bench` b1. Kernels: prebuild.py --variants b1-atomic,b1-atomic-ldg,b1-atomic-ldg-if0,
-  # b1-atomic-ldg-if6,b1-nan,b1-nan-ldg,q8-b1-atomic,q8-b1-atomic-ldg,b8-atomic,b8-atomic-ldg,
-  # b32-atomic,q8-b8-atomic --variant-max-seq 1024; --tokens-bench --variants b1-atomic
-  # --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024; --tests; bench_fence's cubin.
-  T0=$(date +%s)
-  H200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && H200=1
-  [ $H200 = 1 ] && tokens_paired 150
-  timeout 90 python3 scripts/bench_fence.py --only ldgsts > "$OUT/ldgsts.log" 2>&1
-  echo "ldgsts rc=$?"; grep "^|" "$OUT/ldgsts.log"
-  MKC_TESTS="tests/test_gpu_megakernel.py::test_pages_by_cp_async_give_the_same_bits" MKC_TEST_S=100 MKC_AB=none \
-    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
-  ab_rows 100 "128@b1-atomic,b1-atomic-ldg,b1-atomic-ldg-if0,b1-atomic-ldg-if6,b1-atomic,b1-atomic-ldg;128@b1-nan,b1-nan-ldg;128@q8-b1-atomic,q8-b1-atomic-ldg;128@b8-atomic,b8-atomic-ldg" 90
-  if [ $H200 = 1 ]; then
-    ab_rows 80 "128@b32-atomic;1024@b1-atomic;128@q8-b8-atomic"
-    bench_b1_if_time
-  fi
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 65 ]; then
-  # thirty-seventh session, first call. Everywhere: does the release's fence (and a poll) wait for
-  # pages in flight when one warp streams them with 16-byte cp.async (LDGSTS, the generic proxy)
-  # instead of bulk copies (bench_fence.py --only ldgsts)? If not, the producer could keep more in
-  # flight without the five signals a layer paying for it. On an H200 first #16's verdict (the
-  # default over greedy, paired) and then #13's rows beside the peer and `mkc bench` b1; on any
-  # other card the l2_ahead 4 trace and the same rows. Kernels: CALL=62's (out/carry/cache.tgz)
-  # and bench_fence's cubin.
-  T0=$(date +%s)
-  H200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && H200=1
-  [ $H200 = 1 ] && tokens_paired 150
-  timeout 90 python3 scripts/bench_fence.py --only ldgsts > "$OUT/ldgsts.log" 2>&1
-  echo "ldgsts rc=$?"; grep "^|" "$OUT/ldgsts.log"
-  [ $H200 = 1 ] || marks l2a "--greedy" '{"l2_ahead": 4}'
-  ab_rows 150 "128@b1-atomic,b1-nan,b8-atomic,b32-atomic;1024@b1-atomic;128@q8-b1-atomic,q8-b8-atomic" 90
-  bench_b1_if_time
-  pack_out
-  exit 0
-fi
+# CALL=66 (ad15282: bench_fence --only ldgsts, the first -ldg kernels, which died of an illegal
+# instruction) and CALL=67 (9e386f0: the -ldg kernels without the L2 policy, 3x slower) ran in the
+# thirty-seventh session; CALL=65 (12e97f7) never ran. Their kernels are gone: read them there.
 if [ "${CALL:-1}" = 60 ]; then
   # thirty-sixth session (#13): does a task's release (and its poll) wait for L2 prefetches in
   # flight as it waits for bulk copies? (bench_fence.py --only ahead: 3 copies in flight, the page
