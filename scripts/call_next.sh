@@ -307,6 +307,39 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 71 ]; then
+  # thirty-eighth session: CodegenOptions.pipe_ldg_tail N (new): the pages the producer issues while
+  # the consumers close a task (from one of its last N pages, or from the start of a task without
+  # pages, to its signal) by 16-byte cp.async, the others by bulk copies, so a task's release fence
+  # finds no bulk copy in flight that was issued since its last pages (pipe_ldgsts everywhere: signals
+  # 0.46-0.51 us, but pages slower and b1 +19 %). The same-bits test, then the rows alternated, then
+  # the marks of a greedy step (the signals' times). On an H200 #16's verdict first. Kernels:
+  # prebuild.py --variants b1-atomic,b1-atomic-tail2,b1-atomic-tail3,b1-atomic-tail4,b1-nan,b1-nan-tail3,
+  # q8-b1-atomic,q8-b1-atomic-tail3,b8-atomic,b8-atomic-tail3 --variant-max-seq 1024; --tests --only
+  # pipe_ldg; MKC_TRACE_SPECS='{"pipe_ldg_tail": 3}' --build-dirs .builds/llama-b1 --trace;
+  # --tokens-bench --variants b1-atomic --variant-max-seq 1024.
+  T0=$(date +%s)
+  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && tokens_paired 170
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_tail_pages_by_cp_async_give_the_same_bits" MKC_TEST_S=120 MKC_AB=none \
+    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 90 "128@b1-atomic,b1-atomic-tail3,b1-atomic-tail2,b1-atomic-tail4,b1-atomic,b1-atomic-tail3;128@b1-nan,b1-nan-tail3;128@q8-b1-atomic,q8-b1-atomic-tail3;128@b8-atomic,b8-atomic-tail3"
+  marks tail "--greedy" '{"pipe_ldg_tail": 3}'
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 70 ]; then
+  # thirty-eighth session, the first call: on an H200 #16's verdict first (tokens_paired: the default
+  # over greedy, every sampling step, paired; kernels: prebuild.py --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024), then CALL=69's rows; on any other card CALL=69 as written.
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    T0=$(date +%s)
+    tokens_paired 200
+    ab_rows 70 "128@b8-atomic,b8-atomic-ldg,b8-atomic,b8-atomic-ldg;128@b32-atomic,b32-atomic-ldg" 90
+    pack_out
+    exit 0
+  fi
+  CALL=69 exec bash "$0"
+fi
 if [ "${CALL:-1}" = 69 ]; then
   # thirty-seventh session, after CALL=68 (an H100): pipe_ldgsts lost at batch 1 (+18.6 %; with every
   # free page in flight +6 %), in nan mode (+17.5 %) and on qwen3-8b b1 (+18.8 %), but won at batch 8

@@ -297,6 +297,10 @@ VARIANTS.update({f"{v}-ldg": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldgsts"
                            "b16-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-ldg-if{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldgsts": True, "pipe_inflight": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic") for n in (0, 4, 6)})
+# the pages issued while a task closes by cp.async, the others by bulk copies (CodegenOptions.pipe_ldg_tail N)
+VARIANTS.update({f"{v}-tail{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldg_tail": n})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "b32-atomic", "b1-atomic-trace")
+                 for n in (1, 2, 3, 4)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

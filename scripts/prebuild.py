@@ -106,7 +106,7 @@ def test_sources(trace: bool = False):
 
     for m, b, s in LDGSTS_CASES:
         tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, s))
-        for o in ({}, {"pipe_ldgsts": True}):
+        for o in ({}, {"pipe_ldgsts": True}, {"pipe_ldg_tail": 3}):
             yield from kernels(f"test {m} b{b} {s} pipe_ldgsts {o}", tg, rr_schedule(tg, "h200", s), "h200",
                                CodegenOptions(**o), sampling=False)
     # test_bf16_h_gives_the_same_logits_bit_for_bit

@@ -208,6 +208,25 @@ def test_pages_by_cp_async_compile_cleanly(batch, sync, tmp_path):
     assert spills and max(spills) == 0, res.log
 
 
+@pytest.mark.parametrize("batch,sync", [(1, "atomic"), (8, "atomic")])
+def test_tail_pages_by_cp_async_compile_cleanly(batch, sync, tmp_path):
+    """CodegenOptions.pipe_ldg_tail (off by default): the pages issued while a task closes copied by
+    cp.async (each lane's arrival without .noinc, then lane 0's), the others by bulk copies, builds
+    without a warning or a spill, and the slots' tail bits fit one word."""
+    from mkc.codegen.render import CodegenOptions
+    from mkc.targets.nvidia.compiler import build_cubin
+
+    tg = taskgraph("llama-3.2-1b", batch, 1024, "h200")
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=False, pipe_ldg_tail=3))
+    consts = dict(cfg.consts)
+    assert consts["PIPE_LDG_TAIL"] == 3 and consts["PIPE_LDGSTS"] == 0 and 2 <= consts["PIPE_SLOTS"] <= 32
+    assert "cp.async.mbarrier.arrive.shared::cta.b64" in src
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert spills and max(spills) == 0, res.log
+
+
 def test_staging_benchmark_compiles(tmp_path):
     """scripts/bench_staging.py (the tensor-core path's input staging alone, for the device) builds
     from batch 32's default plan without a warning or a spill."""

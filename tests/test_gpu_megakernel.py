@@ -134,6 +134,25 @@ def test_pages_by_cp_async_give_the_same_bits(name, batch, sync):
         assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
 
 
+@pytest.mark.parametrize("name,batch,sync", LDGSTS_CASES)
+def test_tail_pages_by_cp_async_give_the_same_bits(name, batch, sync):
+    """CodegenOptions.pipe_ldg_tail: the pages the producer issues while the consumers close a task
+    copied by 16-byte cp.async, the others by bulk copies, both completing on the page's one
+    expected arrival: the same bytes in the same pages, so every step's logits are the default's bits."""
+    import torch
+
+    from mkc.codegen.render import CodegenOptions
+
+    hf = hf_models(name)
+    mks = [megakernel(hf, batch, sync, options=CodegenOptions(**o)) for o in ({}, {"pipe_ldg_tail": 3})]
+    assert mks[0].cfg.const("PIPE_LDG_TAIL") == 0 and mks[1].cfg.const("PIPE_LDG_TAIL") == 3
+    g = torch.Generator(device="cuda").manual_seed(11)
+    ids = torch.randint(0, hf.vocab, (batch, 12), device="cuda", generator=g)
+    for t in range(ids.shape[1]):
+        a, b = (mk(ids[:, t], t).clone() for mk in mks)
+        assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
+
+
 # lower(h_bf16=True, attn_bf16=True): gate/up stores h and unsplit attention its output as bf16, and
 # down and o-proj stage them as they are; the tensor-core path rounds its inputs to bf16 when it
 # stages them anyway, so the logits must be the same bits (tiny-qwen2 b4: split attention, where

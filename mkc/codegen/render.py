@@ -174,6 +174,13 @@ class CodegenOptions:
     # bulk copy a row: an experiment, whether a task's release fence then stops waiting for the
     # SM's copies in flight (scripts/bench_fence.py --only ldgsts). False: bulk copies
     pipe_ldgsts: bool = False
+    # the pipeline's pages issued while the consumers close a task (from one of its last this many
+    # pages, or from the start of a task without pages, to its signal) copied by 16-byte cp.async as
+    # pipe_ldgsts does, the others by bulk copies: a task's release fence then finds no bulk copy
+    # issued since its last pages in flight, while the stream keeps its bulk copies elsewhere. An
+    # experiment (pipe_ldgsts alone made batch 1 19 % slower: slower pages, cheaper signals,
+    # thirty-seventh session). 0: off
+    pipe_ldg_tail: int = 0
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -567,6 +574,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # the K-split consumers where the plan has room for their partials (a plan saved before it had
     # that room keeps a row per warp)
     # (True: every kind, False: none, else a mask of KSPLIT_BITS)
+    if o.pipe_ldg_tail < 0:
+        raise ScheduleError(f"pipe_ldg_tail={o.pipe_ldg_tail!r}: a number of pages, 0 (off) or more")
     ks_mask = KSPLIT_ALL if o.pipe_ksplit is True else int(o.pipe_ksplit)
     if not 0 <= ks_mask <= KSPLIT_ALL:
         raise ScheduleError(f"pipe_ksplit={o.pipe_ksplit!r}: a mask of the GEMV kinds "
@@ -581,7 +590,9 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                        XS_PLANES=int(o.xs_planes and plan.pipe_slots > 0 and not mma),
                        PIPE_KSPLIT=ks_mask if ksplit else 0, PIPE_KS_FLUSH=PIPE_KS_FLUSH,
                        PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0,
-                       PIPE_L2_AHEAD=l2_ahead, PIPE_LDGSTS=int(o.pipe_ldgsts and plan.pipe_slots > 0))
+                       PIPE_L2_AHEAD=l2_ahead, PIPE_LDGSTS=int(o.pipe_ldgsts and plan.pipe_slots > 0),
+                       # (at most the ring's pages: a slot's tail bit then names one page)
+                       PIPE_LDG_TAIL=min(int(o.pipe_ldg_tail), plan.pipe_slots) if plan.pipe_slots > 0 and not o.pipe_ldgsts else 0)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

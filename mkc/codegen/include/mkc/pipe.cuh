@@ -28,7 +28,7 @@ __device__ __forceinline__ void* pipe_empty(int slot) { return mk_smem + OFF_MBA
 // producer elsewhere: after PIPE_TIMEOUT_NS the block raises the abort flag and traps, so the
 // launch fails with an error instead of hanging the GPU.
 constexpr unsigned long long PIPE_TIMEOUT_NS = 2000000000ull;
-__device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned parity) {
+__device__ __forceinline__ void pipe_wait_phase(const Ctx& c, void* bar, unsigned parity) {
   // (traced: a non-blocking first test, so the time a page took to land is counted)
   if (TRACE ? mk_mbar_test_now(bar, parity) : mk_mbar_test(bar, parity)) return;
   const unsigned long long t0 = mk_globaltimer();
@@ -39,6 +39,27 @@ __device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned pari
     }
   }
   if constexpr (TRACE) c.pipe_late_ns += mk_globaltimer() - t0;
+}
+
+// PIPE_LDG_TAIL (CodegenOptions.pipe_ldg_tail): the block's flag words 2 and 3. Word 2 is set while
+// the consumers close a task (from a page among its last PIPE_LDG_TAIL, or from the start of a task
+// without pages, to the end of its signal); word 3 has bit s set while slot s holds such a page. The
+// producer copies the pages it issues while word 2 is set by 16-byte cp.async rather than bulk
+// copies, so that a task's release fence finds no bulk copy issued since its last pages in flight
+// (the fence waits for the SM's bulk copies, far less for cp.async: bench_fence.py --only ldgsts).
+// Only a choice of copy instruction: which bytes land in which page, and when the consumers may
+// read them (the page's full mbarrier), are the same either way.
+// (pipe_closing and pipe_tail_slots: common.cuh)
+
+static_assert(PIPE_LDG_TAIL == 0 || PIPE_NS <= 32, "the tail bits of the slots are one word: at most 32 slots");
+
+// a consumer's wait for a page (its slot's full mbarrier, in the phase of parity `parity`)
+__device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned parity) {
+  pipe_wait_phase(c, bar, parity);
+  if constexpr (PIPE_LDG_TAIL > 0) {
+    const int slot = (int)((static_cast<unsigned char*>(bar) - (mk_smem + OFF_MBAR)) / 8);
+    if ((*pipe_tail_slots() >> slot) & 1u) *pipe_closing() = 1u;
+  }
 }
 
 // one thread, before the block's first barrier
@@ -57,7 +78,7 @@ __device__ void pipe_init() {
 // latest use) have landed, so none is in flight when the block exits.
 __device__ void pipe_drain(const Ctx& c, unsigned n) {
   for (unsigned m = n > (unsigned)PIPE_NS ? n - PIPE_NS : 0u; m < n; ++m)
-    pipe_wait(c, pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u);
+    pipe_wait_phase(c, pipe_full((int)(m % PIPE_NS)), (m / PIPE_NS) & 1u);
 }
 
 // The K-chunk of a GEMV task of K columns both sides walk: all of K on the FMA path (the whole
@@ -89,6 +110,7 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
   constexpr int KCH = pipe_kch<K>();
   const int lane = lane_id();
   const int nblk = kd.blocks();
+  const unsigned n_first = c.pipe_n;  // (PIPE_LDG_TAIL: the task's first page)
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);
     for (int c0 = 0; c0 < K; c0 += KCH) {
@@ -135,7 +157,14 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
             }
           }
           const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
-          if constexpr (PIPE_LDGSTS) {
+          bool ldg = PIPE_LDGSTS != 0;
+          if constexpr (PIPE_LDG_TAIL > 0) {
+            // a slot's tail bit describes its latest page: cleared as the page is issued (its
+            // consumers have freed the slot's previous page, reading its bit before that)
+            if (lane == 0) *pipe_tail_slots() &= ~(1u << slot);
+            ldg = mk_shfl_u32(*pipe_closing(), 0) != 0u;  // (lane 0's read, the warp's choice)
+          }
+          if (ldg) {
             // 16 bytes a copy; each lane's arrival comes once its own copies have landed (the page's
             // rows start 16-byte aligned: K and PIPE_COLS are multiples of 8 columns, as for the bulk
             // copies). A whole slice: each row's copies spread over the lanes, unrolled, with no
@@ -169,7 +198,16 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
                 mk_cp_async16(pg + r * PIPE_LD * 2 + q * 16, kd.row(r0 + r) + k0 + q * 8, true);
               }
             }
-            mk_cp_async_mbar_arrive(pipe_full(slot));
+            if constexpr (PIPE_LDGSTS) {
+              mk_cp_async_mbar_arrive(pipe_full(slot));
+            } else {
+              // the full mbarrier expects one arrival, as for a bulk copy: each lane's arrival once
+              // its copies land first adds one to the phase's pending count (no .noinc), and lane 0
+              // arrives after every lane has issued its own
+              mk_cp_async_mbar_arrive_inc(pipe_full(slot));
+              mk_syncwarp();
+              if (lane == 0) mk_mbar_arrive(pipe_full(slot));
+            }
             if (PIPE_L2_AHEAD > 0 && lane == 0) *pipe_issued(s_abort) = n + 1;
             continue;
           }
@@ -181,6 +219,15 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
           if (PIPE_L2_AHEAD > 0 && lane == 0) *pipe_issued(s_abort) = n + 1;
         }
       }
+    }
+  }
+  if constexpr (PIPE_LDG_TAIL > 0 && !PF) {
+    // the task's last PIPE_LDG_TAIL pages (issued already; a consumer past one of them finds the
+    // next, or misses the window, which costs only speed)
+    if (lane == 0) {
+      unsigned bits = 0u;
+      for (unsigned m = c.pipe_n - min(c.pipe_n - n_first, (unsigned)PIPE_LDG_TAIL); m < c.pipe_n; ++m) bits |= 1u << (m % PIPE_NS);
+      *pipe_tail_slots() |= bits;
     }
   }
   return true;
