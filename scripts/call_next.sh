@@ -307,6 +307,26 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 72 ]; then
+  # thirty-eighth session, after CALL=71 (an H100): pipe_ldg_tail 3 made every signal cheap (0.48-0.53 us
+  # from the barrier to the add's end, against 0.81-1.47 by default) but its cp.async pages slow (down
+  # waited 4.26 us for pages, not 1.21; gate/up's dot products +2.5 us): b1 +9 %, nan +7.6 %, qwen3-8b
+  # b1 +5.3 %, b8 -2.2 %. Now CodegenOptions.pipe_quiet N: the same window (a GEMV task's last N pages
+  # to its signal), but no page issued in it; by then the ring holds the next task's first pages.
+  # The same-bits test (default, pipe_ldg_tail 3, pipe_quiet 2), the rows alternated, the marks.
+  # Kernels: prebuild.py --variants b1-atomic,b1-atomic-quiet1,b1-atomic-quiet2,b1-atomic-quiet3,b1-nan,
+  # b1-nan-quiet2,q8-b1-atomic,q8-b1-atomic-quiet2,b8-atomic,b8-atomic-quiet2 --variant-max-seq 1024;
+  # --tests --only pipe_ldg; MKC_TRACE_SPECS='{"pipe_quiet": 2}' --build-dirs .builds/llama-b1 --trace;
+  # --tokens-bench --variants b1-atomic --variant-max-seq 1024.
+  T0=$(date +%s)
+  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && tokens_paired 170
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_tail_pages_give_the_same_bits" MKC_TEST_S=120 MKC_AB=none \
+    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 90 "128@b1-atomic,b1-atomic-quiet2,b1-atomic-quiet1,b1-atomic-quiet3,b1-atomic,b1-atomic-quiet2;128@b1-nan,b1-nan-quiet2;128@q8-b1-atomic,q8-b1-atomic-quiet2;128@b8-atomic,b8-atomic-quiet2"
+  marks quiet "--greedy" '{"pipe_quiet": 2}'
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 71 ]; then
   # thirty-eighth session: CodegenOptions.pipe_ldg_tail N (new): the pages the producer issues while
   # the consumers close a task (from one of its last N pages, or from the start of a task without

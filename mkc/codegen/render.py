@@ -181,6 +181,10 @@ class CodegenOptions:
     # experiment (pipe_ldgsts alone made batch 1 19 % slower: slower pages, cheaper signals,
     # thirty-seventh session). 0: off
     pipe_ldg_tail: int = 0
+    # the same closing window (a task's last this many pages to its signal, GEMV tasks only), but
+    # the producer issues nothing in it instead of cp.async: with the ring full of the next tasks'
+    # pages by then, the copies it holds back are needed only pages later. An experiment; 0: off
+    pipe_quiet: int = 0
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -574,8 +578,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # the K-split consumers where the plan has room for their partials (a plan saved before it had
     # that room keeps a row per warp)
     # (True: every kind, False: none, else a mask of KSPLIT_BITS)
-    if o.pipe_ldg_tail < 0:
-        raise ScheduleError(f"pipe_ldg_tail={o.pipe_ldg_tail!r}: a number of pages, 0 (off) or more")
+    if o.pipe_ldg_tail < 0 or o.pipe_quiet < 0 or (o.pipe_ldg_tail and o.pipe_quiet):
+        raise ScheduleError(f"pipe_ldg_tail={o.pipe_ldg_tail!r}, pipe_quiet={o.pipe_quiet!r}: numbers of pages, "
+                            f"0 (off) or more, at most one of them on")
+    tail = int(o.pipe_ldg_tail or o.pipe_quiet)
     ks_mask = KSPLIT_ALL if o.pipe_ksplit is True else int(o.pipe_ksplit)
     if not 0 <= ks_mask <= KSPLIT_ALL:
         raise ScheduleError(f"pipe_ksplit={o.pipe_ksplit!r}: a mask of the GEMV kinds "
@@ -592,7 +598,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                        PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0,
                        PIPE_L2_AHEAD=l2_ahead, PIPE_LDGSTS=int(o.pipe_ldgsts and plan.pipe_slots > 0),
                        # (at most the ring's pages: a slot's tail bit then names one page)
-                       PIPE_LDG_TAIL=min(int(o.pipe_ldg_tail), plan.pipe_slots) if plan.pipe_slots > 0 and not o.pipe_ldgsts else 0)
+                       PIPE_TAIL=min(tail, plan.pipe_slots) if plan.pipe_slots > 0 and not o.pipe_ldgsts else 0,
+                       PIPE_TAIL_LDG=int(o.pipe_ldg_tail > 0 and plan.pipe_slots > 0 and not o.pipe_ldgsts))
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

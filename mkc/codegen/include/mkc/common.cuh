@@ -58,7 +58,7 @@ __device__ __forceinline__ Sampler tok_sampler(const Ctx& c) {
 
 __device__ __forceinline__ float* smem_f(int off) { return reinterpret_cast<float*>(mk_smem + off); }
 __device__ __forceinline__ int* smem_i(int off) { return reinterpret_cast<int*>(mk_smem + off); }
-// the weight pipeline's flag words 2 and 3 (pipe.cuh, PIPE_LDG_TAIL): a task closing, the slots of tail pages
+// the weight pipeline's flag words 2 and 3 (pipe.cuh, PIPE_TAIL): a task closing, the slots of tail pages
 __device__ __forceinline__ volatile unsigned* pipe_closing() { return reinterpret_cast<volatile unsigned*>(mk_smem + OFF_FLAG) + 2; }
 __device__ __forceinline__ volatile unsigned* pipe_tail_slots() { return reinterpret_cast<volatile unsigned*>(mk_smem + OFF_FLAG) + 3; }
 __device__ __forceinline__ int lane_id() { return mk_tid() % WARP; }

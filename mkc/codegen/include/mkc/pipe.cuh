@@ -41,22 +41,23 @@ __device__ __forceinline__ void pipe_wait_phase(const Ctx& c, void* bar, unsigne
   if constexpr (TRACE) c.pipe_late_ns += mk_globaltimer() - t0;
 }
 
-// PIPE_LDG_TAIL (CodegenOptions.pipe_ldg_tail): the block's flag words 2 and 3. Word 2 is set while
-// the consumers close a task (from a page among its last PIPE_LDG_TAIL, or from the start of a task
-// without pages, to the end of its signal); word 3 has bit s set while slot s holds such a page. The
-// producer copies the pages it issues while word 2 is set by 16-byte cp.async rather than bulk
-// copies, so that a task's release fence finds no bulk copy issued since its last pages in flight
-// (the fence waits for the SM's bulk copies, far less for cp.async: bench_fence.py --only ldgsts).
-// Only a choice of copy instruction: which bytes land in which page, and when the consumers may
-// read them (the page's full mbarrier), are the same either way.
+// PIPE_TAIL (CodegenOptions.pipe_ldg_tail, pipe_quiet): the block's flag words 2 and 3. Word 2 is
+// set while the consumers close a task (from a page among its last PIPE_TAIL to the end of its
+// signal; with PIPE_TAIL_LDG also from the start of a task without pages); word 3 has bit s set while
+// slot s holds such a page. While word 2 is set the producer copies the pages it issues by 16-byte
+// cp.async rather than bulk copies (PIPE_TAIL_LDG) or issues none (pipe_quiet: the ring is full of
+// the next tasks' pages by then), so that a task's release fence, which waits for the SM's bulk
+// copies in flight (far less for cp.async: bench_fence.py --only ldgsts), finds none issued since
+// its last pages. Only a choice of copy instruction and of when to issue: which bytes land in which
+// page, and when the consumers may read them (the page's full mbarrier), are the same.
 // (pipe_closing and pipe_tail_slots: common.cuh)
 
-static_assert(PIPE_LDG_TAIL == 0 || PIPE_NS <= 32, "the tail bits of the slots are one word: at most 32 slots");
+static_assert(PIPE_TAIL == 0 || PIPE_NS <= 32, "the tail bits of the slots are one word: at most 32 slots");
 
 // a consumer's wait for a page (its slot's full mbarrier, in the phase of parity `parity`)
 __device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned parity) {
   pipe_wait_phase(c, bar, parity);
-  if constexpr (PIPE_LDG_TAIL > 0) {
+  if constexpr (PIPE_TAIL > 0) {
     const int slot = (int)((static_cast<unsigned char*>(bar) - (mk_smem + OFF_MBAR)) / 8);
     if ((*pipe_tail_slots() >> slot) & 1u) *pipe_closing() = 1u;
   }
@@ -110,7 +111,7 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
   constexpr int KCH = pipe_kch<K>();
   const int lane = lane_id();
   const int nblk = kd.blocks();
-  const unsigned n_first = c.pipe_n;  // (PIPE_LDG_TAIL: the task's first page)
+  const unsigned n_first = c.pipe_n;  // (PIPE_TAIL: the task's first page)
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);
     for (int c0 = 0; c0 < K; c0 += KCH) {
@@ -158,11 +159,19 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
           }
           const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
           bool ldg = PIPE_LDGSTS != 0;
-          if constexpr (PIPE_LDG_TAIL > 0) {
+          if constexpr (PIPE_TAIL > 0) {
             // a slot's tail bit describes its latest page: cleared as the page is issued (its
             // consumers have freed the slot's previous page, reading its bit before that)
             if (lane == 0) *pipe_tail_slots() &= ~(1u << slot);
-            ldg = mk_shfl_u32(*pipe_closing(), 0) != 0u;  // (lane 0's read, the warp's choice)
+            if constexpr (PIPE_TAIL_LDG) {
+              ldg = mk_shfl_u32(*pipe_closing(), 0) != 0u;  // (lane 0's read, the warp's choice)
+            } else {
+              // quiet: no copy while a task closes (the consumers then need no page that is not
+              // issued already: the closing task's pages all are, and its signal ends the wait)
+              while (*pipe_closing()) {
+                if (*s_abort) { pipe_drain(c, n); return false; }
+              }
+            }
           }
           if (ldg) {
             // 16 bytes a copy; each lane's arrival comes once its own copies have landed (the page's
@@ -221,12 +230,12 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
       }
     }
   }
-  if constexpr (PIPE_LDG_TAIL > 0 && !PF) {
-    // the task's last PIPE_LDG_TAIL pages (issued already; a consumer past one of them finds the
+  if constexpr (PIPE_TAIL > 0 && !PF) {
+    // the task's last PIPE_TAIL pages (issued already; a consumer past one of them finds the
     // next, or misses the window, which costs only speed)
     if (lane == 0) {
       unsigned bits = 0u;
-      for (unsigned m = c.pipe_n - min(c.pipe_n - n_first, (unsigned)PIPE_LDG_TAIL); m < c.pipe_n; ++m) bits |= 1u << (m % PIPE_NS);
+      for (unsigned m = c.pipe_n - min(c.pipe_n - n_first, (unsigned)PIPE_TAIL); m < c.pipe_n; ++m) bits |= 1u << (m % PIPE_NS);
       *pipe_tail_slots() |= bits;
     }
   }

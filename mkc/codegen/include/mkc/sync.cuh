@@ -334,8 +334,8 @@ __device__ void signal_task(const Ctx& c, const Task& t) {
   }
   if ((t.flags & TF_SIGNAL_LOOP) && tid == NT - 1)
     mk_red_release_add(c.ws + WS_COUNTERS + mk_ld_table(c.tab + HDR_N_EVENTS), 1u);
-  // PIPE_LDG_TAIL (pipe.cuh): the task is closed, its signal issued after its release fence
-  if (PIPE_LDG_TAIL > 0 && tid == 0) *pipe_closing() = 0u;
+  // PIPE_TAIL (pipe.cuh): the task is closed, its signal issued after its release fence
+  if (PIPE_TAIL > 0 && tid == 0) *pipe_closing() = 0u;
 }
 
 }  // namespace mk
