@@ -303,8 +303,9 @@ VARIANTS.update({f"{v}-tail{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldg
                  for n in (1, 2, 3, 4)})
 # no page issued while a task closes (CodegenOptions.pipe_quiet N)
 VARIANTS.update({f"{v}-quiet{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_quiet": n})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "b32-atomic", "b1-atomic-trace")
-                 for n in (1, 2, 3, 4)})
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b4-atomic", "b8-atomic", "b8-nan", "b16-atomic",
+                           "b32-atomic", "q8-b8-atomic", "b1-atomic-trace")
+                 for n in (0, 1, 2, 3, 4)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 
