@@ -344,7 +344,7 @@ __device__ __forceinline__ void mk_cp_async_mbar_arrive(void* bar) {
 // the same without .noinc: the phase's pending count goes up by one now and down by one once the
 // copies have landed, so the arrival the phase waits for is another's (a plain arrive after these)
 __device__ __forceinline__ void mk_cp_async_mbar_arrive_inc(void* bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" :: "r"(mk_smem_addr(bar)) : "memory");
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" :: "r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
 }
 __device__ __forceinline__ void mk_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // wait until at most N of this thread's commit groups are still in flight
