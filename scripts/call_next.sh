@@ -307,6 +307,30 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 75 ]; then
+  # thirty-eighth session, after CALL=74 (an H100: every GPU test on the new default, 169 passed; b8
+  # 1.1417 / 1.1293 against pipe_quiet 0's 1.1704 / 1.1736): the hand-written peer beside batch 1 and
+  # batch 8 with and without the hold. Kernels: prebuild.py --variants b1-atomic,b8-atomic,b8-atomic-quiet0
+  # --variant-max-seq 1024.
+  ab_rows 60 "128@b1-atomic,b8-atomic,b8-atomic-quiet0,b1-atomic" 90
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 74 ]; then
+  # thirty-eighth session, after CALL=73 (an H100): pipe_quiet 2 at b8 1.1665 / 1.1643 -> 1.1352 /
+  # 1.1242 (quiet 1: 1.1271, 3: 1.1367), b4 -0.9 %, b16 +2.1 %, b32 +2.9 / +3.2 %, qwen3-8b b8 0.0 %,
+  # b8 nan +3.6 %. The new default: pipe_quiet 2 on the tensor-core path with atomic counters at
+  # batch 2-8 (render.PIPE_QUIET). Every GPU test on it, then b8 against pipe_quiet 0 again.
+  # Kernels: prebuild.py --tests --folders; --variants b8-atomic,b8-atomic-quiet0 --variant-max-seq 1024.
+  T0=$(date +%s)
+  MKC_TESTS="tests/test_gpu_megakernel.py tests/test_gpu_tokens.py tests/test_gpu_text.py tests/test_gpu_checkpoint.py tests/test_gpu_prefill.py tests/test_gpu_device_functions.py" \
+    MKC_TEST_S=${TEST_S:-430} MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  [ "$left" -gt 40 ] && ab_rows $((left - 10)) "128@b8-atomic,b8-atomic-quiet0,b8-atomic,b8-atomic-quiet0"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 73 ]; then
   # thirty-eighth session, after CALL=72 (an H100): pipe_quiet made the signals cheap (0.43-0.45 us) but
   # held back the next task's pages where the stream is HBM-bound (down waited 5.27 us for pages):

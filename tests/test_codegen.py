@@ -519,6 +519,24 @@ def test_cp_async_weight_ring_up_to_batch_16():
     assert "constexpr int OFF_RING = 0;  // not used by this build's GEMV path" in src
 
 
+def test_quiet_closing_window_by_default_where_it_paid():
+    """CodegenOptions.pipe_quiet's default (render.PIPE_QUIET): the producer holds its copies while a
+    GEMV task closes only on the tensor-core path with atomic counters at batch 2..PIPE_QUIET_MAX_B
+    (where it was measured faster); batch 1, batch 16, nan mode and an explicit 0 keep every copy,
+    and pipe_ldg_tail replaces it."""
+    from mkc.codegen.render import PIPE_QUIET, PIPE_QUIET_MAX_B
+
+    def tail(batch, sync="atomic", **o):
+        tg = taskgraph("llama-3.2-1b", batch, 512)
+        _, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=False, **o))
+        return cfg.const("PIPE_TAIL"), cfg.const("PIPE_TAIL_LDG")
+
+    assert PIPE_QUIET_MAX_B == 8
+    assert tail(8) == tail(4) == (PIPE_QUIET, 0)
+    assert tail(1) == tail(16) == tail(8, "nan") == tail(8, pipe_quiet=0) == (0, 0)
+    assert tail(1, pipe_quiet=1) == (1, 0) and tail(8, pipe_ldg_tail=3) == (3, 1)
+
+
 def test_batch_1_keeps_the_fma_gemv(llama_tg):
     src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg), "h200")
     assert not cfg.mma_gemv and "constexpr bool MMA_GEMV = false;" in src and "KCB" not in dict(cfg.consts)

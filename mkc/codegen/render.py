@@ -61,6 +61,15 @@ KSPLIT_CHAIN = KSPLIT_BITS["qkv"] | KSPLIT_BITS["oproj"] | KSPLIT_BITS["down"]
 # flight), while ~3 pages in flight a block already saturate HBM (2.32 / 3.03 / 3.23 / 3.20 TB/s at
 # 1 / 2 / 4 / 11); BENCHMARKS.md, thirty-fifth session
 PIPE_INFLIGHT = 3
+# CodegenOptions.pipe_quiet's default: no copy issued from a GEMV task's last PIPE_QUIET pages to its
+# signal, on the tensor-core path with atomic counters at batch 2..PIPE_QUIET_MAX_B. Where the
+# consumers are slower than the stream (llama-3.2-1b b8, H100: 1.1665 / 1.1643 -> 1.1352 / 1.1242
+# ms/token, -3.0 % in three calls; b4 -0.9 %; qwen3-8b b8 0.0 %) every signal takes 0.43 us
+# instead of up to 1.7; where the stream is HBM-bound the copies it holds back are the next task's
+# first pages, which then start late (b1 +5.2 %, b16 +2.1 %, b32 +3.0 %; nan, whose signals have
+# no release fence, +3.6 % at b8). BENCHMARKS.md, thirty-eighth session
+PIPE_QUIET = 2
+PIPE_QUIET_MAX_B = 8
 # stamps per traced task (CodegenOptions.trace): wait start, start, end, then marks inside it
 # (common.cuh trace_mark; mkc.trace names them); the kernel's TRACE_STAMPS and the runtime's buffer
 TRACE_STAMPS = 13
@@ -182,9 +191,10 @@ class CodegenOptions:
     # thirty-seventh session). 0: off
     pipe_ldg_tail: int = 0
     # the same closing window (a task's last this many pages to its signal, GEMV tasks only), but
-    # the producer issues nothing in it instead of cp.async: with the ring full of the next tasks'
-    # pages by then, the copies it holds back are needed only pages later. An experiment; 0: off
-    pipe_quiet: int = 0
+    # the producer issues nothing in it instead of cp.async, so the signal's fence waits for no copy
+    # issued since those pages. 0: off. None: PIPE_QUIET on the tensor-core path with atomic
+    # counters up to batch PIPE_QUIET_MAX_B, else off (see there)
+    pipe_quiet: int | None = None
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
     # sampler's code merely in the kernel made greedy steps 7 % (batch 1) and 12 % (batch 8) slower
@@ -578,10 +588,12 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # the K-split consumers where the plan has room for their partials (a plan saved before it had
     # that room keeps a row per warp)
     # (True: every kind, False: none, else a mask of KSPLIT_BITS)
-    if o.pipe_ldg_tail < 0 or o.pipe_quiet < 0 or (o.pipe_ldg_tail and o.pipe_quiet):
+    if o.pipe_ldg_tail < 0 or (o.pipe_quiet or 0) < 0 or (o.pipe_ldg_tail and o.pipe_quiet):
         raise ScheduleError(f"pipe_ldg_tail={o.pipe_ldg_tail!r}, pipe_quiet={o.pipe_quiet!r}: numbers of pages, "
                             f"0 (off) or more, at most one of them on")
-    tail = int(o.pipe_ldg_tail or o.pipe_quiet)
+    quiet = o.pipe_quiet if o.pipe_quiet is not None else (
+        PIPE_QUIET if mma and sched.sync == "atomic" and 2 <= B <= PIPE_QUIET_MAX_B and not o.pipe_ldg_tail else 0)
+    tail = int(o.pipe_ldg_tail or quiet)
     ks_mask = KSPLIT_ALL if o.pipe_ksplit is True else int(o.pipe_ksplit)
     if not 0 <= ks_mask <= KSPLIT_ALL:
         raise ScheduleError(f"pipe_ksplit={o.pipe_ksplit!r}: a mask of the GEMV kinds "
