@@ -1,6 +1,17 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Thirty-eighth session, summed up: every call was given an H100 (CALL=70 to CALL=75; four refused starts
+# cost ~450 s; BENCHMARKS.md, "Thirty-eighth session"). pipe_ldgsts at b8-b32 (CALL=70): b8 -3 %, b16
+# +5 %, b32 +5 %, nan +9 %: off. A task's closing window (its last N pages to its signal) free of new
+# bulk copies, two ways: pipe_ldg_tail (cp.async there; CALL=71) and pipe_quiet (none issued; CALL=72,
+# the thirty-fifth session's sig_hold as a window): every signal 0.43-0.53 us instead of 0.8-1.7, but
+# at b1 the next task's first pages come late: b1 +9 % / +5 %. At b8 the hold pays (CALL=73-75: -2.5 to
+# -3.8 %; b4 -0.9 %, b16 +2.1 %, b32 +3 %, nan +3.6 %, qwen3-8b b8 0), so pipe_quiet 2 is the default on
+# the tensor-core path with atomic counters at batch 2-8; every GPU test passed on it (CALL=74, 169).
+# Beside the peer (CALL=75): its kernel 0.9451 ms, mkc b1 0.9470 / 0.9421. Next: CALL=76 (on an H200
+# #16's verdict first; its kernels are in out/carry/cache.tgz at these headers).
+#
 # Thirty-seventh session, summed up: the device refused most starts (~1,000 of the 1,800 s) and gave an
 # H100 to CALL=66, 67 and 68 (BENCHMARKS.md, "Thirty-seventh session"). A task's release waits for far
 # less of one warp's 16-byte cp.async pages than of bulk copies (bench_fence.py --only ldgsts: 0.52 us
@@ -307,6 +318,20 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 76 ]; then
+  # the thirty-ninth session's first call (written at the thirty-eighth's end): on an H200 #16's verdict
+  # first (tokens_paired: the default over greedy, every sampling step, paired), then #13's rows beside
+  # the peer and `mkc bench` b1; on any other card the rows, the peer and `mkc bench`. Kernels (in
+  # out/carry/cache.tgz at d72d2e2's headers): prebuild.py --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024; --variants b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b8-atomic-quiet0,
+  # b32-atomic,q8-b8-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024.
+  T0=$(date +%s)
+  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && tokens_paired 200
+  ab_rows 80 "128@b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b8-atomic-quiet0,b32-atomic,q8-b8-atomic,b1-atomic" 90
+  bench_b1_if_time
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 75 ]; then
   # thirty-eighth session, after CALL=74 (an H100: every GPU test on the new default, 169 passed; b8
   # 1.1417 / 1.1293 against pipe_quiet 0's 1.1704 / 1.1736): the hand-written peer beside batch 1 and
