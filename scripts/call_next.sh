@@ -9,7 +9,8 @@
 # at b1 the next task's first pages come late: b1 +9 % / +5 %. At b8 the hold pays (CALL=73-75: -2.5 to
 # -3.8 %; b4 -0.9 %, b16 +2.1 %, b32 +3 %, nan +3.6 %, qwen3-8b b8 0), so pipe_quiet 2 is the default on
 # the tensor-core path with atomic counters at batch 2-8; every GPU test passed on it (CALL=74, 169).
-# Beside the peer (CALL=75): its kernel 0.9451 ms, mkc b1 0.9470 / 0.9421. Next: CALL=76 (on an H200
+# Beside the peer (CALL=75): its kernel 0.9451 ms, mkc b1 0.9470 / 0.9421. b2 -0.2 %, b4 0.0 % with the
+# hold (CALL=77). Next: CALL=76 (on an H200
 # #16's verdict first; its kernels are in out/carry/cache.tgz at these headers).
 #
 # Thirty-seventh session, summed up: the device refused most starts (~1,000 of the 1,800 s) and gave an
@@ -318,6 +319,14 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 77 ]; then
+  # thirty-eighth session, the last call: batch 2 and 4 with and without the hold (the default's range
+  # starts at 2, measured at 4 and 8 only). Kernels: prebuild.py --variants b2-atomic,b2-atomic-quiet0,
+  # b4-atomic,b4-atomic-quiet0 --variant-max-seq 1024.
+  ab_rows 70 "128@b2-atomic,b2-atomic-quiet0,b2-atomic,b2-atomic-quiet0;128@b4-atomic,b4-atomic-quiet0"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 76 ]; then
   # the thirty-ninth session's first call (written at the thirty-eighth's end): on an H200 #16's verdict
   # first (tokens_paired: the default over greedy, every sampling step, paired), then #13's rows beside

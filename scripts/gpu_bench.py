@@ -58,6 +58,7 @@ VARIANTS = {
     "b8-nan": ("llama-3.2-1b", 8, "nan", "list", {}),
     "b8-atomic-ffma": ("llama-3.2-1b", 8, "atomic", "list", {"mma": False}),
     "b32-atomic": ("llama-3.2-1b", 32, "atomic", "list", {}),
+    "b2-atomic": ("llama-3.2-1b", 2, "atomic", "list", {}),
     "b4-atomic": ("llama-3.2-1b", 4, "atomic", "list", {}),
     "b16-atomic": ("llama-3.2-1b", 16, "atomic", "list", {}),
     "b32-atomic-ffma": ("llama-3.2-1b", 32, "atomic", "list", {"mma": False}),
@@ -303,7 +304,7 @@ VARIANTS.update({f"{v}-tail{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldg
                  for n in (1, 2, 3, 4)})
 # no page issued while a task closes (CodegenOptions.pipe_quiet N)
 VARIANTS.update({f"{v}-quiet{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_quiet": n})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b4-atomic", "b8-atomic", "b8-nan", "b16-atomic",
+                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b2-atomic", "b4-atomic", "b8-atomic", "b8-nan", "b16-atomic",
                            "b32-atomic", "q8-b8-atomic", "b1-atomic-trace")
                  for n in (0, 1, 2, 3, 4)})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]

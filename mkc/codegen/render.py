@@ -64,7 +64,7 @@ PIPE_INFLIGHT = 3
 # CodegenOptions.pipe_quiet's default: no copy issued from a GEMV task's last PIPE_QUIET pages to its
 # signal, on the tensor-core path with atomic counters at batch 2..PIPE_QUIET_MAX_B. Where the
 # consumers are slower than the stream (llama-3.2-1b b8, H100: 1.1665 / 1.1643 -> 1.1352 / 1.1242
-# ms/token, -3.0 % in three calls; b4 -0.9 %; qwen3-8b b8 0.0 %) every signal takes 0.43 us
+# ms/token, -3.0 % in three calls; b4 -0.9 / 0.0 %, b2 -0.2 %; qwen3-8b b8 0.0 %) every signal takes 0.43 us
 # instead of up to 1.7; where the stream is HBM-bound the copies it holds back are the next task's
 # first pages, which then start late (b1 +5.2 %, b16 +2.1 %, b32 +3.0 %; nan, whose signals have
 # no release fence, +3.6 % at b8). BENCHMARKS.md, thirty-eighth session
