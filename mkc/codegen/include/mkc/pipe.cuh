@@ -45,11 +45,13 @@ __device__ __forceinline__ void pipe_wait_phase(const Ctx& c, void* bar, unsigne
 // set while the consumers close a task (from a page among its last PIPE_TAIL to the end of its
 // signal; with PIPE_TAIL_LDG also from the start of a task without pages); word 3 has bit s set while
 // slot s holds such a page. While word 2 is set the producer copies the pages it issues by 16-byte
-// cp.async rather than bulk copies (PIPE_TAIL_LDG) or issues none (pipe_quiet: the ring is full of
-// the next tasks' pages by then), so that a task's release fence, which waits for the SM's bulk
-// copies in flight (far less for cp.async: bench_fence.py --only ldgsts), finds none issued since
-// its last pages. Only a choice of copy instruction and of when to issue: which bytes land in which
-// page, and when the consumers may read them (the page's full mbarrier), are the same.
+// cp.async rather than bulk copies (PIPE_TAIL_LDG) or issues none (pipe_quiet), so that a task's
+// release fence, which waits for the SM's bulk copies in flight (far less for cp.async:
+// bench_fence.py --only ldgsts), finds none issued since its last pages. That pays where the ring
+// is ahead of the consumers (the tensor-core path at batch 8); where the stream is HBM-bound (batch
+// 1) the window's pages are the next task's first, which then land or start late (BENCHMARKS.md,
+// thirty-eighth session). Only a choice of copy instruction and of when to issue: which bytes land
+// in which page, and when the consumers may read them (the page's full mbarrier), are the same.
 // (pipe_closing and pipe_tail_slots: common.cuh)
 
 static_assert(PIPE_TAIL == 0 || PIPE_NS <= 32, "the tail bits of the slots are one word: at most 32 slots");
