@@ -331,7 +331,7 @@ if [ "${CALL:-1}" = 76 ]; then
   # the thirty-ninth session's first call (written at the thirty-eighth's end): on an H200 #16's verdict
   # first (tokens_paired: the default over greedy, every sampling step, paired), then #13's rows beside
   # the peer and `mkc bench` b1; on any other card the rows, the peer and `mkc bench`. Kernels (in
-  # out/carry/cache.tgz at d72d2e2's headers): prebuild.py --tokens-bench --variants b1-atomic
+  # out/carry/cache.tgz at cf9d3dc's headers): prebuild.py --tokens-bench --variants b1-atomic
   # --variant-max-seq 1024; --variants b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b8-atomic-quiet0,
   # b32-atomic,q8-b8-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024.
   T0=$(date +%s)
