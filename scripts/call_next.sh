@@ -319,14 +319,6 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
-if [ "${CALL:-1}" = 77 ]; then
-  # thirty-eighth session, the last call: batch 2 and 4 with and without the hold (the default's range
-  # starts at 2, measured at 4 and 8 only). Kernels: prebuild.py --variants b2-atomic,b2-atomic-quiet0,
-  # b4-atomic,b4-atomic-quiet0 --variant-max-seq 1024.
-  ab_rows 70 "128@b2-atomic,b2-atomic-quiet0,b2-atomic,b2-atomic-quiet0;128@b4-atomic,b4-atomic-quiet0"
-  pack_out
-  exit 0
-fi
 if [ "${CALL:-1}" = 76 ]; then
   # the thirty-ninth session's first call (written at the thirty-eighth's end): on an H200 #16's verdict
   # first (tokens_paired: the default over greedy, every sampling step, paired), then #13's rows beside
@@ -341,96 +333,8 @@ if [ "${CALL:-1}" = 76 ]; then
   pack_out
   exit 0
 fi
-if [ "${CALL:-1}" = 75 ]; then
-  # thirty-eighth session, after CALL=74 (an H100: every GPU test on the new default, 169 passed; b8
-  # 1.1417 / 1.1293 against pipe_quiet 0's 1.1704 / 1.1736): the hand-written peer beside batch 1 and
-  # batch 8 with and without the hold. Kernels: prebuild.py --variants b1-atomic,b8-atomic,b8-atomic-quiet0
-  # --variant-max-seq 1024.
-  ab_rows 60 "128@b1-atomic,b8-atomic,b8-atomic-quiet0,b1-atomic" 90
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 74 ]; then
-  # thirty-eighth session, after CALL=73 (an H100): pipe_quiet 2 at b8 1.1665 / 1.1643 -> 1.1352 /
-  # 1.1242 (quiet 1: 1.1271, 3: 1.1367), b4 -0.9 %, b16 +2.1 %, b32 +2.9 / +3.2 %, qwen3-8b b8 0.0 %,
-  # b8 nan +3.6 %. The new default: pipe_quiet 2 on the tensor-core path with atomic counters at
-  # batch 2-8 (render.PIPE_QUIET). Every GPU test on it, then b8 against pipe_quiet 0 again.
-  # Kernels: prebuild.py --tests --folders; --variants b8-atomic,b8-atomic-quiet0 --variant-max-seq 1024.
-  T0=$(date +%s)
-  MKC_TESTS="tests/test_gpu_megakernel.py tests/test_gpu_tokens.py tests/test_gpu_text.py tests/test_gpu_checkpoint.py tests/test_gpu_prefill.py tests/test_gpu_device_functions.py" \
-    MKC_TEST_S=${TEST_S:-430} MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
-  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-  echo "seconds left: $left"
-  [ "$left" -gt 40 ] && ab_rows $((left - 10)) "128@b8-atomic,b8-atomic-quiet0,b8-atomic,b8-atomic-quiet0"
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 73 ]; then
-  # thirty-eighth session, after CALL=72 (an H100): pipe_quiet made the signals cheap (0.43-0.45 us) but
-  # held back the next task's pages where the stream is HBM-bound (down waited 5.27 us for pages):
-  # b1 +5.2 % (quiet 1: +4.4 %, 3: +5.4 %), nan +3.0 %, qwen3-8b b1 +2.9 %; b8 -2.7 % (pipe_ldgsts
-  # -2.6 to -3.4 % there in three calls, pipe_ldg_tail -2.2 %). The tensor-core batches with it,
-  # alternated. Kernels: prebuild.py --variants b8-atomic,b8-atomic-quiet1,b8-atomic-quiet2,
-  # b8-atomic-quiet3,b4-atomic,b4-atomic-quiet2,b16-atomic,b16-atomic-quiet2,b32-atomic,b32-atomic-quiet2,
-  # q8-b8-atomic,q8-b8-atomic-quiet2,b8-nan,b8-nan-quiet2 --variant-max-seq 1024.
-  T0=$(date +%s)
-  ab_rows 150 "128@b8-atomic,b8-atomic-quiet2,b8-atomic-quiet1,b8-atomic-quiet3,b8-atomic,b8-atomic-quiet2;128@b4-atomic,b4-atomic-quiet2;128@b16-atomic,b16-atomic-quiet2;128@b32-atomic,b32-atomic-quiet2,b32-atomic,b32-atomic-quiet2;128@q8-b8-atomic,q8-b8-atomic-quiet2;128@b8-nan,b8-nan-quiet2"
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 72 ]; then
-  # thirty-eighth session, after CALL=71 (an H100): pipe_ldg_tail 3 made every signal cheap (0.48-0.53 us
-  # from the barrier to the add's end, against 0.81-1.47 by default) but its cp.async pages slow (down
-  # waited 4.26 us for pages, not 1.21; gate/up's dot products +2.5 us): b1 +9 %, nan +7.6 %, qwen3-8b
-  # b1 +5.3 %, b8 -2.2 %. Now CodegenOptions.pipe_quiet N: the same window (a GEMV task's last N pages
-  # to its signal), but no page issued in it; by then the ring holds the next task's first pages.
-  # The same-bits test (default, pipe_ldg_tail 3, pipe_quiet 2), the rows alternated, the marks.
-  # Kernels: prebuild.py --variants b1-atomic,b1-atomic-quiet1,b1-atomic-quiet2,b1-atomic-quiet3,b1-nan,
-  # b1-nan-quiet2,q8-b1-atomic,q8-b1-atomic-quiet2,b8-atomic,b8-atomic-quiet2 --variant-max-seq 1024;
-  # --tests --only pipe_ldg; MKC_TRACE_SPECS='{"pipe_quiet": 2}' --build-dirs .builds/llama-b1 --trace;
-  # --tokens-bench --variants b1-atomic --variant-max-seq 1024.
-  T0=$(date +%s)
-  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && tokens_paired 170
-  MKC_TESTS="tests/test_gpu_megakernel.py::test_tail_pages_give_the_same_bits" MKC_TEST_S=120 MKC_AB=none \
-    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
-  ab_rows 90 "128@b1-atomic,b1-atomic-quiet2,b1-atomic-quiet1,b1-atomic-quiet3,b1-atomic,b1-atomic-quiet2;128@b1-nan,b1-nan-quiet2;128@q8-b1-atomic,q8-b1-atomic-quiet2;128@b8-atomic,b8-atomic-quiet2"
-  marks quiet "--greedy" '{"pipe_quiet": 2}'
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 71 ]; then
-  # thirty-eighth session: CodegenOptions.pipe_ldg_tail N (new): the pages the producer issues while
-  # the consumers close a task (from one of its last N pages, or from the start of a task without
-  # pages, to its signal) by 16-byte cp.async, the others by bulk copies, so a task's release fence
-  # finds no bulk copy in flight that was issued since its last pages (pipe_ldgsts everywhere: signals
-  # 0.46-0.51 us, but pages slower and b1 +19 %). The same-bits test, then the rows alternated, then
-  # the marks of a greedy step (the signals' times). On an H200 #16's verdict first. Kernels:
-  # prebuild.py --variants b1-atomic,b1-atomic-tail2,b1-atomic-tail3,b1-atomic-tail4,b1-nan,b1-nan-tail3,
-  # q8-b1-atomic,q8-b1-atomic-tail3,b8-atomic,b8-atomic-tail3 --variant-max-seq 1024; --tests --only
-  # pipe_ldg; MKC_TRACE_SPECS='{"pipe_ldg_tail": 3}' --build-dirs .builds/llama-b1 --trace;
-  # --tokens-bench --variants b1-atomic --variant-max-seq 1024.
-  T0=$(date +%s)
-  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && tokens_paired 170
-  MKC_TESTS="tests/test_gpu_megakernel.py::test_tail_pages_by_cp_async_give_the_same_bits" MKC_TEST_S=120 MKC_AB=none \
-    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
-  ab_rows 90 "128@b1-atomic,b1-atomic-tail3,b1-atomic-tail2,b1-atomic-tail4,b1-atomic,b1-atomic-tail3;128@b1-nan,b1-nan-tail3;128@q8-b1-atomic,q8-b1-atomic-tail3;128@b8-atomic,b8-atomic-tail3"
-  marks tail "--greedy" '{"pipe_ldg_tail": 3}'
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 70 ]; then
-  # thirty-eighth session, the first call: on an H200 #16's verdict first (tokens_paired: the default
-  # over greedy, every sampling step, paired; kernels: prebuild.py --tokens-bench --variants b1-atomic
-  # --variant-max-seq 1024), then CALL=69's rows; on any other card CALL=69 as written.
-  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    T0=$(date +%s)
-    tokens_paired 200
-    ab_rows 70 "128@b8-atomic,b8-atomic-ldg,b8-atomic,b8-atomic-ldg;128@b32-atomic,b32-atomic-ldg" 90
-    pack_out
-    exit 0
-  fi
-  CALL=69 exec bash "$0"
-fi
+# CALL=70 to CALL=75 and CALL=77 ran in the thirty-eighth session (BENCHMARKS.md, "Thirty-eighth
+# session"); read them at d55cec8. CALL=71 (pipe_ldg_tail, removed since) fails as written now.
 if [ "${CALL:-1}" = 69 ]; then
   # thirty-seventh session, after CALL=68 (an H100): pipe_ldgsts lost at batch 1 (+18.6 %; with every
   # free page in flight +6 %), in nan mode (+17.5 %) and on qwen3-8b b1 (+18.8 %), but won at batch 8

@@ -298,10 +298,6 @@ VARIANTS.update({f"{v}-ldg": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldgsts"
                            "b16-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-ldg-if{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldgsts": True, "pipe_inflight": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic") for n in (0, 4, 6)})
-# the pages issued while a task closes by cp.async, the others by bulk copies (CodegenOptions.pipe_ldg_tail N)
-VARIANTS.update({f"{v}-tail{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_ldg_tail": n})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b8-atomic", "b32-atomic", "b1-atomic-trace")
-                 for n in (1, 2, 3, 4)})
 # no page issued while a task closes (CodegenOptions.pipe_quiet N)
 VARIANTS.update({f"{v}-quiet{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_quiet": n})
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b2-atomic", "b4-atomic", "b8-atomic", "b8-nan", "b16-atomic",

@@ -523,18 +523,21 @@ def test_quiet_closing_window_by_default_where_it_paid():
     """CodegenOptions.pipe_quiet's default (render.PIPE_QUIET): the producer holds its copies while a
     GEMV task closes only on the tensor-core path with atomic counters at batch 2..PIPE_QUIET_MAX_B
     (where it was measured faster); batch 1, batch 16, nan mode and an explicit 0 keep every copy,
-    and pipe_ldg_tail replaces it."""
+    a negative window is refused."""
+    from mkc.errors import ScheduleError
     from mkc.codegen.render import PIPE_QUIET, PIPE_QUIET_MAX_B
 
     def tail(batch, sync="atomic", **o):
         tg = taskgraph("llama-3.2-1b", batch, 512)
         _, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=False, **o))
-        return cfg.const("PIPE_TAIL"), cfg.const("PIPE_TAIL_LDG")
+        return cfg.const("PIPE_TAIL")
 
-    assert PIPE_QUIET_MAX_B == 8
-    assert tail(8) == tail(4) == (PIPE_QUIET, 0)
-    assert tail(1) == tail(16) == tail(8, "nan") == tail(8, pipe_quiet=0) == (0, 0)
-    assert tail(1, pipe_quiet=1) == (1, 0) and tail(8, pipe_ldg_tail=3) == (3, 1)
+    assert PIPE_QUIET == 2 and PIPE_QUIET_MAX_B == 8
+    assert tail(8) == tail(4) == tail(2) == PIPE_QUIET
+    assert tail(1) == tail(16) == tail(8, "nan") == tail(8, pipe_quiet=0) == 0
+    assert tail(1, pipe_quiet=1) == 1 and tail(8, pipe_quiet=99) <= 32  # at most the ring's pages
+    with pytest.raises(ScheduleError, match="pipe_quiet=-1"):
+        tail(8, pipe_quiet=-1)
 
 
 def test_batch_1_keeps_the_fma_gemv(llama_tg):

@@ -183,17 +183,10 @@ class CodegenOptions:
     # bulk copy a row: an experiment, whether a task's release fence then stops waiting for the
     # SM's copies in flight (scripts/bench_fence.py --only ldgsts). False: bulk copies
     pipe_ldgsts: bool = False
-    # the pipeline's pages issued while the consumers close a task (from one of its last this many
-    # pages, or from the start of a task without pages, to its signal) copied by 16-byte cp.async as
-    # pipe_ldgsts does, the others by bulk copies: a task's release fence then finds no bulk copy
-    # issued since its last pages in flight, while the stream keeps its bulk copies elsewhere. An
-    # experiment (pipe_ldgsts alone made batch 1 19 % slower: slower pages, cheaper signals,
-    # thirty-seventh session). 0: off
-    pipe_ldg_tail: int = 0
-    # the same closing window (a task's last this many pages to its signal, GEMV tasks only), but
-    # the producer issues nothing in it instead of cp.async, so the signal's fence waits for no copy
-    # issued since those pages. 0: off. None: PIPE_QUIET on the tensor-core path with atomic
-    # counters up to batch PIPE_QUIET_MAX_B, else off (see there)
+    # while the consumers close a GEMV task (from the wait for one of its last this many pages to
+    # its signal) the producer issues no copy, so the signal's release fence waits for no copy
+    # issued since those pages (pipe.cuh PIPE_TAIL). 0: off. None: PIPE_QUIET on the tensor-core
+    # path with atomic counters at batch 2..PIPE_QUIET_MAX_B, else off (see there)
     pipe_quiet: int | None = None
     # the sampling code (temperature, top-k/top-p/min-p); False: greedy only, which Megakernel
     # launches for greedy steps (the kernels with it are built on the first sampling launch): the
@@ -588,12 +581,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # the K-split consumers where the plan has room for their partials (a plan saved before it had
     # that room keeps a row per warp)
     # (True: every kind, False: none, else a mask of KSPLIT_BITS)
-    if o.pipe_ldg_tail < 0 or (o.pipe_quiet or 0) < 0 or (o.pipe_ldg_tail and o.pipe_quiet):
-        raise ScheduleError(f"pipe_ldg_tail={o.pipe_ldg_tail!r}, pipe_quiet={o.pipe_quiet!r}: numbers of pages, "
-                            f"0 (off) or more, at most one of them on")
+    if o.pipe_quiet is not None and o.pipe_quiet < 0:
+        raise ScheduleError(f"pipe_quiet={o.pipe_quiet!r}: a number of pages, 0 (off) or more")
     quiet = o.pipe_quiet if o.pipe_quiet is not None else (
-        PIPE_QUIET if mma and sched.sync == "atomic" and 2 <= B <= PIPE_QUIET_MAX_B and not o.pipe_ldg_tail else 0)
-    tail = int(o.pipe_ldg_tail or quiet)
+        PIPE_QUIET if mma and sched.sync == "atomic" and 2 <= B <= PIPE_QUIET_MAX_B else 0)
     ks_mask = KSPLIT_ALL if o.pipe_ksplit is True else int(o.pipe_ksplit)
     if not 0 <= ks_mask <= KSPLIT_ALL:
         raise ScheduleError(f"pipe_ksplit={o.pipe_ksplit!r}: a mask of the GEMV kinds "
@@ -610,8 +601,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                        PIPE_INFLIGHT=inflight if 0 < inflight < plan.pipe_slots else 0,
                        PIPE_L2_AHEAD=l2_ahead, PIPE_LDGSTS=int(o.pipe_ldgsts and plan.pipe_slots > 0),
                        # (at most the ring's pages: a slot's tail bit then names one page)
-                       PIPE_TAIL=min(tail, plan.pipe_slots) if plan.pipe_slots > 0 and not o.pipe_ldgsts else 0,
-                       PIPE_TAIL_LDG=int(o.pipe_ldg_tail > 0 and plan.pipe_slots > 0 and not o.pipe_ldgsts))
+                       PIPE_TAIL=min(int(quiet), plan.pipe_slots) if plan.pipe_slots > 0 and not o.pipe_ldgsts else 0)
     needed = plan.smem_bytes
     if needed > target.smem_per_block:
         raise ScheduleError(f"the kernel needs {needed} bytes of shared memory per block, more than the "

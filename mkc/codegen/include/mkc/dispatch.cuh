@@ -147,12 +147,9 @@ __device__ MK_TASK_INLINE bool run_task(const Ctx& c, const Task& t, int* s_abor
     }
     case K_LMHEAD: return task_lmhead(c, t, s_abort);
     // attention waits inside, after loading the cache rows and immutables this step does not change
-    case K_ATTN:
-      if (PIPE_TAIL_LDG && mk_tid() == 0) *pipe_closing() = 1u;  // (pipe.cuh: a task without pages closes from its start)
-      return task_attn(c, t, s_abort);
+    case K_ATTN: return task_attn(c, t, s_abort);
     default: break;
   }
-  if (PIPE_TAIL_LDG && mk_tid() == 0) *pipe_closing() = 1u;  // (pipe.cuh: a task without pages closes from its start)
   if (!wait_task(c, t, s_abort)) return false;
   switch (t.kind) {
     case K_EMBED: task_embed(c, t); break;

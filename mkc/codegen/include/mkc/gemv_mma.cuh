@@ -455,7 +455,7 @@ __device__ __forceinline__ void pipe_mma_tile(const Ctx& c, int kch, const unsig
   for (int sl = 0; sl < nsl; ++sl) {
     const unsigned pn = c.pipe_n++;
     const int slot = (int)(pn % PIPE_NS);
-    pipe_wait(c, pipe_full(slot), (pn / PIPE_NS) & 1u);
+    pipe_wait(c, pn);
     const int nseg = min(PIPE_COLS, kch - sl * PIPE_COLS) / 8;  // segments of this page
     pipe_mma_page(reinterpret_cast<const unsigned short*>(pipe_page(slot)), xs + sl * PIPE_COLS, nseg, acc);
     mk_syncwarp();

@@ -41,26 +41,22 @@ __device__ __forceinline__ void pipe_wait_phase(const Ctx& c, void* bar, unsigne
   if constexpr (TRACE) c.pipe_late_ns += mk_globaltimer() - t0;
 }
 
-// PIPE_TAIL (CodegenOptions.pipe_ldg_tail, pipe_quiet): the block's flag words 2 and 3. Word 2 is
-// set while the consumers close a task (from a page among its last PIPE_TAIL to the end of its
-// signal; with PIPE_TAIL_LDG also from the start of a task without pages); word 3 has bit s set while
-// slot s holds such a page. While word 2 is set the producer copies the pages it issues by 16-byte
-// cp.async rather than bulk copies (PIPE_TAIL_LDG) or issues none (pipe_quiet), so that a task's
-// release fence, which waits for the SM's bulk copies in flight (far less for cp.async:
-// bench_fence.py --only ldgsts), finds none issued since its last pages. That pays where the ring
-// is ahead of the consumers (the tensor-core path at batch 8); where the stream is HBM-bound (batch
-// 1) the window's pages are the next task's first, which then land or start late (BENCHMARKS.md,
-// thirty-eighth session). Only a choice of copy instruction and of when to issue: which bytes land
-// in which page, and when the consumers may read them (the page's full mbarrier), are the same.
-// (pipe_closing and pipe_tail_slots: common.cuh)
-
+// PIPE_TAIL (CodegenOptions.pipe_quiet): the block's flag words 2 and 3. Word 2 is set while the
+// consumers close a GEMV task (from the wait for one of its last PIPE_TAIL pages to the end of its
+// signal); word 3 has bit s set while slot s holds such a page. The producer issues no copy while
+// word 2 is set, so that the task's release fence, which waits for the SM's bulk copies in flight,
+// finds none issued since its last pages. That pays where the ring is ahead of the consumers (the
+// tensor-core path at batch 8); where the stream is HBM-bound (batch 1) the held copies are the next
+// task's first pages, which then start late (BENCHMARKS.md, thirty-eighth session). Only a choice of
+// when to issue: which bytes land in which page, and when the consumers may read them (the page's
+// full mbarrier), are the same. (pipe_closing and pipe_tail_slots: common.cuh)
 static_assert(PIPE_TAIL == 0 || PIPE_NS <= 32, "the tail bits of the slots are one word: at most 32 slots");
 
-// a consumer's wait for a page (its slot's full mbarrier, in the phase of parity `parity`)
-__device__ __forceinline__ void pipe_wait(const Ctx& c, void* bar, unsigned parity) {
-  pipe_wait_phase(c, bar, parity);
+// a consumer's wait for page n (slot n % PIPE_NS, in the phase of its use's parity)
+__device__ __forceinline__ void pipe_wait(const Ctx& c, unsigned n) {
+  const int slot = (int)(n % PIPE_NS);
+  pipe_wait_phase(c, pipe_full(slot), (n / PIPE_NS) & 1u);
   if constexpr (PIPE_TAIL > 0) {
-    const int slot = (int)((static_cast<unsigned char*>(bar) - (mk_smem + OFF_MBAR)) / 8);
     if ((*pipe_tail_slots() >> slot) & 1u) *pipe_closing() = 1u;
   }
 }
@@ -160,22 +156,17 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
             }
           }
           const int k0 = c0 + sl * PIPE_COLS, kw = min(PIPE_COLS, K - k0);
-          bool ldg = PIPE_LDGSTS != 0;
           if constexpr (PIPE_TAIL > 0) {
             // a slot's tail bit describes its latest page: cleared as the page is issued (its
             // consumers have freed the slot's previous page, reading its bit before that)
             if (lane == 0) *pipe_tail_slots() &= ~(1u << slot);
-            if constexpr (PIPE_TAIL_LDG) {
-              ldg = mk_shfl_u32(*pipe_closing(), 0) != 0u;  // (lane 0's read, the warp's choice)
-            } else {
-              // quiet: no copy while a task closes (the consumers then need no page that is not
-              // issued already: the closing task's pages all are, and its signal ends the wait)
-              while (*pipe_closing()) {
-                if (*s_abort) { pipe_drain(c, n); return false; }
-              }
+            // no copy while a task closes (the consumers then need no page that is not issued
+            // already: the closing task's pages all are, and its signal ends the wait)
+            while (*pipe_closing()) {
+              if (*s_abort) { pipe_drain(c, n); return false; }
             }
           }
-          if (ldg) {
+          if constexpr (PIPE_LDGSTS) {
             // 16 bytes a copy; each lane's arrival comes once its own copies have landed (the page's
             // rows start 16-byte aligned: K and PIPE_COLS are multiples of 8 columns, as for the bulk
             // copies). A whole slice: each row's copies spread over the lanes, unrolled, with no
@@ -209,16 +200,7 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
                 mk_cp_async16(pg + r * PIPE_LD * 2 + q * 16, kd.row(r0 + r) + k0 + q * 8, true);
               }
             }
-            if constexpr (PIPE_LDGSTS) {
-              mk_cp_async_mbar_arrive(pipe_full(slot));
-            } else {
-              // the full mbarrier expects one arrival, as for a bulk copy: each lane's arrival once
-              // its copies land first adds one to the phase's pending count (no .noinc), and lane 0
-              // arrives after every lane has issued its own
-              mk_cp_async_mbar_arrive_inc(pipe_full(slot));
-              mk_syncwarp();
-              if (lane == 0) mk_mbar_arrive(pipe_full(slot));
-            }
+            mk_cp_async_mbar_arrive(pipe_full(slot));
             if (PIPE_L2_AHEAD > 0 && lane == 0) *pipe_issued(s_abort) = n + 1;
             continue;
           }
@@ -257,7 +239,7 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
     for (int sl = 0; sl < NSL; ++sl) {
       const unsigned n = c.pipe_n++;
       const int slot = (int)(n % PIPE_NS);
-      pipe_wait(c, pipe_full(slot), (n / PIPE_NS) & 1u);
+      pipe_wait(c, n);
       if (mine) {
         const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
         const uint4* wp = reinterpret_cast<const uint4*>(pipe_page(slot) + w * PIPE_COLS * 2);
@@ -306,7 +288,7 @@ __device__ __forceinline__ void pipe_rows_ks(const Ctx& c, int nr, const float* 
     for (int sl = 0; sl < NSL; ++sl) {
       const unsigned n = c.pipe_n++;
       const int slot = (int)(n % PIPE_NS);
-      pipe_wait(c, pipe_full(slot), (n / PIPE_NS) & 1u);
+      pipe_wait(c, n);
       if (col < min(PIPE_COLS, K - sl * PIPE_COLS)) {
         const float4 xv = *reinterpret_cast<const float4*>(xs + sl * PIPE_COLS + col);
         const unsigned char* pg = pipe_page(slot) + col * 2;

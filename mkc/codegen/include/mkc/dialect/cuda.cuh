@@ -341,11 +341,6 @@ __device__ __forceinline__ void mk_cp_async16_s(unsigned dst, const void* src) {
 __device__ __forceinline__ void mk_cp_async_mbar_arrive(void* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
 }
-// the same without .noinc: the phase's pending count goes up by one now and down by one once the
-// copies have landed, so the arrival the phase waits for is another's (a plain arrive after these)
-__device__ __forceinline__ void mk_cp_async_mbar_arrive_inc(void* bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" :: "r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
-}
 __device__ __forceinline__ void mk_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // wait until at most N of this thread's commit groups are still in flight
 template <int N>
