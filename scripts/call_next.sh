@@ -11,7 +11,7 @@
 # the tensor-core path with atomic counters at batch 2-8; every GPU test passed on it (CALL=74, 169).
 # Beside the peer (CALL=75): its kernel 0.9451 ms, mkc b1 0.9470 / 0.9421. b2 -0.2 %, b4 0.0 % with the
 # hold (CALL=77). Next: CALL=76 (on an H200
-# #16's verdict first; its kernels are in out/carry/cache.tgz at these headers).
+# #16's verdict first; its kernels are in out/carry/cache.tgz at c93fce1's headers).
 #
 # Thirty-seventh session, summed up: the device refused most starts (~1,000 of the 1,800 s) and gave an
 # H100 to CALL=66, 67 and 68 (BENCHMARKS.md, "Thirty-seventh session"). A task's release waits for far
@@ -323,7 +323,7 @@ if [ "${CALL:-1}" = 76 ]; then
   # the thirty-ninth session's first call (written at the thirty-eighth's end): on an H200 #16's verdict
   # first (tokens_paired: the default over greedy, every sampling step, paired), then #13's rows beside
   # the peer and `mkc bench` b1; on any other card the rows, the peer and `mkc bench`. Kernels (in
-  # out/carry/cache.tgz at cf9d3dc's headers): prebuild.py --tokens-bench --variants b1-atomic
+  # out/carry/cache.tgz at c93fce1's headers): prebuild.py --tokens-bench --variants b1-atomic
   # --variant-max-seq 1024; --variants b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b8-atomic-quiet0,
   # b32-atomic,q8-b8-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024.
   T0=$(date +%s)
