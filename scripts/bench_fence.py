@@ -14,7 +14,10 @@ memory (an epilogue's stores), a block barrier, then thread 0 times one signal w
 ``release``: red.release.gpu (the megakernel's); ``fence``: fence.acq_rel.gpu alone; ``relaxed``:
 red.relaxed.gpu (no fence; not a valid signal, the floor); ``bulk store, wait, relaxed``: 256 bytes
 written by a bulk copy from shared memory, waited for (cp.async.bulk.wait_group 0: the write
-complete), then red.relaxed.gpu (the hand-written megakernel's signal). Beside them one more warp streams HBM
+complete), then red.relaxed.gpu (the hand-written megakernel's signal); ``fence.sc.gpu, then relaxed``:
+a release pattern too (fence.sc is at least acq_rel), but its SASS is MEMBAR.SC.GPU where every
+release the compiler emits (fence.acq_rel, fence.release, red.release) is MEMBAR.ALL.GPU: does it
+wait for the SM's bulk copies as well (``--only sc``, thirty-ninth session)? Beside them one more warp streams HBM
 into the plan's page slots the way the producer does (8 rows of 2 KiB a page, bulk copies on an
 mbarrier, evict-first), keeping N pages in flight (0: no stream). Between signals thread 0 spins
 ``gap_ns`` (a task's length). Prints the median over SMs of each mode's mean and worst cycles, and
@@ -45,6 +48,8 @@ __device__ __forceinline__ void bench_red_relaxed(unsigned* p) {
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" :: "l"(p) : "memory");
 }
 __device__ __forceinline__ void bench_fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// sm_90a SASS: MEMBAR.SC.GPU (fence.acq_rel.gpu and every .release op: MEMBAR.ALL.GPU)
+__device__ __forceinline__ void bench_fence_sc() { asm volatile("fence.sc.gpu;" ::: "memory"); }
 // 256 bytes of shared memory to global by the bulk-copy engine, then wait until the write is complete
 __device__ __forceinline__ void bench_bulk_store_wait(void* dst, const void* src) {
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 256;" :: "l"(dst), "r"(mk_smem_addr(src)) : "memory");
@@ -137,7 +142,8 @@ mk_bench_fence(const unsigned char* hbm, long long hbm_pages, int reps, int mode
       if (mode == 0) mk_red_release_add(ctr, 1u);
       else if (mode == 1) bench_fence_acq_rel();
       else if (mode == 2) bench_red_relaxed(ctr);
-      else { bench_bulk_store_wait(outs + (size_t)blockIdx.x * NT, mk_smem + OFF_XS); bench_red_relaxed(ctr); }
+      else if (mode == 3) { bench_bulk_store_wait(outs + (size_t)blockIdx.x * NT, mk_smem + OFF_XS); bench_red_relaxed(ctr); }
+      else { bench_fence_sc(); bench_red_relaxed(ctr); }
       const long long c1 = clock64();
       if (r > 0) { sum += c1 - c0; mx = c1 - c0 > mx ? c1 - c0 : mx; }
       const unsigned long long g = mk_globaltimer();
@@ -291,7 +297,7 @@ mk_bench_stream_read(const unsigned char* hbm, long long hbm_pages, int inflight
 }
 """
 
-MODES = ("release", "fence", "relaxed", "bulk store, wait, relaxed")
+MODES = ("release", "fence", "relaxed", "bulk store, wait, relaxed", "fence.sc.gpu, then relaxed")
 
 
 def config():
@@ -468,12 +474,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=400)
     ap.add_argument("--gap-ns", type=int, default=3000)
     ap.add_argument("--compile-only", metavar="DIR", help="build the wrapper into DIR and print ptxas's report")
-    ap.add_argument("--only", choices=("fence", "poll", "poll-stream", "ahead", "ldgsts", "stream-read"),
+    ap.add_argument("--only", choices=("fence", "poll", "poll-stream", "ahead", "ldgsts", "stream-read", "sc"),
                     help="one of the tables (ahead: the release and the poll beside 3 copies in flight with the "
                          "page 0/8/16/32 pages past each copy prefetched into L2, as CodegenOptions.l2_ahead does; "
                          "ldgsts: the release and the poll beside pages streamed by bulk copies and by 16-byte "
                          "cp.async; stream-read: the stream's rate both ways with the consumer warps reading the "
-                         "page slots as the K-split consumers do, and without)")
+                         "page slots as the K-split consumers do, and without; sc: the release against "
+                         "fence.sc.gpu + a relaxed add, beside 0, 3 and 11 pages in flight)")
     a = ap.parse_args()
     if a.compile_only:
         res = build(Path(a.compile_only))
@@ -494,6 +501,13 @@ def main() -> None:
         ldgsts_tables(a)
     if a.only == "stream-read":
         stream_read_table(a)
+    if a.only == "sc":
+        print("| signal | pages in flight beside it | cycles, mean (median over SMs) | worst | us, mean | us, worst | "
+              "the stream, TB/s |")
+        print("|---|---|---|---|---|---|---|")
+        for r in run(a.reps, a.gap_ns, inflights=(0, 3, 11), modes=("release", "fence.sc.gpu, then relaxed", "relaxed")):
+            print(f"| {r['mode']} | {r['inflight']} | {r['cycles_mean']:.0f} | {r['cycles_worst']:.0f} | "
+                  f"{r['us_mean']:.3f} | {r['us_worst']:.3f} | {r['tbps']:.2f} |", flush=True)
 
 
 KINDS = ("bulk copies", "16-byte cp.async")

@@ -319,6 +319,26 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 78 ]; then
+  # thirty-ninth session. First the fence: every release the compiler emits (red.release,
+  # fence.acq_rel, fence.release) is SASS MEMBAR.ALL.GPU, which waits for the SM's bulk copies in
+  # flight (docs/sync.md); fence.sc.gpu (CUDA's __threadfence, a release pattern with a relaxed add
+  # after it) is MEMBAR.SC.GPU. Does that one wait for them? bench_fence.py --only sc, then
+  # CodegenOptions.fence_sc's same-bits test and its rows against the default, alternated.
+  # Then the copies in flight (pipe_inflight 4 and 2 against 3, tuned on an H100, where a SM's share
+  # of HBM is smaller) and the ring's depth at batch 1 (pipe_pages 10 and 8 against the 11 that
+  # fit, never measured since the cap). Kernels (prebuild.py --variants ... --variant-max-seq 1024;
+  # --tests --only fence_sc; bench_fence's wrapper): in out/carry/cache.tgz.
+  T0=$(date +%s)
+  timeout 60 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
+  echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+  timeout 150 python3 -m pytest tests/test_gpu_megakernel.py -k fence_sc -m gpu -q -p no:cacheprovider \
+    --timeout=120 -rfE > "$OUT/tests-fsc.log" 2>&1
+  echo "fsc tests rc=$?: $(tail -n 1 "$OUT/tests-fsc.log" | cut -c1-200)"
+  ab_rows 100 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc;128@b1-nan,b1-nan-fsc;128@q8-b1-atomic,q8-b1-atomic-fsc;128@b8-atomic,b8-atomic-fsc;128@b1-atomic,b1-atomic-if4,b1-atomic-pages10,b1-atomic-pages8,b1-atomic-if2"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 76 ]; then
   # the thirty-ninth session's first call (written at the thirty-eighth's end): on an H200 #16's verdict
   # first (tokens_paired: the default over greedy, every sampling step, paired), then #13's rows beside

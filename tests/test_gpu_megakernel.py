@@ -154,6 +154,24 @@ def test_quiet_window_gives_the_same_bits(name, batch, sync):
         assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
 
 
+@pytest.mark.parametrize("name,batch,sync", LDGSTS_CASES)
+def test_fence_sc_gives_the_same_bits(name, batch, sync):
+    """CodegenOptions.fence_sc: every wait's and signal's fence is fence.sc (a signal: then a relaxed
+    add). Only the fence instruction changes, so every step's logits are the default's bits."""
+    import torch
+
+    from mkc.codegen.render import CodegenOptions
+
+    hf = hf_models(name)
+    mks = [megakernel(hf, batch, sync, options=CodegenOptions(fence_sc=f)) for f in (False, True)]
+    assert [mk.cfg.const("FENCE_SC") for mk in mks] == [0, 1]
+    g = torch.Generator(device="cuda").manual_seed(13)
+    ids = torch.randint(0, hf.vocab, (batch, 12), device="cuda", generator=g)
+    for t in range(ids.shape[1]):
+        a, b = (mk(ids[:, t], t).clone() for mk in mks)
+        assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
+
+
 # lower(h_bf16=True, attn_bf16=True): gate/up stores h and unsplit attention its output as bf16, and
 # down and o-proj stage them as they are; the tensor-core path rounds its inputs to bf16 when it
 # stages them anyway, so the logits must be the same bits (tiny-qwen2 b4: split attention, where

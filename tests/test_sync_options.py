@@ -261,3 +261,40 @@ def test_nan_polls_are_16_bytes_four_in_flight_and_reissued_at_batch_1(target):
         assert ("ld.relaxed.gpu.global.v4.u32" in src) == (target == "h200")
     off, cfg, _ = _source("llama-3.2-1b", 1, "h200", "nan", CodegenOptions(poll_vec=False, poll_reissue=False, poll_batch=8))
     assert (cfg.const("POLL_VEC"), cfg.const("POLL_REISSUE"), cfg.const("POLL_BATCH")) == (0, 0, 8)
+
+
+# ---- CodegenOptions.fence_sc: fence.sc instead of fence.acq_rel / red.release --------------------
+SC = CodegenOptions(fence_sc=True)
+
+
+@pytest.mark.parametrize("target", ["h200", "mi300x"])
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_fence_sc_is_one_constant(target, sync):
+    plain, cfg0, _ = _source("llama-3.2-1b", 1, target, sync)
+    on, cfg1, _ = _source("llama-3.2-1b", 1, target, sync, SC)
+    assert CodegenOptions().fence_sc is False
+    assert cfg0.const("FENCE_SC") == 0 and cfg1.const("FENCE_SC") == 1
+    assert plain.count("constexpr int FENCE_SC = 0;") == 1
+    assert plain.replace("FENCE_SC = 0;", "FENCE_SC = 1;") == on
+
+
+@pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not installed")
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_fence_sc_ptx_swaps_the_fences_only(tmp_path, sync):
+    """Off, no fence.sc; on, every release add becomes fence.sc + a relaxed add and every fence of
+    a wait or signal fence.sc; the error report's fence (before its relaxed abort store) stays."""
+    off, _, _ = _source("llama-3.2-1b", 1, "h200", sync)
+    on, _, _ = _source("llama-3.2-1b", 1, "h200", sync, SC)
+    with ThreadPoolExecutor(2) as ex:
+        p_off, p_on = ex.map(lambda a: _ptx(a[0], tmp_path / a[1]), [(off, "off.ptx"), (on, "on.ptx")])
+    rel, acq_rel = p_off.count("red.release.gpu"), p_off.count("fence.acq_rel.gpu")
+    assert "fence.sc.gpu" not in p_off and rel > 0
+    assert "red.release.gpu" not in p_on
+    assert p_on.count("red.relaxed.gpu") == p_off.count("red.relaxed.gpu") + rel
+    # one fence.sc for each release add and for each fence of a wait that moved; the others (the
+    # error report's, the sampler's) stay fence.acq_rel
+    assert p_on.count("fence.sc.gpu") == rel + acq_rel - p_on.count("fence.acq_rel.gpu")
+    if sync == "atomic":
+        assert p_on.count("fence.acq_rel.gpu") == acq_rel  # atomic waits are acquire loads: no fence moves
+    else:
+        assert acq_rel > p_on.count("fence.acq_rel.gpu") > 0  # the waits' fences moved, the report's stayed
