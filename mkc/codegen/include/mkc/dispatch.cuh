@@ -73,7 +73,7 @@ __device__ __forceinline__ void lm_sample_tail_body(const Ctx& c, const Task& t,
   }
   if constexpr (NAN_MODE) {
     mk_barrier();
-    if (s_tid() < B) mk_sync_fence();
+    if (s_tid() < B) sync_fence();
   }
   if (s_tid() < B) {
     put_f32(gptr<float>(c, S_AMAX_PART, c.par) + s_tid() * NTILES + t.a2, bv);

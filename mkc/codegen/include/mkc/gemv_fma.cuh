@@ -382,7 +382,7 @@ __device__ __forceinline__ bool gemv_task_pipe(const Ctx& c, const Task& t, int*
     if constexpr (COMB) ok = stage_x_comb<K, true, PL>(c, t, skip.ev, x, lse, xs);
     else ok = stage_x_polled<K, NORM, PL>(c, t, skip.ev, x, nw, xs, ssp);
     if (!ok) *s_abort = 1;
-    mk_sync_fence();  // acquire what the loads observed: the re-arm and the outputs after them
+    sync_fence();  // acquire what the loads observed: the re-arm and the outputs after them
     mk_barrier();
     if (*s_abort) return false;
     rearm_task(c, t);

@@ -566,7 +566,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   const auto polled = [&](bool ok, bool last) {
     if constexpr (POLL) {
       if (!ok) *s_abort = 1;
-      if (last) mk_sync_fence();
+      if (last) sync_fence();
       mk_barrier();
       if (*s_abort) return false;
       if (last) rearm_task(c, t);

@@ -314,7 +314,7 @@ struct LmHeadKind {
       // of the partial, which argmax polls and then fences (message passing through the partial)
       if (SAMPLE_FILTER && (flags & TOKF_FILTER)) {
         mk_barrier();
-        if (mk_tid() < B) mk_sync_fence();
+        if (mk_tid() < B) sync_fence();
       }
     }
   }

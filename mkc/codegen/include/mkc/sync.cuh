@@ -7,12 +7,12 @@ namespace mk {
 
 // The fence of a wait or a signal (docs/sync.md): fence.acq_rel, or with FENCE_SC
 // (CodegenOptions.fence_sc) fence.sc, whose sm_90 SASS is not the MEMBAR.ALL.GPU of the others
-__device__ __forceinline__ void mk_sync_fence() {
+__device__ __forceinline__ void sync_fence() {
   if constexpr (FENCE_SC != 0) mk_fence_sc();
   else mk_fence();
 }
 // A release add: red.release, or with FENCE_SC fence.sc then a relaxed add (a release pattern)
-__device__ __forceinline__ void mk_signal_add(unsigned* p, unsigned v) {
+__device__ __forceinline__ void signal_add(unsigned* p, unsigned v) {
   if constexpr (FENCE_SC != 0) {
     mk_fence_sc();
     mk_red_relaxed_add(p, v);
@@ -262,7 +262,7 @@ __device__ void rearm_task(const Ctx& c, const Task& t) {
         for (unsigned i = tid; i < n; i += NT) mk_st_relaxed(region_word(c, rg, c.par ^ 1, i), SENTINEL);
       }
       mk_barrier();
-      mk_sync_fence();  // every thread: all re-arm stores before any of its output stores
+      sync_fence();  // every thread: all re-arm stores before any of its output stores
     }
   }
 }
@@ -315,7 +315,7 @@ __device__ bool wait_task(const Ctx& c, const Task& t, int* s_abort, PollSkip* s
       ok = spin_geq(c, t, ev, c.ws + WS_COUNTERS + ev, want) && ok;
     }
     if (!ok) *s_abort = 1;
-    if constexpr (NAN_MODE) mk_sync_fence();  // relaxed polls -> fence: acquire what they observed
+    if constexpr (NAN_MODE) sync_fence();  // relaxed polls -> fence: acquire what they observed
     else if constexpr (ACQUIRE_ONCE != 0) {
       // PTX ISA 9.1 section 8.8: a strong read of M (the relaxed poll, at the same scope as the
       // producer's release add on M, so morally strong with it) followed in program order by an
@@ -345,11 +345,11 @@ __device__ void signal_task(const Ctx& c, const Task& t) {
   if constexpr (!NAN_MODE) {
     if (tid < t.n_sig) {
       const int ev = t.sig_ev >= 0 ? t.sig_ev : mk_ld_table(c.tab + mk_ld_table(c.tab + HDR_SIGS) + t.sig_off + tid);
-      mk_signal_add(c.ws + WS_COUNTERS + ev, 1u);
+      signal_add(c.ws + WS_COUNTERS + ev, 1u);
     }
   }
   if ((t.flags & TF_SIGNAL_LOOP) && tid == NT - 1)
-    mk_signal_add(c.ws + WS_COUNTERS + mk_ld_table(c.tab + HDR_N_EVENTS), 1u);
+    signal_add(c.ws + WS_COUNTERS + mk_ld_table(c.tab + HDR_N_EVENTS), 1u);
   // PIPE_TAIL (pipe.cuh): the task is closed, its signal issued after its release fence
   if (PIPE_TAIL > 0 && tid == 0) *pipe_closing() = 0u;
 }
