@@ -319,6 +319,26 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 79 ]; then
+  # thirty-ninth session, CALL=78 cut to the device time left (~450 s with the start): the fence first
+  # (bench_fence.py --only sc), fence_sc's rows against the default, its same-bits test, then on an
+  # H200 #16's verdict (the sampling steps over greedy, paired; no marks). Kernels as CALL=78's.
+  T0=$(date +%s)
+  timeout 45 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
+  echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+  ab_rows 70 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc;128@b1-nan,b1-nan-fsc;128@b8-atomic,b8-atomic-fsc,q8-b1-atomic,q8-b1-atomic-fsc"
+  timeout 100 python3 -m pytest tests/test_gpu_megakernel.py -k fence_sc -m gpu -q -p no:cacheprovider \
+    --timeout=90 -rfE > "$OUT/tests-fsc.log" 2>&1
+  echo "fsc tests rc=$?: $(tail -n 1 "$OUT/tests-fsc.log" | cut -c1-200)"
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    timeout 170 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
+      --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
+    echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
+  fi
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 78 ]; then
   # thirty-ninth session. First the fence: every release the compiler emits (red.release,
   # fence.acq_rel, fence.release) is SASS MEMBAR.ALL.GPU, which waits for the SM's bulk copies in
