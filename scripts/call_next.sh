@@ -319,6 +319,17 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 80 ]; then
+  # thirty-ninth session, the last ~400 s of device time: the fence (bench_fence.py --only sc) and
+  # fence_sc against the default at batch 1, alternated twice. Kernels as CALL=78's.
+  T0=$(date +%s)
+  timeout 45 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
+  echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+  ab_rows 60 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc"
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 79 ]; then
   # thirty-ninth session, CALL=78 cut to the device time left (~450 s with the start): the fence first
   # (bench_fence.py --only sc), fence_sc's rows against the default, its same-bits test, then on an
