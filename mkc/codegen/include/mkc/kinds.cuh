@@ -3,6 +3,7 @@
 #pragma once
 #include "mkc/common.cuh"
 #include "mkc/sampling.cuh"
+#include "mkc/sync.cuh"
 
 namespace mk {
 
