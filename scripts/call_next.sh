@@ -1,6 +1,16 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Thirty-ninth session, summed up: no device (21 refused calls, 1,606 of the 1,800 s). Built: the
+# release's fence as fence.sc (CodegenOptions.fence_sc, off: on sm_90a every other release spelling
+# is MEMBAR.ALL.GPU, which waits for the SM's bulk copies; fence.sc.gpu is MEMBAR.SC.GPU) and
+# bench_fence.py --only sc. Next: CALL=80 first (~150 s: the fence bench, b1 against b1-fsc twice);
+# if fence.sc does not wait for the copies and b1 gains, CALL=79's rest (nan, b8, qwen3-8b, the
+# same-bits test) and every GPU test on it before it becomes a default; on an H200 #16's verdict
+# (CALL=79's tail, or CALL=76). Their kernels: out/carry/cache.tgz is not in git; rebuild it with the
+# prebuild lines in CALL=78's and CALL=76's comments (kinds: the -fsc variants, --tests --only
+# pipe_ldgsts, bench_fence's wrapper, --tokens-bench, --bench llama-3.2-1b:1).
+#
 # Thirty-eighth session, summed up: every call was given an H100 (CALL=70 to CALL=75; four refused starts
 # cost ~450 s; BENCHMARKS.md, "Thirty-eighth session"). pipe_ldgsts at b8-b32 (CALL=70): b8 -3 %, b16
 # +5 %, b32 +5 %, nan +9 %: off. A task's closing window (its last N pages to its signal) free of new
