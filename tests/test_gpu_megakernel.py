@@ -116,23 +116,30 @@ LDGSTS_CASES = [("llama-3.2-1b", 1, "atomic"), ("llama-3.2-1b", 1, "nan"), ("lla
 QUIET_OPTIONS = ({"pipe_quiet": 0}, {"pipe_quiet": 2})
 
 
-@pytest.mark.parametrize("name,batch,sync", LDGSTS_CASES)
-def test_pages_by_cp_async_give_the_same_bits(name, batch, sync):
-    """CodegenOptions.pipe_ldgsts: the weight pipeline's pages copied by the producer warp's 16-byte
-    cp.async instead of bulk copies (the FMA path at batch 1 and the tensor-core path at batch 8):
-    the same bytes in the same pages, so every step's logits are the same bits as the default's."""
+def _two_kernels_same_bits(name, batch, sync, options, const, values, seed):
+    """Two kernels of one model built with ``options`` (CodegenOptions fields each), whose constant
+    ``const`` must be ``values``: every step of 12 random tokens gives both the same logits, bit for
+    bit. Returns nothing; asserts."""
     import torch
 
     from mkc.codegen.render import CodegenOptions
 
     hf = hf_models(name)
-    mks = [megakernel(hf, batch, sync, options=CodegenOptions(**o)) for o in ({}, {"pipe_ldgsts": True})]
-    assert mks[0].cfg.const("PIPE_LDGSTS") == 0 and mks[1].cfg.const("PIPE_LDGSTS") == 1
-    g = torch.Generator(device="cuda").manual_seed(7)
+    mks = [megakernel(hf, batch, sync, options=CodegenOptions(**o)) for o in options]
+    assert [mk.cfg.const(const) for mk in mks] == list(values)
+    g = torch.Generator(device="cuda").manual_seed(seed)
     ids = torch.randint(0, hf.vocab, (batch, 12), device="cuda", generator=g)
     for t in range(ids.shape[1]):
         a, b = (mk(ids[:, t], t).clone() for mk in mks)
         assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
+
+
+@pytest.mark.parametrize("name,batch,sync", LDGSTS_CASES)
+def test_pages_by_cp_async_give_the_same_bits(name, batch, sync):
+    """CodegenOptions.pipe_ldgsts: the weight pipeline's pages copied by the producer warp's 16-byte
+    cp.async instead of bulk copies (the FMA path at batch 1 and the tensor-core path at batch 8):
+    the same bytes in the same pages, so every step's logits are the same bits as the default's."""
+    _two_kernels_same_bits(name, batch, sync, ({}, {"pipe_ldgsts": True}), "PIPE_LDGSTS", (0, 1), seed=7)
 
 
 @pytest.mark.parametrize("name,batch,sync", LDGSTS_CASES)
@@ -140,36 +147,14 @@ def test_quiet_window_gives_the_same_bits(name, batch, sync):
     """CodegenOptions.pipe_quiet: no page issued while the consumers close a task (the default at
     batch 8). The same bytes in the same pages, so every step's logits are the bits of the kernel
     that issues them at once."""
-    import torch
-
-    from mkc.codegen.render import CodegenOptions
-
-    hf = hf_models(name)
-    mks = [megakernel(hf, batch, sync, options=CodegenOptions(**o)) for o in QUIET_OPTIONS]
-    assert [mk.cfg.const("PIPE_TAIL") for mk in mks] == [0, 2]
-    g = torch.Generator(device="cuda").manual_seed(11)
-    ids = torch.randint(0, hf.vocab, (batch, 12), device="cuda", generator=g)
-    for t in range(ids.shape[1]):
-        a, b = (mk(ids[:, t], t).clone() for mk in mks)
-        assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
+    _two_kernels_same_bits(name, batch, sync, QUIET_OPTIONS, "PIPE_TAIL", (0, 2), seed=11)
 
 
 @pytest.mark.parametrize("name,batch,sync", LDGSTS_CASES)
 def test_fence_sc_gives_the_same_bits(name, batch, sync):
     """CodegenOptions.fence_sc: every wait's and signal's fence is fence.sc (a signal: then a relaxed
     add). Only the fence instruction changes, so every step's logits are the default's bits."""
-    import torch
-
-    from mkc.codegen.render import CodegenOptions
-
-    hf = hf_models(name)
-    mks = [megakernel(hf, batch, sync, options=CodegenOptions(fence_sc=f)) for f in (False, True)]
-    assert [mk.cfg.const("FENCE_SC") for mk in mks] == [0, 1]
-    g = torch.Generator(device="cuda").manual_seed(13)
-    ids = torch.randint(0, hf.vocab, (batch, 12), device="cuda", generator=g)
-    for t in range(ids.shape[1]):
-        a, b = (mk(ids[:, t], t).clone() for mk in mks)
-        assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
+    _two_kernels_same_bits(name, batch, sync, ({"fence_sc": False}, {"fence_sc": True}), "FENCE_SC", (0, 1), seed=13)
 
 
 # lower(h_bf16=True, attn_bf16=True): gate/up stores h and unsplit attention its output as bf16, and

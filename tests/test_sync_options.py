@@ -267,15 +267,22 @@ def test_nan_polls_are_16_bytes_four_in_flight_and_reissued_at_batch_1(target):
 SC = CodegenOptions(fence_sc=True)
 
 
-@pytest.mark.parametrize("target", ["h200", "mi300x"])
 @pytest.mark.parametrize("sync", ["atomic", "nan"])
-def test_fence_sc_is_one_constant(target, sync):
-    plain, cfg0, _ = _source("llama-3.2-1b", 1, target, sync)
-    on, cfg1, _ = _source("llama-3.2-1b", 1, target, sync, SC)
+def test_fence_sc_is_one_constant(sync):
+    plain, cfg0, _ = _source("llama-3.2-1b", 1, "h200", sync)
+    on, cfg1, _ = _source("llama-3.2-1b", 1, "h200", sync, SC)
     assert CodegenOptions().fence_sc is False
     assert cfg0.const("FENCE_SC") == 0 and cfg1.const("FENCE_SC") == 1
     assert plain.count("constexpr int FENCE_SC = 0;") == 1
     assert plain.replace("FENCE_SC = 0;", "FENCE_SC = 1;") == on
+
+
+def test_fence_sc_is_refused_off_nvidia():
+    from mkc.errors import ScheduleError
+
+    assert _source("llama-3.2-1b", 1, "mi300x", "atomic")[1].const("FENCE_SC") == 0
+    with pytest.raises(ScheduleError, match="fence_sc chooses NVIDIA's fence instruction.*mi300x"):
+        _source("llama-3.2-1b", 1, "mi300x", "atomic", SC)
 
 
 @pytest.mark.skipif(not HAVE_NVCC, reason="nvcc not installed")

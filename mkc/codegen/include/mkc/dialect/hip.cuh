@@ -93,7 +93,8 @@ __device__ __forceinline__ void mk_fence() {
   mk_release_fence();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
 }
-// CodegenOptions.fence_sc (an NVIDIA choice of fence instruction): here the same fences as mk_fence
+// CodegenOptions.fence_sc is NVIDIA's (render.py refuses it here): sync.cuh's FENCE_SC branch only
+// needs the names to compile
 __device__ __forceinline__ void mk_fence_sc() { mk_fence(); }
 __device__ __forceinline__ void mk_red_relaxed_add(unsigned* p, unsigned v) {
   (void)__hip_atomic_fetch_add(mk_g(p), v, __ATOMIC_RELAXED, MKC_SYNC_SCOPE);
