@@ -133,8 +133,8 @@ class CodegenOptions:
     # every fence of a wait or a signal (docs/sync.md) is fence.sc (CUDA's __threadfence) and each
     # signal that fence then a relaxed add, instead of fence.acq_rel / red.release: the same
     # ordering (a release pattern), but on sm_90 the SASS is MEMBAR.SC.GPU, not the MEMBAR.ALL.GPU
-    # that waits for the SM's bulk copies in flight (scripts/bench_fence.py --only sc). NVIDIA only
-    # (refused elsewhere)
+    # that waits for the SM's bulk copies in flight (scripts/bench_fence.py --only sc). Where the backend has
+    # such a fence (Capabilities.sc_fence: NVIDIA); refused elsewhere
     fence_sc: bool = False
     # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (NVIDIA
     # sm_90+: batch 1 on the FMA path, batch 2-32 on the tensor-core path, pages of 16 rows,
@@ -564,9 +564,9 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if l2_ahead < 0 or (l2_ahead and not consumer_regs):
         raise IRCheckError(f"CodegenOptions.l2_ahead={o.l2_ahead}: a count of pages >= 0, and its prefetch warp is "
                            f"the producer warpgroup's (consumer_regs > 0 on a target that can move registers)")
-    if o.fence_sc and target.vendor != "nvidia":
-        raise ScheduleError(f"CodegenOptions.fence_sc chooses NVIDIA's fence instruction (fence.sc, SASS MEMBAR.SC.GPU); "
-                            f"{target.name} ({target.vendor}) has its own fences: leave it off there")
+    if o.fence_sc and not for_target(target).capabilities(target).sc_fence:
+        raise ScheduleError(f"CodegenOptions.fence_sc asks for a sequentially consistent fence other than the release "
+                            f"fence (NVIDIA's fence.sc); mkc has none for {target.name} ({target.arch}): leave it off")
     if o.trace and not for_target(target).capabilities(target).trace_timer:
         raise ScheduleError(f"the per-task trace needs a device timer; mkc has none for {target.name} ({target.arch})")
     mma, ring = plan.mma, plan.ring

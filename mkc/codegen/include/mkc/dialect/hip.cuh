@@ -93,7 +93,7 @@ __device__ __forceinline__ void mk_fence() {
   mk_release_fence();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
 }
-// CodegenOptions.fence_sc is NVIDIA's (render.py refuses it here): sync.cuh's FENCE_SC branch only
+// CodegenOptions.fence_sc is NVIDIA's (render.py refuses it here: no sc_fence capability): sync.cuh's FENCE_SC branch only
 // needs the names to compile
 __device__ __forceinline__ void mk_fence_sc() { mk_fence(); }
 __device__ __forceinline__ void mk_red_relaxed_add(unsigned* p, unsigned v) {
