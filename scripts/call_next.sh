@@ -329,6 +329,43 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 82 ]; then
+  # fortieth session, one call left: the fence first (bench_fence.py --only sc). If fence.sc beside 3
+  # pages takes under 0.7 of the release's time (it does not wait for the copies), fence_sc's rows
+  # against the default at batch 1 and nan, then every GPU test with fence_sc on by default (as
+  # CALL=81); else on an H200 #16's verdict (the sampling steps over greedy, paired), and the peer
+  # beside the #13 rows and `mkc bench` b1 (torch.compile) on any card.
+  T0=$(date +%s)
+  timeout 45 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
+  echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+  us() { grep "^| $1 | 3 |" "$OUT/fence-sc.log" | awk -F'|' '{print $6}' | tr -d ' '; }
+  rel=$(us release); sc=$(us "fence.sc.gpu, then relaxed")
+  echo "beside 3 pages: release ${rel:-?} us, fence.sc ${sc:-?} us"
+  if [ -n "$rel" ] && [ -n "$sc" ] && python3 -c "import sys; sys.exit(0 if $sc < 0.7 * $rel else 1)"; then
+    ab_rows 70 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc;128@b1-nan,b1-nan-fsc,q8-b1-atomic,q8-b1-atomic-fsc"
+    tar xzf out/carry/cache-fsc.tgz
+    cp out/carry/render-fsc.py mkc/codegen/render.py
+    left=$((570 - ($(date +%s) - T0)))
+    MKC_TEST_S=$((left - 15)) MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  else
+    nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && tokens_paired 170
+    ab_rows 60 "128@b1-atomic,b1-atomic-fsc,b1-nan,b8-atomic,b32-atomic,q8-b1-atomic,b1-atomic" 90
+    CALL_S=570 bench_b1_if_time
+  fi
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 81 ]; then
+  # fortieth session: every GPU test with fence_sc on by default (out/carry/render-fsc.py: fence_sc
+  # None = on where the backend has Capabilities.sc_fence), kernels prebuilt at c0d91ff's headers with
+  # that render.py (prebuild.py --tests --folders, out/carry/cache-fsc.tgz)
+  tar xzf out/carry/cache-fsc.tgz
+  cp out/carry/render-fsc.py mkc/codegen/render.py
+  MKC_TEST_S=${TEST_S:-440} MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 80 ]; then
   # thirty-ninth session, the last ~400 s of device time: the fence (bench_fence.py --only sc) and
   # fence_sc against the default at batch 1, alternated twice. Kernels as CALL=78's.
