@@ -345,12 +345,12 @@ if [ "${CALL:-1}" = 82 ]; then
     ab_rows 70 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc;128@b1-nan,b1-nan-fsc,q8-b1-atomic,q8-b1-atomic-fsc"
     tar xzf out/carry/cache-fsc.tgz
     cp out/carry/render-fsc.py mkc/codegen/render.py
-    left=$((570 - ($(date +%s) - T0)))
+    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
     MKC_TEST_S=$((left - 15)) MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
   else
     nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && tokens_paired 170
     ab_rows 60 "128@b1-atomic,b1-atomic-fsc,b1-nan,b8-atomic,b32-atomic,q8-b1-atomic,b1-atomic" 90
-    CALL_S=570 bench_b1_if_time
+    CALL_S=${CALL_S:-570} bench_b1_if_time
   fi
   echo "seconds: $(($(date +%s) - T0))"
   pack_out
