@@ -329,6 +329,21 @@ ab_rows() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 83 ]; then
+  # fortieth session, the last ~280 s of device time: on an H200 #16's verdict (the sampling steps over
+  # greedy, paired); on any other card CALL=80 (the fence, b1 against fence_sc twice)
+  T0=$(date +%s)
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    tokens_paired 170
+  else
+    timeout 45 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
+    echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+    ab_rows 60 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc"
+  fi
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 82 ]; then
   # fortieth session, one call left: the fence first (bench_fence.py --only sc). If fence.sc beside 3
   # pages takes under 0.7 of the release's time (it does not wait for the copies), fence_sc's rows
