@@ -359,7 +359,7 @@ if [ "${CALL:-1}" = 82 ]; then
   if [ -n "$rel" ] && [ -n "$sc" ] && python3 -c "import sys; sys.exit(0 if $sc < 0.7 * $rel else 1)"; then
     ab_rows 70 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc;128@b1-nan,b1-nan-fsc,q8-b1-atomic,q8-b1-atomic-fsc"
     tar xzf out/carry/cache-fsc.tgz
-    cp out/carry/render-fsc.py mkc/codegen/render.py
+    python3 scripts/fsc_default.py
     left=$((${CALL_S:-570} - ($(date +%s) - T0)))
     MKC_TEST_S=$((left - 15)) MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
   else
@@ -372,11 +372,13 @@ if [ "${CALL:-1}" = 82 ]; then
   exit 0
 fi
 if [ "${CALL:-1}" = 81 ]; then
-  # fortieth session: every GPU test with fence_sc on by default (out/carry/render-fsc.py: fence_sc
-  # None = on where the backend has Capabilities.sc_fence), kernels prebuilt at c0d91ff's headers with
-  # that render.py (prebuild.py --tests --folders, out/carry/cache-fsc.tgz)
+  # fortieth session: every GPU test with fence_sc on by default (scripts/fsc_default.py: fence_sc
+  # None = on where the backend has Capabilities.sc_fence). Its kernels: git worktree add /tmp/wt HEAD;
+  # cd /tmp/wt; python scripts/fsc_default.py; PYTHONPATH=$PWD MKC_CACHE_DIR=/tmp/ccF/.cache/mkc
+  # python scripts/prebuild.py --tests --folders (~9 min); cd /tmp/ccF; tar czf cache-fsc.tgz .cache;
+  # into out/carry/ (10.7 MB at c0d91ff's headers)
   tar xzf out/carry/cache-fsc.tgz
-  cp out/carry/render-fsc.py mkc/codegen/render.py
+  python3 scripts/fsc_default.py
   MKC_TEST_S=${TEST_S:-440} MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0

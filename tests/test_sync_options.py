@@ -265,11 +265,12 @@ def test_nan_polls_are_16_bytes_four_in_flight_and_reissued_at_batch_1(target):
 
 # ---- CodegenOptions.fence_sc: fence.sc instead of fence.acq_rel / red.release --------------------
 SC = CodegenOptions(fence_sc=True)
+NO_SC = CodegenOptions(fence_sc=False)  # the baseline named, so that a default turned on changes one assert
 
 
 @pytest.mark.parametrize("sync", ["atomic", "nan"])
 def test_fence_sc_is_one_constant(sync):
-    plain, cfg0, _ = _source("llama-3.2-1b", 1, "h200", sync)
+    plain, cfg0, _ = _source("llama-3.2-1b", 1, "h200", sync, NO_SC)
     on, cfg1, _ = _source("llama-3.2-1b", 1, "h200", sync, SC)
     assert CodegenOptions().fence_sc is False
     assert cfg0.const("FENCE_SC") == 0 and cfg1.const("FENCE_SC") == 1
@@ -290,7 +291,7 @@ def test_fence_sc_is_refused_off_nvidia():
 def test_fence_sc_ptx_swaps_the_fences_only(tmp_path, sync):
     """Off, no fence.sc; on, every release add becomes fence.sc + a relaxed add and every fence of
     a wait or signal fence.sc; the error report's fence (before its relaxed abort store) stays."""
-    off, _, _ = _source("llama-3.2-1b", 1, "h200", sync)
+    off, _, _ = _source("llama-3.2-1b", 1, "h200", sync, NO_SC)
     on, _, _ = _source("llama-3.2-1b", 1, "h200", sync, SC)
     with ThreadPoolExecutor(2) as ex:
         p_off, p_on = ex.map(lambda a: _ptx(a[0], tmp_path / a[1]), [(off, "off.ptx"), (on, "on.ptx")])
