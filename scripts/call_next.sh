@@ -1,6 +1,13 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Fortieth session, summed up: no device (17 failed starts, 1,606 of the 1,800 s). In the pipelined
+# model the b1 step's lever is the task tail (tail_us 4.4 -> 2.2: -16 %; BENCHMARKS.md, "Fortieth
+# session"). Next: CALL=82 first (the fence, then either fence_sc's rows and the GPU suite on it via
+# scripts/fsc_default.py, or #16's verdict on an H200 and the peer's rows); CALL=83 when ~280 s are
+# left. Kernels: CALL=78's and CALL=76's prebuild lines (out/carry/cache.tgz) and CALL=81's comment
+# (out/carry/cache-fsc.tgz).
+#
 # Thirty-ninth session, summed up: no device (21 refused calls, 1,606 of the 1,800 s). Built: the
 # release's fence as fence.sc (CodegenOptions.fence_sc, off: on sm_90a every other release spelling
 # is MEMBAR.ALL.GPU, which waits for the SM's bulk copies; fence.sc.gpu is MEMBAR.SC.GPU) and
