@@ -332,6 +332,20 @@ ab_rows() {
     MKC_TESTS=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_AB_S=$1 MKC_AB_MAXSEQ=1024 MKC_AB="$2" OUT=$OUT bash scripts/gpu_final.sh
   fi
 }
+# bench_fence.py --only sc (the release against fence.sc + a relaxed add beside 0, 3 and 11 pages),
+# bounded at $1 s, to $OUT/fence-sc.log
+fence_sc_bench() {
+  timeout "$1" python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
+  echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+}
+on_h200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
+# every GPU test with fence_sc on by default (scripts/fsc_default.py rewrites this copy's render.py:
+# run it last in a call), kernels from out/carry/cache-fsc.tgz, bounded at $1 s
+fsc_suite() {
+  tar xzf out/carry/cache-fsc.tgz
+  python3 scripts/fsc_default.py
+  MKC_TEST_S=$1 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+}
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
@@ -340,11 +354,10 @@ if [ "${CALL:-1}" = 83 ]; then
   # fortieth session, the last ~280 s of device time: on an H200 #16's verdict (the sampling steps over
   # greedy, paired); on any other card CALL=80 (the fence, b1 against fence_sc twice)
   T0=$(date +%s)
-  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  if on_h200; then
     tokens_paired 170
   else
-    timeout 45 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
-    echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+    fence_sc_bench 45
     ab_rows 60 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc"
   fi
   echo "seconds: $(($(date +%s) - T0))"
@@ -358,19 +371,15 @@ if [ "${CALL:-1}" = 82 ]; then
   # CALL=81); else on an H200 #16's verdict (the sampling steps over greedy, paired), and the peer
   # beside the #13 rows and `mkc bench` b1 (torch.compile) on any card.
   T0=$(date +%s)
-  timeout 45 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
-  echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+  fence_sc_bench 45
   us() { grep "^| $1 | 3 |" "$OUT/fence-sc.log" | awk -F'|' '{print $6}' | tr -d ' '; }
   rel=$(us release); sc=$(us "fence.sc.gpu, then relaxed")
   echo "beside 3 pages: release ${rel:-?} us, fence.sc ${sc:-?} us"
   if [ -n "$rel" ] && [ -n "$sc" ] && python3 -c "import sys; sys.exit(0 if $sc < 0.7 * $rel else 1)"; then
     ab_rows 70 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc;128@b1-nan,b1-nan-fsc,q8-b1-atomic,q8-b1-atomic-fsc"
-    tar xzf out/carry/cache-fsc.tgz
-    python3 scripts/fsc_default.py
-    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-    MKC_TEST_S=$((left - 15)) MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+    fsc_suite $((${CALL_S:-570} - ($(date +%s) - T0) - 15))
   else
-    nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && tokens_paired 170
+    on_h200 && tokens_paired 170
     ab_rows 60 "128@b1-atomic,b1-atomic-fsc,b1-nan,b8-atomic,b32-atomic,q8-b1-atomic,b1-atomic" 90
     CALL_S=${CALL_S:-570} bench_b1_if_time
   fi
@@ -384,9 +393,7 @@ if [ "${CALL:-1}" = 81 ]; then
   # cd /tmp/wt; python scripts/fsc_default.py; PYTHONPATH=$PWD MKC_CACHE_DIR=/tmp/ccF/.cache/mkc
   # python scripts/prebuild.py --tests --folders (~9 min); cd /tmp/ccF; tar czf cache-fsc.tgz .cache;
   # into out/carry/ (10.7 MB at c0d91ff's headers)
-  tar xzf out/carry/cache-fsc.tgz
-  python3 scripts/fsc_default.py
-  MKC_TEST_S=${TEST_S:-440} MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  fsc_suite ${TEST_S:-440}
   pack_out
   exit 0
 fi
@@ -394,8 +401,7 @@ if [ "${CALL:-1}" = 80 ]; then
   # thirty-ninth session, the last ~400 s of device time: the fence (bench_fence.py --only sc) and
   # fence_sc against the default at batch 1, alternated twice. Kernels as CALL=78's.
   T0=$(date +%s)
-  timeout 45 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
-  echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+  fence_sc_bench 45
   ab_rows 60 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc"
   echo "seconds: $(($(date +%s) - T0))"
   pack_out
@@ -406,17 +412,12 @@ if [ "${CALL:-1}" = 79 ]; then
   # (bench_fence.py --only sc), fence_sc's rows against the default, its same-bits test, then on an
   # H200 #16's verdict (the sampling steps over greedy, paired; no marks). Kernels as CALL=78's.
   T0=$(date +%s)
-  timeout 45 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
-  echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+  fence_sc_bench 45
   ab_rows 70 "128@b1-atomic,b1-atomic-fsc,b1-atomic,b1-atomic-fsc;128@b1-nan,b1-nan-fsc;128@b8-atomic,b8-atomic-fsc,q8-b1-atomic,q8-b1-atomic-fsc"
   timeout 100 python3 -m pytest tests/test_gpu_megakernel.py -k fence_sc -m gpu -q -p no:cacheprovider \
     --timeout=90 -rfE > "$OUT/tests-fsc.log" 2>&1
   echo "fsc tests rc=$?: $(tail -n 1 "$OUT/tests-fsc.log" | cut -c1-200)"
-  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    timeout 170 python3 scripts/bench_tokens.py --models llama-3.2-1b --batches 1 --steps 120 --paired \
-      --json "$OUT/tokens.json" > "$OUT/tokens.log" 2>&1
-    echo "tokens rc=$?"; grep "^|" "$OUT/tokens.log" | tail -n 12
-  fi
+  on_h200 && tokens_paired 170
   echo "seconds: $(($(date +%s) - T0))"
   pack_out
   exit 0
@@ -432,8 +433,7 @@ if [ "${CALL:-1}" = 78 ]; then
   # fit, never measured since the cap). Kernels (prebuild.py --variants ... --variant-max-seq 1024;
   # --tests --only fence_sc; bench_fence's wrapper): in out/carry/cache.tgz.
   T0=$(date +%s)
-  timeout 60 python3 scripts/bench_fence.py --only sc > "$OUT/fence-sc.log" 2>&1
-  echo "fence sc rc=$?"; grep "^|" "$OUT/fence-sc.log"
+  fence_sc_bench 60
   timeout 150 python3 -m pytest tests/test_gpu_megakernel.py -k fence_sc -m gpu -q -p no:cacheprovider \
     --timeout=120 -rfE > "$OUT/tests-fsc.log" 2>&1
   echo "fsc tests rc=$?: $(tail -n 1 "$OUT/tests-fsc.log" | cut -c1-200)"
