@@ -350,6 +350,24 @@ fsc_suite() {
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 84 ]; then
+  # forty-first session: down's and o-proj's bf16 inputs staged by bulk copies (CodegenOptions.stage_bulk,
+  # the -sbk variants) against the default, alternated, at batch 8, 32, 16 and qwen3-8b b8, after its
+  # same-bits test; on an H200 #16's verdict last. Kernels: prebuild.py --variants
+  # b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b16-atomic,b16-atomic-sbk,q8-b8-atomic,q8-b8-atomic-sbk
+  # --variant-max-seq 1024; --tests --only stage_bulk; --tokens-bench --variants b1-atomic --variant-max-seq 1024
+  T0=$(date +%s)
+  timeout 150 python3 -m pytest tests/test_gpu_megakernel.py -k bulk_staging -m gpu -q -p no:cacheprovider \
+    --timeout=120 -rfE > "$OUT/tests-sbk.log" 2>&1
+  echo "sbk tests rc=$?: $(tail -n 1 "$OUT/tests-sbk.log" | cut -c1-200)"
+  ab_rows 120 "128@b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk;128@b16-atomic,b16-atomic-sbk,q8-b8-atomic,q8-b8-atomic-sbk"
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  on_h200 && [ "$left" -gt 190 ] && tokens_paired 170
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 83 ]; then
   # fortieth session, the last ~280 s of device time: on an H200 #16's verdict (the sampling steps over
   # greedy, paired); on any other card CALL=80 (the fence, b1 against fence_sc twice)

@@ -157,6 +157,17 @@ def test_fence_sc_gives_the_same_bits(name, batch, sync):
     _two_kernels_same_bits(name, batch, sync, ({"fence_sc": False}, {"fence_sc": True}), "FENCE_SC", (0, 1), seed=13)
 
 
+STAGE_BULK_CASES = [("llama-3.2-1b", 8), ("llama-3.2-1b", 32), ("tiny-qwen2", 16)]
+
+
+@pytest.mark.parametrize("name,batch", STAGE_BULK_CASES)
+def test_bulk_staging_gives_the_same_bits(name, batch):
+    """CodegenOptions.stage_bulk: down's and o-proj's bf16 inputs copied into the staged chunk by bulk
+    copies instead of through registers. The same bytes in the same places, so every step's logits
+    are the default's bits (atomic counters: the bf16 inputs' sync mode)."""
+    _two_kernels_same_bits(name, batch, "atomic", ({}, {"stage_bulk": True}), "STAGE_BULK", (0, 1), seed=17)
+
+
 # lower(h_bf16=True, attn_bf16=True): gate/up stores h and unsplit attention its output as bf16, and
 # down and o-proj stage them as they are; the tensor-core path rounds its inputs to bf16 when it
 # stages them anyway, so the logits must be the same bits (tiny-qwen2 b4: split attention, where
