@@ -58,9 +58,6 @@ class Capabilities:
     warp_match: bool = False  # a warp-wide match of equal values (the LM-head tiles' aggregated counts)
     # registers moved between warpgroups of a block at run time (setmaxnreg: CodegenOptions.consumer_regs)
     reg_realloc: bool = False
-    # a sequentially consistent fence that is another instruction than the release fence (sm_90:
-    # fence.sc is MEMBAR.SC.GPU, every release MEMBAR.ALL.GPU): CodegenOptions.fence_sc
-    sc_fence: bool = False
 
 
 @dataclass(frozen=True)

@@ -101,13 +101,13 @@ def test_sources(trace: bool = False):
         tg = lower(shape_graph(m, 1, 128), get_target("h200"), **default_lower_kw(1, s))
         yield from kernels(f"test {m} b1 {s} resid_early", tg, rr_schedule(tg, "h200", s), "h200",
                            CodegenOptions(resid_early=True), sampling=False)
-    # test_pages_by_cp_async_give_the_same_bits, test_quiet_window_gives_the_same_bits and
-    # test_fence_sc_gives_the_same_bits (the default kernels: b1's are the cases' above)
+    # test_pages_by_cp_async_give_the_same_bits and test_quiet_window_gives_the_same_bits (the
+    # default kernels: b1's are the cases' above)
     from test_gpu_megakernel import LDGSTS_CASES, QUIET_OPTIONS
 
     for m, b, s in LDGSTS_CASES:
         tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, s))
-        for o in ({}, {"pipe_ldgsts": True}, *QUIET_OPTIONS, {"fence_sc": True}):
+        for o in ({}, {"pipe_ldgsts": True}, *QUIET_OPTIONS):
             yield from kernels(f"test {m} b{b} {s} pipe_ldgsts {o}", tg, rr_schedule(tg, "h200", s), "h200",
                                CodegenOptions(**o), sampling=False)
     # test_bulk_staging_gives_the_same_bits

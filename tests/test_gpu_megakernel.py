@@ -150,13 +150,6 @@ def test_quiet_window_gives_the_same_bits(name, batch, sync):
     _two_kernels_same_bits(name, batch, sync, QUIET_OPTIONS, "PIPE_TAIL", (0, 2), seed=11)
 
 
-@pytest.mark.parametrize("name,batch,sync", LDGSTS_CASES)
-def test_fence_sc_gives_the_same_bits(name, batch, sync):
-    """CodegenOptions.fence_sc: every wait's and signal's fence is fence.sc (a signal: then a relaxed
-    add). Only the fence instruction changes, so every step's logits are the default's bits."""
-    _two_kernels_same_bits(name, batch, sync, ({"fence_sc": False}, {"fence_sc": True}), "FENCE_SC", (0, 1), seed=13)
-
-
 STAGE_BULK_CASES = [("llama-3.2-1b", 8), ("llama-3.2-1b", 32), ("tiny-qwen2", 16)]
 
 

@@ -130,12 +130,6 @@ class CodegenOptions:
     # atomic waits poll their counters relaxed and each polling thread issues one acquire fence after
     # its last poll (docs/sync.md "Acquire once"), instead of an ld.acquire per poll
     acquire_once: bool = False
-    # every fence of a wait or a signal (docs/sync.md) is fence.sc (CUDA's __threadfence) and each
-    # signal that fence then a relaxed add, instead of fence.acq_rel / red.release: the same
-    # ordering (a release pattern), but on sm_90 the SASS is MEMBAR.SC.GPU, not the MEMBAR.ALL.GPU
-    # that waits for the SM's bulk copies in flight (scripts/bench_fence.py --only sc). Where the backend has
-    # such a fence (Capabilities.sc_fence: NVIDIA); refused elsewhere
-    fence_sc: bool = False
     # the cross-task weight pipeline (DevicePlan.pipe_slots); None: where the plan has it (NVIDIA
     # sm_90+: batch 1 on the FMA path, batch 2-32 on the tensor-core path, pages of 16 rows,
     # gemv_mma.cuh gemv_task_mma_pipe), False: off (weights through registers or the cp.async ring,
@@ -572,9 +566,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     if l2_ahead < 0 or (l2_ahead and not consumer_regs):
         raise IRCheckError(f"CodegenOptions.l2_ahead={o.l2_ahead}: a count of pages >= 0, and its prefetch warp is "
                            f"the producer warpgroup's (consumer_regs > 0 on a target that can move registers)")
-    if o.fence_sc and not for_target(target).capabilities(target).sc_fence:
-        raise ScheduleError(f"CodegenOptions.fence_sc asks for a sequentially consistent fence other than the release "
-                            f"fence (NVIDIA's fence.sc); mkc has none for {target.name} ({target.arch}): leave it off")
     if o.trace and not for_target(target).capabilities(target).trace_timer:
         raise ScheduleError(f"the per-task trace needs a device timer; mkc has none for {target.name} ({target.arch})")
     mma, ring = plan.mma, plan.ring
@@ -665,7 +656,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
-        ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), FENCE_SC=int(o.fence_sc), STAGE_BULK=int(o.stage_bulk), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
+        ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), STAGE_BULK=int(o.stage_bulk), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
                                                                                B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), RANK_QUAD=int(o.rank_quad), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,

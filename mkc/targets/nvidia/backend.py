@@ -48,7 +48,7 @@ class NvidiaBackend(Backend):
         # setmaxnreg is in the arch-specific feature sets only (sm_90a, sm_100a, ...)
         return Capabilities(warp_size=32, mma_bf16=sm >= 80, bulk_prefetch=sm >= 90, trace_timer=True,
                             async_copy=sm >= 80, bulk_copy=sm >= 90, warp_match=sm >= 70,
-                            reg_realloc=sm >= 90 and target.arch.endswith("a"), sc_fence=sm >= 70)
+                            reg_realloc=sm >= 90 and target.arch.endswith("a"))
 
     def launch_limits(self, target: Target) -> LaunchLimits:
         return NvidiaLimits(threads=256, regs_per_thread=255)

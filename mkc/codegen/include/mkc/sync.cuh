@@ -5,21 +5,11 @@
 
 namespace mk {
 
-// The fence of a wait or a signal (docs/sync.md): fence.acq_rel, or with FENCE_SC
-// (CodegenOptions.fence_sc) fence.sc, whose sm_90 SASS is not the MEMBAR.ALL.GPU of the others
-__device__ __forceinline__ void sync_fence() {
-  if constexpr (FENCE_SC != 0) mk_fence_sc();
-  else mk_fence();
-}
-// A release add: red.release, or with FENCE_SC fence.sc then a relaxed add (a release pattern)
-__device__ __forceinline__ void signal_add(unsigned* p, unsigned v) {
-  if constexpr (FENCE_SC != 0) {
-    mk_fence_sc();
-    mk_red_relaxed_add(p, v);
-  } else {
-    mk_red_release_add(p, v);
-  }
-}
+// The fence of a wait or a signal (docs/sync.md): fence.acq_rel. (fence.sc, whose sm_90 SASS is
+// MEMBAR.SC.GPU, waits for the SM's bulk copies in flight as MEMBAR.ALL.GPU does: forty-first session)
+__device__ __forceinline__ void sync_fence() { mk_fence(); }
+// A release add
+__device__ __forceinline__ void signal_add(unsigned* p, unsigned v) { mk_red_release_add(p, v); }
 
 // ---- errors: first reporter wins, everyone sees the abort flag ----
 __device__ void report(const Ctx& c, const Task& t, int event, unsigned seen, unsigned want) {

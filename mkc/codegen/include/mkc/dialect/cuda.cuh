@@ -71,14 +71,6 @@ __device__ __forceinline__ void mk_st_relaxed(unsigned* p, unsigned v) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ void mk_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-// CodegenOptions.fence_sc: the fence of __threadfence() (membar.gl), at least acq_rel, whose sm_90
-// SASS is MEMBAR.SC.GPU where fence.acq_rel, fence.release and every .release operation are
-// MEMBAR.ALL.GPU (which waits for the SM's bulk copies in flight, docs/sync.md); then a relaxed add:
-// a release pattern (PTX ISA section 8.8: a fence followed by a strong write on M)
-__device__ __forceinline__ void mk_fence_sc() { asm volatile("fence.sc.gpu;" ::: "memory"); }
-__device__ __forceinline__ void mk_red_relaxed_add(unsigned* p, unsigned v) {
-  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
-}
 // Acquire only (CodegenOptions.acquire_once): a relaxed poll that saw the release, then this, is an
 // acquire pattern (PTX ISA 9.1 section 8.8, "a strong read on M followed by an acquire memory
 // fence"). fence.acquire (PTX 8.6, sm_90) is ld.acquire's L1 invalidate alone (CCTL.IVALL);

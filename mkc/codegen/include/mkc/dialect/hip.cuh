@@ -93,12 +93,6 @@ __device__ __forceinline__ void mk_fence() {
   mk_release_fence();
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
 }
-// CodegenOptions.fence_sc is NVIDIA's (render.py refuses it here: no sc_fence capability): sync.cuh's FENCE_SC branch only
-// needs the names to compile
-__device__ __forceinline__ void mk_fence_sc() { mk_fence(); }
-__device__ __forceinline__ void mk_red_relaxed_add(unsigned* p, unsigned v) {
-  (void)__hip_atomic_fetch_add(mk_g(p), v, __ATOMIC_RELAXED, MKC_SYNC_SCOPE);
-}
 // acquire only, after relaxed polls (CodegenOptions.acquire_once): the L1/L2 invalidate without
 // mk_fence's writeback, which nothing the poll observed needs
 __device__ __forceinline__ void mk_acquire_fence() { __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent"); }
