@@ -342,7 +342,8 @@ if [ "${CALL:-1}" = 84 ]; then
   # the -sbk variants) against the default, alternated, at batch 8, 32, 16 and qwen3-8b b8, after its
   # same-bits test; on an H200 #16's verdict last. Kernels: prebuild.py --variants
   # b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b16-atomic,b16-atomic-sbk,q8-b8-atomic,q8-b8-atomic-sbk
-  # --variant-max-seq 1024; --tests --only stage_bulk; --tokens-bench --variants b1-atomic --variant-max-seq 1024
+  # --variant-max-seq 1024; --tests --only stage_bulk; --tokens-bench --variants b1-atomic,b1-atomic-trace
+  # --variant-max-seq 1024
   T0=$(date +%s)
   timeout 150 python3 -m pytest tests/test_gpu_megakernel.py -k bulk_staging -m gpu -q -p no:cacheprovider \
     --timeout=120 -rfE > "$OUT/tests-sbk.log" 2>&1
@@ -350,7 +351,13 @@ if [ "${CALL:-1}" = 84 ]; then
   ab_rows 120 "128@b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk;128@b16-atomic,b16-atomic-sbk,q8-b8-atomic,q8-b8-atomic-sbk"
   left=$((${CALL_S:-570} - ($(date +%s) - T0)))
   echo "seconds left: $left"
-  on_h200 && [ "$left" -gt 190 ] && tokens_paired 170
+  if on_h200; then
+    [ "$left" -gt 190 ] && tokens_paired 170
+    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+    echo "seconds left: $left"
+    # b1 beside the peer on the H200, and a traced b1 launch's per-kind times (waiting for pages?)
+    [ "$left" -gt 150 ] && ab_rows 50 "128@b1-atomic,b1-atomic-trace" 80
+  fi
   echo "seconds: $(($(date +%s) - T0))"
   pack_out
   exit 0
