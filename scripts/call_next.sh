@@ -337,6 +337,41 @@ on_h200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 85 ]; then
+  # forty-first session, one call for stage_bulk: it against the default at b8 and b32, alternated
+  # twice. If its mean is lower at both, every GPU test with it on by default: out/carry/sbk-files.tgz
+  # holds the files of the commit that turns it on (80f202b, on e9e5cd7's tree; extracting them over a
+  # later tree reverts what changed in them since) and out/carry/cache-sbk.tgz that tree's test kernels
+  # (PYTHONPATH=<its worktree> prebuild.py --tests --folders). Else on an H200 #16's verdict and b1
+  # beside the peer, then b16 and qwen3-8b b8 both ways. Kernels of the rows: CALL=84's.
+  T0=$(date +%s)
+  ab_rows 120 "128@b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk"
+  gain=$(python3 - "$OUT/ab.jsonl" <<'PY'
+import collections, json, sys
+t = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    t[r["variant"]].append(r["ms_per_token"])
+mean = lambda v: sum(t[v]) / len(t[v]) if t[v] else float("nan")
+print("yes" if all(mean(f"{b}-atomic-sbk") < mean(f"{b}-atomic") for b in ("b8", "b32")) else "no")
+PY
+)
+  echo "stage_bulk lower at b8 and b32: $gain"
+  if [ "$gain" = yes ]; then
+    tar xzf out/carry/sbk-files.tgz && tar xzf out/carry/cache-sbk.tgz
+    MKC_TEST_S=$((${CALL_S:-570} - ($(date +%s) - T0) - 20)) MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT \
+      bash scripts/gpu_final.sh
+  else
+    if on_h200; then
+      tokens_paired 170
+      ab_rows 50 "128@b1-atomic,b1-atomic-trace" 80
+    fi
+    ab_rows 90 "128@b16-atomic,b16-atomic-sbk,q8-b8-atomic,q8-b8-atomic-sbk"
+  fi
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 84 ]; then
   # forty-first session: down's and o-proj's bf16 inputs staged by bulk copies (CodegenOptions.stage_bulk,
   # the -sbk variants) against the default, alternated, at batch 8, 32, 16 and qwen3-8b b8, after its
