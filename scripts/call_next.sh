@@ -1,6 +1,16 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Forty-first session, summed up: CALL=82 ran on an H100 (BENCHMARKS.md, "Forty-first session"):
+# fence.sc waits for the SM's bulk copies exactly as the release does, fence_sc lost 1.2 % at b1
+# and was removed (CALL=78 to CALL=83 fail as written now); mkc b1 0.9403 / 0.9399 ms beside the
+# hand-written kernel's 0.948. Built: CodegenOptions.stage_bulk (down's and o-proj's bf16 inputs
+# staged by bulk copies on the tensor-core pipeline, off), its same-bits test and -sbk variants.
+# Next: CALL=85 (stage_bulk against the default at b8 and b32; if lower at both, the whole GPU suite
+# on 80f202b's default, carried as out/carry/sbk-files.tgz + cache-sbk.tgz; else on an H200 #16's
+# verdict and b1 beside the peer). Its kernels: CALL=84's prebuild lines (out/carry/cache.tgz) and
+# CALL=85's comment.
+#
 # Fortieth session, summed up: no device (17 failed starts, 1,606 of the 1,800 s). In the pipelined
 # model the b1 step's lever is the task tail (tail_us 4.4 -> 2.2: -16 %; BENCHMARKS.md, "Fortieth
 # session"). Next: CALL=82 first (the fence, then either fence_sc's rows and the GPU suite on it via
