@@ -347,6 +347,21 @@ on_h200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 86 ]; then
+  # forty-first session, the last ~250 s of device time: CALL=85's rows (stage_bulk against the
+  # default at b8 and b32, alternated twice), then stage_bulk's same-bits test in what is left.
+  # Kernels: CALL=84's.
+  T0=$(date +%s)
+  ab_rows 110 "128@b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk"
+  left=$((${CALL_S:-570} - ($(date +%s) - T0) - 10))
+  echo "seconds left: $left"
+  [ "$left" -gt 40 ] && timeout "$left" python3 -m pytest tests/test_gpu_megakernel.py -k bulk_staging -m gpu -q \
+    -p no:cacheprovider --timeout=120 -rfE > "$OUT/tests-sbk.log" 2>&1
+  echo "sbk tests rc=$?: $(tail -n 1 "$OUT/tests-sbk.log" 2>/dev/null | cut -c1-200)"
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 85 ]; then
   # forty-first session, one call for stage_bulk: it against the default at b8 and b32, alternated
   # twice. If its mean is lower at both, every GPU test with it on by default: out/carry/sbk-files.tgz
