@@ -6,10 +6,11 @@
 # and was removed (CALL=78 to CALL=83 fail as written now); mkc b1 0.9403 / 0.9399 ms beside the
 # hand-written kernel's 0.948. Built: CodegenOptions.stage_bulk (down's and o-proj's bf16 inputs
 # staged by bulk copies on the tensor-core pipeline, off), its same-bits test and -sbk variants.
-# Next: CALL=85 (stage_bulk against the default at b8 and b32; if lower at both, the whole GPU suite
-# on 80f202b's default, carried as out/carry/sbk-files.tgz + cache-sbk.tgz; else on an H200 #16's
-# verdict and b1 beside the peer). Its kernels: CALL=84's prebuild lines (out/carry/cache.tgz) and
-# CALL=85's comment.
+# Every start after CALL=82 failed (nine, 90-180 s each). Next: CALL=85 (stage_bulk against the
+# default at b8 and b32; if lower at both, the whole GPU suite on its default, scripts/patches/
+# stage-bulk-default.patch, carried as out/carry/sbk-files.tgz + cache-sbk.tgz; else on an H200 #16's
+# verdict and b1 beside the peer), or CALL=86 (~250 s: the rows and the same-bits test). Kernels:
+# CALL=84's prebuild lines (out/carry/cache.tgz) and CALL=85's comment.
 #
 # Fortieth session, summed up: no device (17 failed starts, 1,606 of the 1,800 s). In the pipelined
 # model the b1 step's lever is the task tail (tail_us 4.4 -> 2.2: -16 %; BENCHMARKS.md, "Fortieth
@@ -365,9 +366,14 @@ fi
 if [ "${CALL:-1}" = 85 ]; then
   # forty-first session, one call for stage_bulk: it against the default at b8 and b32, alternated
   # twice. If its mean is lower at both, every GPU test with it on by default: out/carry/sbk-files.tgz
-  # holds the files of the commit that turns it on (80f202b, on e9e5cd7's tree; extracting them over a
-  # later tree reverts what changed in them since) and out/carry/cache-sbk.tgz that tree's test kernels
-  # (PYTHONPATH=<its worktree> prebuild.py --tests --folders). Else on an H200 #16's verdict and b1
+  # holds the files of the commit that turns it on (80f202b, branch stage-bulk-default, on e9e5cd7's
+  # tree; the same change as scripts/patches/stage-bulk-default.patch; extracting the files over a
+  # later tree reverts what changed in them since) and out/carry/cache-sbk.tgz that tree's test kernels.
+  # To rebuild both on a fresh checkout: git worktree add /tmp/wt HEAD; cd /tmp/wt; git apply
+  # scripts/patches/stage-bulk-default.patch; tar czf <main>/out/carry/sbk-files.tgz $(git diff --name-only);
+  # PYTHONPATH=$PWD MKC_SCHED_CACHE=/tmp/c4/.cache/sched MKC_CACHE_DIR=/tmp/c4/.cache/mkc python
+  # scripts/prebuild.py --tests --folders (~15 min); cd /tmp/c4; tar czf <main>/out/carry/cache-sbk.tgz
+  # .cache. Else on an H200 #16's verdict and b1
   # beside the peer, then b16 and qwen3-8b b8 both ways. Kernels of the rows: CALL=84's.
   T0=$(date +%s)
   ab_rows 120 "128@b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk"
