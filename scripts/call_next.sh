@@ -348,6 +348,25 @@ on_h200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 87 ]; then
+  # forty-second session: batch 1's K-split consumers on tensor cores (CodegenOptions.ks_mma, the
+  # -ksmma variants): its GPU test first (teacher-forced logits within the bound, two runs the same
+  # bits), then against the default alternated (b1 twice, nan, qwen3-8b b1) with the peer first; on
+  # an H200 #16's verdict last. Kernels: prebuild.py --variants b1-atomic,b1-atomic-ksmma,b1-nan,
+  # b1-nan-ksmma,q8-b1-atomic,q8-b1-atomic-ksmma --variant-max-seq 1024; --tests --only ks_mma;
+  # --tokens-bench --variants b1-atomic --variant-max-seq 1024 (out/carry/cache.tgz)
+  T0=$(date +%s)
+  timeout 150 python3 -m pytest tests/test_gpu_megakernel.py -k k_split_on_tensor -m gpu -q -p no:cacheprovider \
+    --timeout=120 -rfE > "$OUT/tests-ksmma.log" 2>&1
+  echo "ks_mma tests rc=$?: $(tail -n 1 "$OUT/tests-ksmma.log" | cut -c1-200)"
+  ab_rows 150 "128@b1-atomic,b1-atomic-ksmma,b1-atomic,b1-atomic-ksmma;128@b1-nan,b1-nan-ksmma;128@q8-b1-atomic,q8-b1-atomic-ksmma" 80
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  if on_h200 && [ "$left" -gt 190 ]; then tokens_paired 170; fi
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 86 ]; then
   # forty-first session, the last ~250 s of device time: CALL=85's rows (stage_bulk against the
   # default at b8 and b32, alternated twice), then stage_bulk's same-bits test in what is left.
