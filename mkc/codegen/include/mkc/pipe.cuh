@@ -298,16 +298,17 @@ __device__ __forceinline__ void ks_flush(int g, int r0, int nr, const float* pb,
 //
 // ks_mma_page: one page's dots on tensor cores (a bulk-copy target has the bf16 MMA) into d. For
 // each 32 of the warp's PCW columns, lane (group g, quad q) loads columns cw..cw+7 (cw = the 32's
-// start + 8q) of page row g as one 16-byte word. The
-// MMA's A rows g take columns cw..cw+3 and rows g + 8 columns cw+4..cw+7 (a dot product does not
-// care about k order, only that A and B agree): B's column 0 holds the input at the columns of rows
-// g, column 1 at those of rows g + 8 (lanes of groups 0 and 1, the input's float4 at cw + 4g rounded
-// to bf16), the rest 0. So D[g][0] + D[g + 8][1] (lane 4g's c0 + c3) is row g's dot product over
-// the 32 columns; the accumulators carry it across a row group's pages. Columns past kw (a short
-// last page) give zeros in A and B; rows past the block's hold a stale page's bytes and only ever
-// reach their own accumulators.
+// start + 8q) of page row g as one 16-byte word, whose four words are the MMA's A fragment as they
+// lie (no moves): columns cw, cw+1 and cw+4, cw+5 go to A's row g, cw+2, cw+3 and cw+6, cw+7 to row
+// g + 8 (a dot product does not care about k order, only that A and B agree). B's column 0 holds the
+// input at row g's columns, column 1 at row g + 8's (lanes of groups 0 and 1: two float2 of the
+// input at cw + 2g and cw + 4 + 2g, rounded to bf16), the rest 0. So D[g][0] + D[g + 8][1] (lane
+// 4g's c0 + c3) is row g's dot product over the 32 columns. Even and odd 32s go to two sets of
+// accumulators (two MMA chains), which carry them across a row group's pages. Columns past kw (a
+// short last page) give zeros in A and B; rows past the block's hold a stale page's bytes and only
+// ever reach their own accumulators.
 template <int PCW>
-__device__ __forceinline__ void ks_mma_page(const unsigned char* pg, const float* xsl, int kw, float (&d)[4]) {
+__device__ __forceinline__ void ks_mma_page(const unsigned char* pg, const float* xsl, int kw, float (&d)[2][4]) {
   const int lane = lane_id(), g = mk_mma_group(lane), q = mk_mma_quad(lane);
   const unsigned char* row = pg + g * PIPE_LD * 2;
 #pragma unroll
@@ -317,11 +318,12 @@ __device__ __forceinline__ void ks_mma_page(const unsigned char* pg, const float
     const uint4 a = ok ? mk_ld_shared16(row + cw * 2) : make_uint4(0u, 0u, 0u, 0u);
     unsigned b0 = 0u, b1 = 0u;
     if (ok && g < 2) {
-      const float4 xv = *reinterpret_cast<const float4*>(xsl + cw + 4 * g);
-      b0 = mk_pack_bf16x2(xv.x, xv.y);
-      b1 = mk_pack_bf16x2(xv.z, xv.w);
+      const float2 x0 = *reinterpret_cast<const float2*>(xsl + cw + 2 * g);
+      const float2 x1 = *reinterpret_cast<const float2*>(xsl + cw + 4 + 2 * g);
+      b0 = mk_pack_bf16x2(x0.x, x0.y);
+      b1 = mk_pack_bf16x2(x1.x, x1.y);
     }
-    mk_mma_16816(d, a.x, a.z, a.y, a.w, b0, b1);
+    mk_mma_16816(d[j & 1], a.x, a.y, a.z, a.w, b0, b1);
   }
 }
 template <int K>
@@ -336,7 +338,7 @@ __device__ __forceinline__ void pipe_rows_ks(const Ctx& c, int nr, const float* 
   for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS, ++g) {
     float v;  // lane 4r: row r's sum over the warp's columns (the others: what is not stored)
     if constexpr (KS_MMA) {
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      float d[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       for (int sl = 0; sl < NSL; ++sl) {
         const unsigned n = c.pipe_n++;
         const int slot = (int)(n % PIPE_NS);
@@ -345,7 +347,7 @@ __device__ __forceinline__ void pipe_rows_ks(const Ctx& c, int nr, const float* 
         mk_syncwarp();
         if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
       }
-      v = d[0] + d[3];
+      v = (d[0][0] + d[0][3]) + (d[1][0] + d[1][3]);
     } else {
       float acc[PIPE_ROWS];
 #pragma unroll
