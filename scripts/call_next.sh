@@ -367,86 +367,9 @@ if [ "${CALL:-1}" = 87 ]; then
   pack_out
   exit 0
 fi
-if [ "${CALL:-1}" = 86 ]; then
-  # forty-first session, the last ~250 s of device time: CALL=85's rows (stage_bulk against the
-  # default at b8 and b32, alternated twice), then stage_bulk's same-bits test in what is left.
-  # Kernels: CALL=84's.
-  T0=$(date +%s)
-  ab_rows 110 "128@b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk"
-  left=$((${CALL_S:-570} - ($(date +%s) - T0) - 10))
-  echo "seconds left: $left"
-  [ "$left" -gt 40 ] && timeout "$left" python3 -m pytest tests/test_gpu_megakernel.py -k bulk_staging -m gpu -q \
-    -p no:cacheprovider --timeout=120 -rfE > "$OUT/tests-sbk.log" 2>&1
-  echo "sbk tests rc=$?: $(tail -n 1 "$OUT/tests-sbk.log" 2>/dev/null | cut -c1-200)"
-  echo "seconds: $(($(date +%s) - T0))"
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 85 ]; then
-  # forty-first session, one call for stage_bulk: it against the default at b8 and b32, alternated
-  # twice. If its mean is lower at both, every GPU test with it on by default: out/carry/sbk-files.tgz
-  # holds the files of the commit that turns it on (80f202b, branch stage-bulk-default, on e9e5cd7's
-  # tree; the same change as scripts/patches/stage-bulk-default.patch; extracting the files over a
-  # later tree reverts what changed in them since) and out/carry/cache-sbk.tgz that tree's test kernels.
-  # To rebuild both on a fresh checkout: git worktree add /tmp/wt HEAD; cd /tmp/wt; git apply
-  # scripts/patches/stage-bulk-default.patch; tar czf <main>/out/carry/sbk-files.tgz $(git diff --name-only);
-  # PYTHONPATH=$PWD MKC_SCHED_CACHE=/tmp/c4/.cache/sched MKC_CACHE_DIR=/tmp/c4/.cache/mkc python
-  # scripts/prebuild.py --tests --folders (~15 min); cd /tmp/c4; tar czf <main>/out/carry/cache-sbk.tgz
-  # .cache. Else on an H200 #16's verdict and b1
-  # beside the peer, then b16 and qwen3-8b b8 both ways. Kernels of the rows: CALL=84's.
-  T0=$(date +%s)
-  ab_rows 120 "128@b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk"
-  gain=$(python3 - "$OUT/ab.jsonl" <<'PY'
-import collections, json, sys
-t = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    t[r["variant"]].append(r["ms_per_token"])
-mean = lambda v: sum(t[v]) / len(t[v]) if t[v] else float("nan")
-print("yes" if all(mean(f"{b}-atomic-sbk") < mean(f"{b}-atomic") for b in ("b8", "b32")) else "no")
-PY
-)
-  echo "stage_bulk lower at b8 and b32: $gain"
-  if [ "$gain" = yes ]; then
-    tar xzf out/carry/sbk-files.tgz && tar xzf out/carry/cache-sbk.tgz
-    MKC_TEST_S=$((${CALL_S:-570} - ($(date +%s) - T0) - 20)) MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT \
-      bash scripts/gpu_final.sh
-  else
-    if on_h200; then
-      tokens_paired 170
-      ab_rows 50 "128@b1-atomic,b1-atomic-trace" 80
-    fi
-    ab_rows 90 "128@b16-atomic,b16-atomic-sbk,q8-b8-atomic,q8-b8-atomic-sbk"
-  fi
-  echo "seconds: $(($(date +%s) - T0))"
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 84 ]; then
-  # forty-first session: down's and o-proj's bf16 inputs staged by bulk copies (CodegenOptions.stage_bulk,
-  # the -sbk variants) against the default, alternated, at batch 8, 32, 16 and qwen3-8b b8, after its
-  # same-bits test; on an H200 #16's verdict last. Kernels: prebuild.py --variants
-  # b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b16-atomic,b16-atomic-sbk,q8-b8-atomic,q8-b8-atomic-sbk
-  # --variant-max-seq 1024; --tests --only stage_bulk; --tokens-bench --variants b1-atomic,b1-atomic-trace
-  # --variant-max-seq 1024
-  T0=$(date +%s)
-  timeout 150 python3 -m pytest tests/test_gpu_megakernel.py -k bulk_staging -m gpu -q -p no:cacheprovider \
-    --timeout=120 -rfE > "$OUT/tests-sbk.log" 2>&1
-  echo "sbk tests rc=$?: $(tail -n 1 "$OUT/tests-sbk.log" | cut -c1-200)"
-  ab_rows 120 "128@b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk,b8-atomic,b8-atomic-sbk,b32-atomic,b32-atomic-sbk;128@b16-atomic,b16-atomic-sbk,q8-b8-atomic,q8-b8-atomic-sbk"
-  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-  echo "seconds left: $left"
-  if on_h200; then
-    [ "$left" -gt 190 ] && tokens_paired 170
-    left=$((${CALL_S:-570} - ($(date +%s) - T0)))
-    echo "seconds left: $left"
-    # b1 beside the peer on the H200, and a traced b1 launch's per-kind times (waiting for pages?)
-    [ "$left" -gt 150 ] && ab_rows 50 "128@b1-atomic,b1-atomic-trace" 80
-  fi
-  echo "seconds: $(($(date +%s) - T0))"
-  pack_out
-  exit 0
-fi
+# CALL=84 to CALL=86 measured or were to measure CodegenOptions.stage_bulk (the forty-first and
+# forty-second sessions; CALL=84 ran: BENCHMARKS.md, "Forty-second session"); the option lost and was
+# removed, so they fail as written now: read them at b190662.
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.

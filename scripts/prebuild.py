@@ -110,14 +110,6 @@ def test_sources(trace: bool = False):
         for o in ({}, {"pipe_ldgsts": True}, *QUIET_OPTIONS):
             yield from kernels(f"test {m} b{b} {s} pipe_ldgsts {o}", tg, rr_schedule(tg, "h200", s), "h200",
                                CodegenOptions(**o), sampling=False)
-    # test_bulk_staging_gives_the_same_bits
-    from test_gpu_megakernel import STAGE_BULK_CASES
-
-    for m, b in STAGE_BULK_CASES:
-        tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, "atomic"))
-        for o in ({}, {"stage_bulk": True}):
-            yield from kernels(f"test {m} b{b} atomic stage_bulk {o}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
-                               CodegenOptions(**o), sampling=False)
     # test_teacher_forced_logits_k_split_on_tensor_cores
     from test_gpu_megakernel import KS_MMA_CASES
 

@@ -458,30 +458,6 @@ def test_resid_early_on_every_path():
     assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(resid_early=True))[1].const("RESID_PF") == 1
 
 
-def test_stage_bulk_adds_one_mbarrier_and_is_refused_without_the_tensor_core_pipeline():
-    """CodegenOptions.stage_bulk: STAGE_BULK in the kernel and one more mbarrier (8 bytes) after the
-    pages' in OFF_MBAR, the regions after it moved by 16; off by default (the default layout
-    unchanged); refused by name at batch 1 (the FMA path) and without the pipeline."""
-    from codegen_fixtures import shape_graph
-
-    from mkc.errors import ScheduleError
-    from mkc.taskgraph import lower
-
-    tg = lower(shape_graph("llama-3.2-1b", 8, 128), get_target("h200"), h_bf16=True, attn_bf16=True)
-    sched = rr_schedule(tg, "h200", "atomic")
-    src0, cfg0, _ = generate(tg, sched, "h200")
-    src1, cfg1, _ = generate(tg, sched, "h200", CodegenOptions(stage_bulk=True))
-    assert cfg0.const("STAGE_BULK") == 0 and cfg1.const("STAGE_BULK") == 1
-    assert cfg1.const("PIPE_SLOTS") == cfg0.const("PIPE_SLOTS") > 0 and cfg1.const("KCB") == cfg0.const("KCB")
-    assert cfg1.const("OFF_MBAR") == cfg0.const("OFF_MBAR") and cfg1.const("OFF_XS") == cfg0.const("OFF_XS") + 16
-    assert "stage_x_bulk" in src1
-    tg1 = taskgraph("llama-3.2-1b", 1, 128)
-    with pytest.raises(ScheduleError, match="stage_bulk.*FMA path"):
-        generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(stage_bulk=True))
-    with pytest.raises(ScheduleError, match="stage_bulk.*without the pipeline"):
-        generate(tg, sched, "h200", CodegenOptions(stage_bulk=True, pipe=False))
-
-
 def test_ks_mma_pads_the_pages_and_is_refused_without_batch_1s_k_split():
     """CodegenOptions.ks_mma: KS_MMA in the kernel and rows of the FMA pipeline's pages 32 columns
     apart beyond their 1024 (PIPE_LD), off by default (the default layout unchanged); refused by

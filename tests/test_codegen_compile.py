@@ -189,27 +189,6 @@ def test_early_residual_compiles_cleanly(batch, sync, tmp_path):
     assert spills and max(spills) <= (16 if batch >= 32 else 0), res.log
 
 
-@pytest.mark.parametrize("batch", [8, 32])
-def test_bulk_staging_compiles_cleanly(batch, tmp_path):
-    """CodegenOptions.stage_bulk (off by default): down's and o-proj's bf16 inputs staged by bulk
-    copies on the staging mbarrier builds without a warning, and the greedy kernels spill no more
-    than the default's (none at batch 8, 16 bytes at batch 32)."""
-    from codegen_fixtures import shape_graph
-
-    from mkc.codegen.render import CodegenOptions
-    from mkc.target import get_target
-    from mkc.targets.nvidia.compiler import build_cubin
-    from mkc.taskgraph import lower
-
-    tg = lower(shape_graph("llama-3.2-1b", batch, 1024), get_target("h200"), h_bf16=True, attn_bf16=True)
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=False, stage_bulk=True))
-    assert dict(cfg.consts)["STAGE_BULK"] == 1 and "mk_bulk_copy(xs + b * XST" in src
-    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
-    assert res.warnings == [], res.log
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) <= (16 if batch >= 32 else 0), res.log
-
-
 @pytest.mark.parametrize("sync", ["atomic", "nan"])
 def test_k_split_on_tensor_cores_compiles_cleanly(sync, tmp_path):
     """CodegenOptions.ks_mma (off by default): batch 1's K-split consumers on tensor cores build

@@ -150,17 +150,6 @@ def test_quiet_window_gives_the_same_bits(name, batch, sync):
     _two_kernels_same_bits(name, batch, sync, QUIET_OPTIONS, "PIPE_TAIL", (0, 2), seed=11)
 
 
-STAGE_BULK_CASES = [("llama-3.2-1b", 8), ("llama-3.2-1b", 32), ("tiny-qwen2", 16)]
-
-
-@pytest.mark.parametrize("name,batch", STAGE_BULK_CASES)
-def test_bulk_staging_gives_the_same_bits(name, batch):
-    """CodegenOptions.stage_bulk: down's and o-proj's bf16 inputs copied into the staged chunk by bulk
-    copies instead of through registers. The same bytes in the same places, so every step's logits
-    are the default's bits (atomic counters: the bf16 inputs' sync mode)."""
-    _two_kernels_same_bits(name, batch, "atomic", ({}, {"stage_bulk": True}), "STAGE_BULK", (0, 1), seed=17)
-
-
 KS_MMA_CASES = [("llama-3.2-1b", "atomic"), ("llama-3.2-1b", "nan"), ("qwen3-0.6b", "atomic"), ("tiny-qwen2", "atomic")]
 
 

@@ -399,14 +399,6 @@ class CodegenOptions:
     # epilogue items fit RESID_PF_MAX a thread. Measured on an H100 (twenty-fifth session): b1
     # -0.4 / -0.1 %, nan -0.5 %, b8 -0.2 %, b32 +1.1 / +0.4 %: within the spread, off
     resid_early: bool = False
-    # the tensor-core weight pipeline's bf16 inputs (down's h, o-proj's attention output: lower's
-    # h_bf16 / attn_bf16, the default at batch 2-32 with atomic counters) staged by bulk
-    # asynchronous copies, one per batch row of a K-chunk, completing on one more mbarrier
-    # (gemv_mma.cuh stage_x_bulk), instead of through registers: the staging bench (twenty-fifth
-    # session) moved the same bytes 1.8x faster that way (117 GB/s an SM against ~64), and at batch
-    # 32 a down-proj task stages twice its weight bytes. The same bytes in the same places: the same
-    # bits. Refused where the build has no tensor-core pipeline (DevicePlan); off until measured
-    stage_bulk: bool = False
     # batch 1's K-split consumers (pipe_ksplit's kinds) on tensor cores: a warp's 128 columns of a
     # page's 8 rows in 4 mma.sync m16n8k16, the two 16-column halves of each 32 in the MMA's two row
     # blocks and the input (rounded to bf16, as the tensor-core batches stage it) in its first two
@@ -422,8 +414,7 @@ class CodegenOptions:
         """The options that change the device plan."""
         return PlanKnobs(mma=self.mma, ring_stages=self.ring_stages, rows_per_warp=self.rows_per_warp,
                          loads_in_flight=self.loads_in_flight, attn_chunk=self.attn_chunk, pipe=self.pipe,
-                         pipe_pages=self.pipe_pages, pipe_cols=self.pipe_cols, stage_bulk=self.stage_bulk,
-                         ks_mma=self.ks_mma)
+                         pipe_pages=self.pipe_pages, pipe_cols=self.pipe_cols, ks_mma=self.ks_mma)
 
 
 @dataclass(frozen=True)
@@ -672,7 +663,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
-        ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), STAGE_BULK=int(o.stage_bulk), KS_MMA=int(o.ks_mma), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
+        ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), KS_MMA=int(o.ks_mma), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
                                                                                B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), RANK_QUAD=int(o.rank_quad), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,

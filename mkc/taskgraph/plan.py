@@ -72,9 +72,6 @@ class PlanKnobs:
     pipe_pages: int = 0
     # a page's columns, a multiple of PIPE_COLS (FMA path) or PIPE_MMA_UNIT (tensor cores); 0: the default
     pipe_cols: int = 0
-    # the tensor-core pipeline's bf16 inputs staged by bulk copies (CodegenOptions.stage_bulk): one
-    # more mbarrier after the pages' (the staging's, pipe.cuh stage_bar)
-    stage_bulk: bool = False
     # batch 1's K-split consumers on tensor cores (CodegenOptions.ks_mma): the FMA path's pages get
     # PIPE_KS_MMA_PAD columns of padding a row
     ks_mma: bool = False
@@ -301,7 +298,7 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         def k_chunk(r: int, pages: int = 0) -> int:
             part = NW * 16 * B * (2 if pages else 1)
             rest = (f * (out_cap + part + B + NW * B + 2 * B + B * split * NH) + r * 2 * U * 16 * NT
-                    + 8 * 16 + 16 + (pages * (page + 16) + 16 + (8 if o.stage_bulk else 0) if pages else 0))
+                    + 8 * 16 + 16 + (pages * (page + 16) + 16 if pages else 0))
             per_row = (target.smem_per_block - rest) // (2 * B) - 32
             if pages:
                 return min(_align(k_max, pcols), per_row // pcols * pcols)
@@ -365,20 +362,14 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         want = (o.pipe_pages or PIPE_MMA_PAGES) if pipe_mma else (o.pipe_pages or PIPE_DEFAULT_PAGES)
         pipe_slots = min(want, PIPE_MAX_SLOTS, free // (page + 16))
         if pipe_slots >= 2:
-            mbar = 16 * pipe_slots + (8 if pipe_mma and o.stage_bulk else 0)  # full, empty (+ the staging's)
-            base = _align(pipe_slots * page + mbar)
-            regions = [("OFF_PIPE", 0, pipe_slots * page), ("OFF_MBAR", pipe_slots * page, mbar)] + \
+            base = _align(pipe_slots * page + 2 * 8 * pipe_slots)
+            regions = [("OFF_PIPE", 0, pipe_slots * page), ("OFF_MBAR", pipe_slots * page, 16 * pipe_slots)] + \
                 [(n, o_ + base, b_) for n, o_, b_ in regions]
             flag += base
         elif o.pipe:
             raise ScheduleError(f"the weight pipeline needs 2 pages of {page} B; batch {B} leaves {free} B")
         else:
             pipe_slots = 0
-    if o.stage_bulk and not (pipe_mma and pipe_slots >= 2):
-        raise ScheduleError(f"CodegenOptions.stage_bulk stages the bf16 inputs of the tensor-core GEMV's weight pipeline "
-                            f"(batch 2..{PIPE_MMA_MAX_BATCH} where the target has bulk copies); {target.name} at batch {B} "
-                            f"has {'the tensor-core path' if mma else 'the FMA path'} "
-                            f"{'with' if pipe_slots else 'without'} the pipeline: leave it off")
     regions.append(("OFF_FLAG", flag, 16))
     regions.append(sample_region(regions, B, NW))
     return DevicePlan(

@@ -17,9 +17,6 @@ struct Ctx {
   // PIPE_SLOTS: weight pages this thread has consumed (the producer: issued) since the launch began;
   // page n is slot n % PIPE_SLOTS in its (n / PIPE_SLOTS)-th use
   mutable unsigned pipe_n;
-  // STAGE_BULK: the stagings by bulk copies this thread has waited for since the launch began (the
-  // staging mbarrier's phase: gemv_mma.cuh stage_x_bulk)
-  mutable unsigned stage_n;
   // TRACE, PIPE_SLOTS: ns this thread spent in pipe_wait on pages that had not landed, since the
   // task began (each warp's lane 0 counts for its warp; the longest goes to the task's last trace mark: trace_pipe_wait)
   mutable unsigned long long pipe_late_ns;

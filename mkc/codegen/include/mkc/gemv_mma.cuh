@@ -541,43 +541,6 @@ __device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, con
 // (HOLD_FLOATS: CodegenOptions.mma_hold_floats, 16 by default)
 [[maybe_unused]] constexpr int HOLD_TILES = !MMA_HOLD ? 0 : 4 * NTN >= HOLD_FLOATS ? 1 : HOLD_FLOATS / (4 * NTN);
 
-// STAGE_BULK (CodegenOptions.stage_bulk): a bf16 input's chunk x[:, c0:c0+kch] (XB: down's h,
-// o-proj's attention output) into xs [B][XST] by bulk asynchronous copies, one per batch row (16-byte
-// aligned: K, c0 and kch are multiples of 8 columns, XST of 16), completing on the staging mbarrier
-// (pipe.cuh stage_bar); every consumer thread waits for its phase, as stage_x_bf16's loads and
-// stores would have made the same bytes land in the same places. Proxies: each thread's earlier
-// generic accesses of xs (the previous chunk's reads, an earlier task's staging stores) are
-// ordered before the copies' writes by its proxy fence and the barrier after it, and the copies'
-// reads of x after the writes the task's wait acquired by the issuing lanes' fence after that
-// barrier; the mbarrier's phase makes the copies' writes visible to the threads that wait for it.
-template <int K>
-__device__ __forceinline__ void stage_x_bulk(const Ctx& c, const unsigned short* x, int c0, int kch, unsigned short* xs) {
-  static_assert(K % 8 == 0 && XST % 8 == 0, "16-byte rows of the input and of the staged chunk");
-  mk_fence_proxy_async();
-  mk_barrier();
-  if (warp_id() == 0) {
-    const int lane = lane_id();
-    if (lane == 0) mk_mbar_arrive_tx(stage_bar(), (unsigned)(B * kch * 2));
-    mk_fence_proxy_async();
-    mk_syncwarp();
-    for (int b = lane; b < B; b += WARP) mk_bulk_copy(xs + b * XST, x + (size_t)b * K + c0, (unsigned)(kch * 2), stage_bar());
-  }
-  pipe_wait_phase(c, stage_bar(), c.stage_n & 1u);
-  ++c.stage_n;
-}
-
-// stage_x_bf16, or where STAGE_BULK and the input is bf16 already (XB), stage_x_bulk
-template <int K, bool NORM, bool COMB, bool POLL, bool XB>
-__device__ __forceinline__ bool stage_pipe_chunk(const Ctx& c, const Task& t, int ev, const float* x, int c0, int kch,
-                                                 const unsigned short* nw, unsigned short* xs, float* ssp, bool sum) {
-  if constexpr (STAGE_BULK && XB) {
-    stage_x_bulk<K>(c, reinterpret_cast<const unsigned short*>(x), c0, kch, xs);
-    return true;
-  } else {
-    return stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, ev, x, c0, kch, nw, xs, ssp, sum);
-  }
-}
-
 // A GEMV task on tensor cores whose weights come through the weight pipeline: after the wait, each
 // K-chunk (pipe_kch, the producer's) staged as bf16 and its pages taken as the producer fills them.
 template <int K, bool NORM, class Kind, bool COMB, bool XB = false>
@@ -614,8 +577,8 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   // polled staging); false to stop
   const auto stage = [&](int ch, bool sum, bool last) {
     const unsigned long long t0 = trace_now(c);
-    const bool ok = stage_pipe_chunk<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, ch * KCH, min(KCH, K - ch * KCH), nw, xs,
-                                                              ssp, sum);
+    const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, ch * KCH, min(KCH, K - ch * KCH), nw, xs,
+                                                          ssp, sum);
     mk_barrier();
     trace_stage_end(c, t0);
     return polled(ok, last);
@@ -659,7 +622,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
         // (later blocks' stagings poll too: they find every word written at once; the staging is
         // spelled out here, not `stage`, which made ptxas reorder batch 8's nan kernel)
         const unsigned long long t0 = trace_now(c);
-        const bool ok = stage_pipe_chunk<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
+        const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
         trace_stage_end(c, t0);
         if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;

@@ -23,8 +23,6 @@ constexpr int PIPE_NS = PIPE_SLOTS > 0 ? PIPE_SLOTS : 1;
 __device__ __forceinline__ unsigned char* pipe_page(int slot) { return mk_smem + OFF_PIPE + slot * PIPE_ROWS * PIPE_LD * 2; }
 __device__ __forceinline__ void* pipe_full(int slot) { return mk_smem + OFF_MBAR + 8 * slot; }
 __device__ __forceinline__ void* pipe_empty(int slot) { return mk_smem + OFF_MBAR + 8 * (PIPE_NS + slot); }
-// STAGE_BULK (gemv_mma.cuh stage_x_bulk): the staging's mbarrier, after the pages' (DevicePlan)
-__device__ __forceinline__ void* stage_bar() { return mk_smem + OFF_MBAR + 16 * PIPE_NS; }
 
 // A page that never fills or frees is a bug in mkc (both sides walk the same tasks), never a slow
 // producer elsewhere: after PIPE_TIMEOUT_NS the block raises the abort flag and traps, so the
@@ -71,7 +69,6 @@ __device__ void pipe_init() {
     mk_mbar_init(pipe_full(s), PIPE_LDGSTS ? (unsigned)WARP : 1u);
     mk_mbar_init(pipe_empty(s), (unsigned)NW);  // one arrival per consumer warp
   }
-  if constexpr (STAGE_BULK) mk_mbar_init(stage_bar(), 1u);  // the issuing lane's arrival (with the chunk's bytes)
   mk_mbar_init_fence();
 }
 

@@ -272,14 +272,6 @@ __device__ __forceinline__ void mk_bulk_copy(void* dst, const void* src, unsigne
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
                :: "r"(mk_smem_addr(dst)), "l"(src), "r"(bytes), "r"(mk_smem_addr(bar)), "l"(policy) : "memory");
 }
-// the same without an L2 policy (an activation other SMs wrote this step, read again by them)
-__device__ __forceinline__ void mk_bulk_copy(void* dst, const void* src, unsigned bytes, void* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               :: "r"(mk_smem_addr(dst)), "l"(src), "r"(bytes), "r"(mk_smem_addr(bar)) : "memory");
-}
-// this thread's generic-proxy accesses (and what it has observed of other threads') ordered with
-// its later async-proxy ones, in every state space (PTX ISA: fence.proxy.async)
-__device__ __forceinline__ void mk_fence_proxy_async() { asm volatile("fence.proxy.async;" ::: "memory"); }
 // [src, src + bytes) into L2 only (16-byte aligned, a multiple of 16): no shared memory, no
 // completion to wait for; a later read of the bytes finds them in L2 if they are still there.
 // With the stream's policy (evict-first), as the copy that reads them later, so that a weight
