@@ -348,6 +348,22 @@ on_h200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 88 ]; then
+  # forty-second session, CALL=87 shortened for the ~650 s left (run with CALL_S=330): ks_mma as of
+  # a820b5b (A's fragment as loaded, two MMA chains a page); its GPU test, then the rows alternated
+  # beside the peer; on an H200 #16's verdict if the time is there. Kernels: CALL=87's prebuild lines
+  T0=$(date +%s)
+  timeout 120 python3 -m pytest tests/test_gpu_megakernel.py -k k_split_on_tensor -m gpu -q -p no:cacheprovider \
+    --timeout=100 -rfE > "$OUT/tests-ksmma.log" 2>&1
+  echo "ks_mma tests rc=$?: $(tail -n 1 "$OUT/tests-ksmma.log" | cut -c1-200)"
+  ab_rows 120 "128@b1-atomic,b1-atomic-ksmma,b1-atomic,b1-atomic-ksmma;128@q8-b1-atomic,q8-b1-atomic-ksmma;128@b1-nan,b1-nan-ksmma" 80
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  if on_h200 && [ "$left" -gt 190 ]; then tokens_paired 170; fi
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 87 ]; then
   # forty-second session: batch 1's K-split consumers on tensor cores (CodegenOptions.ks_mma, the
   # -ksmma variants): its GPU test first (teacher-forced logits within the bound, two runs the same
