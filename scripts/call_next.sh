@@ -1,6 +1,14 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Forty-second session, summed up: CALL=84 ran on an H100 (BENCHMARKS.md, "Forty-second session"):
+# stage_bulk gave the same bits and lost at b8 (+4.2 %), b16 (+15 %), b32 (+2.4 %) and qwen3-8b b8
+# (+1.8 %); removed (CALL=84 to CALL=86 fail as written now). Built: CodegenOptions.ks_mma (batch 1's
+# K-split consumers on tensor cores, off), its GPU test and -ksmma variants. Every other start failed.
+# Next: CALL=88 (~330 s: the test, then b1 / qwen3-8b b1 / b1 nan against -ksmma beside the peer) or
+# CALL=87 (the same with more time, #16's verdict on an H200). Kernels: CALL=87's prebuild lines
+# (out/carry/cache.tgz, at eacb485's headers).
+#
 # Forty-first session, summed up: CALL=82 ran on an H100 (BENCHMARKS.md, "Forty-first session"):
 # fence.sc waits for the SM's bulk copies exactly as the release does, fence_sc lost 1.2 % at b1
 # and was removed (CALL=78 to CALL=83 fail as written now); mkc b1 0.9403 / 0.9399 ms beside the
