@@ -356,6 +356,17 @@ on_h200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 89 ]; then
+  # forty-second session, the last ~200 s of device time: CALL=88 without the peer, b1 nan and #16
+  T0=$(date +%s)
+  timeout 90 python3 -m pytest tests/test_gpu_megakernel.py -k k_split_on_tensor -m gpu -q -p no:cacheprovider \
+    --timeout=80 -rfE > "$OUT/tests-ksmma.log" 2>&1
+  echo "ks_mma tests rc=$?: $(tail -n 1 "$OUT/tests-ksmma.log" | cut -c1-200)"
+  ab_rows 100 "128@b1-atomic,b1-atomic-ksmma,b1-atomic,b1-atomic-ksmma;128@q8-b1-atomic,q8-b1-atomic-ksmma"
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 88 ]; then
   # forty-second session, CALL=87 shortened for the ~650 s left (run with CALL_S=330): ks_mma as of
   # a820b5b (A's fragment as loaded, two MMA chains a page); its GPU test, then the rows alternated
