@@ -335,7 +335,7 @@ __device__ __forceinline__ void pipe_rows_ks(const Ctx& c, int nr, const float* 
   for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS, ++g) {
     float v;  // lane 4r: row r's sum over the warp's columns (the others: what is not stored)
     if constexpr (KS_MMA) {
-      float d[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      float d[2][4] = {};  // (zeros)
       for (int sl = 0; sl < NSL; ++sl) {
         const unsigned n = c.pipe_n++;
         const int slot = (int)(n % PIPE_NS);
