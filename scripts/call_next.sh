@@ -356,6 +356,17 @@ on_h200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
 }
+if [ "${CALL:-1}" = 90 ]; then
+  # forty-second session, the last ~80 s: ks_mma's test on llama-3.2-1b atomic, then one pair of rows
+  T0=$(date +%s)
+  timeout 45 python3 -m pytest tests/test_gpu_megakernel.py -k "k_split_on_tensor and llama and atomic" -m gpu -q \
+    -p no:cacheprovider --timeout=40 -rfE > "$OUT/tests-ksmma.log" 2>&1
+  echo "ks_mma test rc=$?: $(tail -n 1 "$OUT/tests-ksmma.log" | cut -c1-200)"
+  ab_rows 40 "128@b1-atomic,b1-atomic-ksmma"
+  echo "seconds: $(($(date +%s) - T0))"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 89 ]; then
   # forty-second session, the last ~200 s of device time: CALL=88 without the peer, b1 nan and #16
   T0=$(date +%s)
