@@ -303,9 +303,6 @@ VARIANTS.update({f"{v}-quiet{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "pipe_qu
                  for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b2-atomic", "b4-atomic", "b8-atomic", "b8-nan", "b16-atomic",
                            "b32-atomic", "q8-b8-atomic", "b1-atomic-trace")
                  for n in (0, 1, 2, 3, 4)})
-# batch 1's K-split consumers on tensor cores (CodegenOptions.ks_mma)
-VARIANTS.update({f"{v}-ksmma": (*VARIANTS[v][:4], {**VARIANTS[v][4], "ks_mma": True})
-                 for v in ("b1-atomic", "b1-nan", "q8-b1-atomic", "b1-atomic-trace")})
 DEFAULT = ["b1-atomic", "b1-nan", "b8-atomic", "b32-atomic"]
 
 

@@ -110,13 +110,6 @@ def test_sources(trace: bool = False):
         for o in ({}, {"pipe_ldgsts": True}, *QUIET_OPTIONS):
             yield from kernels(f"test {m} b{b} {s} pipe_ldgsts {o}", tg, rr_schedule(tg, "h200", s), "h200",
                                CodegenOptions(**o), sampling=False)
-    # test_teacher_forced_logits_k_split_on_tensor_cores
-    from test_gpu_megakernel import KS_MMA_CASES
-
-    for m, s in KS_MMA_CASES:
-        tg = lower(shape_graph(m, 1, 128), get_target("h200"), **default_lower_kw(1, s))
-        yield from kernels(f"test {m} b1 {s} ks_mma", tg, rr_schedule(tg, "h200", s), "h200",
-                           CodegenOptions(ks_mma=True), sampling=False)
     # test_bf16_h_gives_the_same_logits_bit_for_bit
     from test_gpu_megakernel import H_BF16_CASES
 

@@ -458,30 +458,6 @@ def test_resid_early_on_every_path():
     assert generate(tg1, rr_schedule(tg1, "h200", "atomic"), "h200", CodegenOptions(resid_early=True))[1].const("RESID_PF") == 1
 
 
-def test_ks_mma_pads_the_pages_and_is_refused_without_batch_1s_k_split():
-    """CodegenOptions.ks_mma: KS_MMA in the kernel and rows of the FMA pipeline's pages 32 columns
-    apart beyond their 1024 (PIPE_LD), off by default (the default layout unchanged); refused by
-    name where there is no K-split consumer: the tensor-core path (batch 8), pipe_ksplit=0, the
-    A100 (no weight pipeline)."""
-    from mkc.errors import ScheduleError
-
-    tg = taskgraph("llama-3.2-1b", 1, 128)
-    sched = rr_schedule(tg, "h200", "atomic")
-    src0, cfg0, _ = generate(tg, sched, "h200")
-    src1, cfg1, _ = generate(tg, sched, "h200", CodegenOptions(ks_mma=True))
-    assert cfg0.const("KS_MMA") == 0 and cfg1.const("KS_MMA") == 1 and cfg1.const("PIPE_KSPLIT") == cfg0.const("PIPE_KSPLIT") > 0
-    assert cfg0.const("PIPE_LD") == cfg0.const("PIPE_COLS") == 1024 and cfg1.const("PIPE_LD") == 1056
-    assert "ks_mma_page<PCW>" in src1
-    tg8 = taskgraph("llama-3.2-1b", 8, 128)
-    with pytest.raises(ScheduleError, match="ks_mma.*tensor-core path"):
-        generate(tg8, rr_schedule(tg8, "h200", "atomic"), "h200", CodegenOptions(ks_mma=True))
-    with pytest.raises(ScheduleError, match="ks_mma.*pipe_ksplit=0"):
-        generate(tg, sched, "h200", CodegenOptions(ks_mma=True, pipe_ksplit=0))
-    tga = taskgraph("llama-3.2-1b", 1, 128, "a100")
-    with pytest.raises(ScheduleError, match="ks_mma.*without the pipeline"):
-        generate(tga, rr_schedule(tga, "a100", "atomic"), "a100", CodegenOptions(ks_mma=True))
-
-
 def test_bf16_h_needs_counters_and_the_tensor_cores():
     """lower(h_bf16=True): H_BF16 in the kernel (gate/up stores bf16, down stages it as it is);
     refused by name with NaN sentinels (a 16-bit value is no flag) and on the FMA path."""

@@ -189,28 +189,6 @@ def test_early_residual_compiles_cleanly(batch, sync, tmp_path):
     assert spills and max(spills) <= (16 if batch >= 32 else 0), res.log
 
 
-@pytest.mark.parametrize("sync", ["atomic", "nan"])
-def test_k_split_on_tensor_cores_compiles_cleanly(sync, tmp_path):
-    """CodegenOptions.ks_mma (off by default): batch 1's K-split consumers on tensor cores build
-    without a warning or a spill (the greedy kernels), and the SASS runs their dot products as HMMA."""
-    import subprocess
-
-    from mkc.codegen.render import CodegenOptions
-    from mkc.targets.nvidia.compiler import build_cubin
-
-    tg = taskgraph("llama-3.2-1b", 1, 1024, "h200")
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=False, ks_mma=True))
-    assert cfg.const("KS_MMA") == 1
-    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
-    assert res.warnings == [], res.log
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert spills and max(spills) == 0, res.log
-    cuobjdump = shutil.which("cuobjdump")
-    if cuobjdump:
-        sass = subprocess.run([cuobjdump, "-sass", str(res.cubin)], capture_output=True, text=True, check=True).stdout
-        assert "HMMA.16816.F32.BF16" in sass
-
-
 @pytest.mark.parametrize("batch,sync", [(1, "atomic"), (1, "nan"), (8, "atomic")])
 def test_pages_by_cp_async_compile_cleanly(batch, sync, tmp_path):
     """CodegenOptions.pipe_ldgsts (off by default): the weight pipeline's pages copied by the producer

@@ -150,27 +150,6 @@ def test_quiet_window_gives_the_same_bits(name, batch, sync):
     _two_kernels_same_bits(name, batch, sync, QUIET_OPTIONS, "PIPE_TAIL", (0, 2), seed=11)
 
 
-KS_MMA_CASES = [("llama-3.2-1b", "atomic"), ("llama-3.2-1b", "nan"), ("qwen3-0.6b", "atomic"), ("tiny-qwen2", "atomic")]
-
-
-@pytest.mark.parametrize("name,sync", KS_MMA_CASES)
-def test_teacher_forced_logits_k_split_on_tensor_cores(name, sync):
-    """CodegenOptions.ks_mma: batch 1's K-split consumers on tensor cores (other sums than the FMA
-    loop's, the input rounded to bf16) keep the teacher-forced logits within the bound, and two runs
-    give the same bits."""
-    import torch
-
-    from mkc.codegen.render import CodegenOptions
-
-    _teacher_forced(name, 1, sync, options=CodegenOptions(ks_mma=True))
-    hf = hf_models(name)
-    mk = megakernel(hf, 1, sync, options=CodegenOptions(ks_mma=True))
-    assert mk.cfg.const("KS_MMA") == 1 and mk.cfg.const("PIPE_KSPLIT") != 0
-    ids = torch.randint(0, hf.vocab, (1, 6), device="cuda", generator=torch.Generator(device="cuda").manual_seed(5))
-    runs = [torch.stack([mk(ids[:, t], t).clone() for t in range(ids.shape[1])]) for _ in range(2)]
-    assert torch.equal(runs[0], runs[1])
-
-
 # lower(h_bf16=True, attn_bf16=True): gate/up stores h and unsplit attention its output as bf16, and
 # down and o-proj stage them as they are; the tensor-core path rounds its inputs to bf16 when it
 # stages them anyway, so the logits must be the same bits (tiny-qwen2 b4: split attention, where

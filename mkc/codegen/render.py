@@ -399,22 +399,12 @@ class CodegenOptions:
     # epilogue items fit RESID_PF_MAX a thread. Measured on an H100 (twenty-fifth session): b1
     # -0.4 / -0.1 %, nan -0.5 %, b8 -0.2 %, b32 +1.1 / +0.4 %: within the spread, off
     resid_early: bool = False
-    # batch 1's K-split consumers (pipe_ksplit's kinds) on tensor cores: a warp's 128 columns of a
-    # page's 8 rows in 4 mma.sync m16n8k16, the two 16-column halves of each 32 in the MMA's two row
-    # blocks and the input (rounded to bf16, as the tensor-core batches stage it) in its first two
-    # columns (pipe.cuh pipe_rows_ks), instead of 32 FMAs and 32 bf16 conversions a lane: ~45
-    # instructions a warp a page where the FMA loop issues ~112 (thirty-sixth session: 605 cycles a
-    # page, 927 with copies landing, near the H200's HBM share of an SM), and no butterfly. The pages'
-    # rows get 64 bytes of padding (DevicePlan), so the 16-byte loads of two rows are conflict-free.
-    # Other sums than the FMA loop's (the MMA's order, the input in bf16): not the same bits; off
-    # until measured
-    ks_mma: bool = False
 
     def knobs(self) -> PlanKnobs:
         """The options that change the device plan."""
         return PlanKnobs(mma=self.mma, ring_stages=self.ring_stages, rows_per_warp=self.rows_per_warp,
                          loads_in_flight=self.loads_in_flight, attn_chunk=self.attn_chunk, pipe=self.pipe,
-                         pipe_pages=self.pipe_pages, pipe_cols=self.pipe_cols, ks_mma=self.ks_mma)
+                         pipe_pages=self.pipe_pages, pipe_cols=self.pipe_cols)
 
 
 @dataclass(frozen=True)
@@ -602,11 +592,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     part_bytes = next((n for name, _, n in plan.regions if name == "OFF_PART"), 0)
     ksplit = (ks_mask and plan.pipe_slots > 0 and not mma
               and part_bytes >= 4 * 2 * PIPE_KS_FLUSH * plan.pipe_rows * (NT // WARP))
-    if o.ks_mma and not (ksplit and for_target(target).capabilities(target).mma_bf16):
-        raise ScheduleError(f"CodegenOptions.ks_mma puts batch 1's K-split consumers on tensor cores: it needs the "
-                            f"weight pipeline's FMA path with pipe_ksplit kinds and a bf16 MMA; {target.name} at batch "
-                            f"{B} has the {'tensor-core' if mma else 'FMA'} path"
-                            f"{'' if plan.pipe_slots > 0 else ' without the pipeline'}, pipe_ksplit={ks_mask}")
     inflight = o.pipe_inflight if o.pipe_inflight is not None else PIPE_INFLIGHT
     pipe_consts = dict(PIPE_SLOTS=plan.pipe_slots, PIPE_ROWS=plan.pipe_rows, PIPE_COLS=plan.pipe_cols, PIPE_LD=plan.pipe_ld,
                        LEAN_COMB=int(o.lean_comb and plan.pipe_slots > 0 and not mma and ATT_SPLIT > 1
@@ -663,7 +648,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
         GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
-        ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), KS_MMA=int(o.ks_mma), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
+        ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
                                                                                B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), RANK_QUAD=int(o.rank_quad), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
         **pipe_consts,
         **T.ctl_layout(B, L), MAX_EOS=T.MAX_EOS, SAMPLE_SMEM=SAMPLE_SMEM,

@@ -48,9 +48,6 @@ PIPE_REGIONS = ("OFF_PIPE", "OFF_MBAR")
 # 1.149 -> 1.006 ms/token).
 PIPE_MMA_ROWS, PIPE_MMA_COLS, PIPE_MMA_UNIT, PIPE_MMA_PAD = 16, 1024, 512, 32
 PIPE_MMA_PAGES = 5
-# batch 1's pages on tensor cores (PlanKnobs.ks_mma): rows 64 bytes apart beyond their 2 KiB, so the
-# two rows of each 8-lane phase of a 16-byte shared load hit disjoint banks
-PIPE_KS_MMA_PAD = 32
 # the tensor-core path takes the pipeline by default up to this batch (measured at 8 and 32; past it
 # the staged input leaves too little room for pages)
 PIPE_MMA_MAX_BATCH = 32
@@ -72,9 +69,6 @@ class PlanKnobs:
     pipe_pages: int = 0
     # a page's columns, a multiple of PIPE_COLS (FMA path) or PIPE_MMA_UNIT (tensor cores); 0: the default
     pipe_cols: int = 0
-    # batch 1's K-split consumers on tensor cores (CodegenOptions.ks_mma): the FMA path's pages get
-    # PIPE_KS_MMA_PAD columns of padding a row
-    ks_mma: bool = False
 
 
 def sample_smem(batch: int, hists: int, nb: int) -> int:
@@ -287,7 +281,7 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
         pld = pcols + PIPE_MMA_PAD
     else:
         prows, pcols = PIPE_ROWS, o.pipe_cols or PIPE_COLS
-        pld = pcols + (PIPE_KS_MMA_PAD if o.ks_mma else 0)
+        pld = pcols
     page = prows * pld * 2
     if mma:
         # The input is staged as bf16 [B][XST] with XST = KCB + 32: a row is 64 bytes off 128, so the

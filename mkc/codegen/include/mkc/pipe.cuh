@@ -242,7 +242,7 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
       pipe_wait(c, n);
       if (mine) {
         const int kw = min(PIPE_COLS, K - sl * PIPE_COLS);
-        const uint4* wp = reinterpret_cast<const uint4*>(pipe_page(slot) + w * PIPE_LD * 2);
+        const uint4* wp = reinterpret_cast<const uint4*>(pipe_page(slot) + w * PIPE_COLS * 2);
         if constexpr (PL) {
           static_assert(K % 8 == 0 && PIPE_COLS % 8 == 0, "two planes of whole 8-column words");
           const float4* xa = reinterpret_cast<const float4*>(xs + sl * PIPE_COLS / 2);
@@ -263,22 +263,6 @@ __device__ __forceinline__ void pipe_rows(const Ctx& c, int nr, const float* xs,
   }
 }
 
-// pipe_rows_ks's flush: every PIPE_KS_FLUSH row groups (and at the block's end) a block barrier,
-// then row group g's warp partials in pb summed over the warps in a fixed order into out
-__device__ __forceinline__ void ks_flush(int g, int r0, int nr, const float* pb, float* out) {
-  if (g % PIPE_KS_FLUSH == PIPE_KS_FLUSH - 1 || r0 + PIPE_ROWS >= nr) {
-    mk_barrier();
-    const int rb = (g / PIPE_KS_FLUSH) * PIPE_KS_FLUSH * PIPE_ROWS, re = min(nr, r0 + PIPE_ROWS);
-    for (int j = rb + mk_tid(); j < re; j += NT) {
-      const float* pj = pb + (j - rb) * NW;
-      float s = 0.f;
-#pragma unroll
-      for (int u = 0; u < NW; ++u) s += pj[u];
-      out[j] = s;
-    }
-  }
-}
-
 // K-split consumers (PIPE_KSPLIT): warp w takes columns [w * PCW, (w + 1) * PCW) of every row of
 // every page, lane l four of them. A lane's float4 of inputs is read once per page and used for the
 // page's 8 rows (each input word is read once per page instead of once per row: about 290
@@ -289,103 +273,64 @@ __device__ __forceinline__ void ks_flush(int g, int r0, int nr, const float* pb,
 // warps in a fixed order into out (double buffered: the next flush's writes come after the next
 // barrier, which every thread reaches only after its sums). The staged input is in the plain
 // layout.
-// KS_MMA (CodegenOptions.ks_mma): the same columns per warp on tensor cores, 32 at a time in one
-// mma.sync m16n8k16 (ks_mma_page); lane 4r then holds row r's sum over the warp's columns, so no
-// butterfly; the flush is the same.
-//
-// ks_mma_page: one page's dots on tensor cores (a bulk-copy target has the bf16 MMA) into d. For
-// each 32 of the warp's PCW columns, lane (group g, quad q) loads columns cw..cw+7 (cw = the 32's
-// start + 8q) of page row g as one 16-byte word, whose four words are the MMA's A fragment as they
-// lie (no moves): columns cw, cw+1 and cw+4, cw+5 go to A's row g, cw+2, cw+3 and cw+6, cw+7 to row
-// g + 8 (a dot product does not care about k order, only that A and B agree). B's column 0 holds the
-// input at row g's columns, column 1 at row g + 8's (lanes of groups 0 and 1: two float2 of the
-// input at cw + 2g and cw + 4 + 2g, rounded to bf16), the rest 0. So D[g][0] + D[g + 8][1] (lane
-// 4g's c0 + c3) is row g's dot product over the 32 columns. Even and odd 32s go to two sets of
-// accumulators (two MMA chains), which carry them across a row group's pages. Columns past kw (a
-// short last page) give zeros in A and B; rows past the block's hold a stale page's bytes and only
-// ever reach their own accumulators.
-template <int PCW>
-__device__ __forceinline__ void ks_mma_page(const unsigned char* pg, const float* xsl, int kw, float (&d)[2][4]) {
-  const int lane = lane_id(), g = mk_mma_group(lane), q = mk_mma_quad(lane);
-  const unsigned char* row = pg + g * PIPE_LD * 2;
-#pragma unroll
-  for (int j = 0; j < PCW / 32; ++j) {
-    const int cw = warp_id() * PCW + 32 * j + 8 * q;
-    const bool ok = cw < kw;  // (K % 8 == 0: a lane's 8 columns are all in or all out)
-    const uint4 a = ok ? mk_ld_shared16(row + cw * 2) : make_uint4(0u, 0u, 0u, 0u);
-    unsigned b0 = 0u, b1 = 0u;
-    if (ok && g < 2) {
-      const float2 x0 = *reinterpret_cast<const float2*>(xsl + cw + 2 * g);
-      const float2 x1 = *reinterpret_cast<const float2*>(xsl + cw + 4 + 2 * g);
-      b0 = mk_pack_bf16x2(x0.x, x0.y);
-      b1 = mk_pack_bf16x2(x1.x, x1.y);
-    }
-    mk_mma_16816(d[j & 1], a.x, a.y, a.z, a.w, b0, b1);
-  }
-}
 template <int K>
 __device__ __forceinline__ void pipe_rows_ks(const Ctx& c, int nr, const float* xs, float* out, float* part) {
   constexpr int PCW = PIPE_COLS / NW;  // columns per warp of a page
   static_assert(PIPE_ROWS == 8 && PCW == 4 * WARP && K % 4 == 0, "8-row pages, 4 columns per lane");
-  static_assert(!KS_MMA || (K % 8 == 0 && PIPE_LD % 8 == 0), "KS_MMA: 16-byte words of the rows and the input");
   constexpr int NSL = (K + PIPE_COLS - 1) / PIPE_COLS;
   const int lane = lane_id(), w = warp_id();
   const int col = w * PCW + 4 * lane;
   int g = 0;
   for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS, ++g) {
-    float v;  // lane 4r: row r's sum over the warp's columns (the others: what is not stored)
-    if constexpr (KS_MMA) {
-      float d[2][4] = {};  // (zeros)
-      for (int sl = 0; sl < NSL; ++sl) {
-        const unsigned n = c.pipe_n++;
-        const int slot = (int)(n % PIPE_NS);
-        pipe_wait(c, n);
-        ks_mma_page<PCW>(pipe_page(slot), xs + sl * PIPE_COLS, min(PIPE_COLS, K - sl * PIPE_COLS), d);
-        mk_syncwarp();
-        if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
-      }
-      v = (d[0][0] + d[0][3]) + (d[1][0] + d[1][3]);
-    } else {
-      float acc[PIPE_ROWS];
+    float acc[PIPE_ROWS];
 #pragma unroll
-      for (int r = 0; r < PIPE_ROWS; ++r) acc[r] = 0.f;
-      for (int sl = 0; sl < NSL; ++sl) {
-        const unsigned n = c.pipe_n++;
-        const int slot = (int)(n % PIPE_NS);
-        pipe_wait(c, n);
-        if (col < min(PIPE_COLS, K - sl * PIPE_COLS)) {
-          const float4 xv = *reinterpret_cast<const float4*>(xs + sl * PIPE_COLS + col);
-          const unsigned char* pg = pipe_page(slot) + col * 2;
-          // all 8 rows' loads at once, with no branch between them: the rows past `rows` hold a stale
-          // page's bytes, summed into accumulators that are never stored (the butterfly below adds
-          // only the same row's values)
-          uint2 wv[PIPE_ROWS];
+    for (int r = 0; r < PIPE_ROWS; ++r) acc[r] = 0.f;
+    for (int sl = 0; sl < NSL; ++sl) {
+      const unsigned n = c.pipe_n++;
+      const int slot = (int)(n % PIPE_NS);
+      pipe_wait(c, n);
+      if (col < min(PIPE_COLS, K - sl * PIPE_COLS)) {
+        const float4 xv = *reinterpret_cast<const float4*>(xs + sl * PIPE_COLS + col);
+        const unsigned char* pg = pipe_page(slot) + col * 2;
+        // all 8 rows' loads at once, with no branch between them: the rows past `rows` hold a stale
+        // page's bytes, summed into accumulators that are never stored (the butterfly below adds
+        // only the same row's values)
+        uint2 wv[PIPE_ROWS];
 #pragma unroll
-          for (int r = 0; r < PIPE_ROWS; ++r) wv[r] = *reinterpret_cast<const uint2*>(pg + r * PIPE_LD * 2);
+        for (int r = 0; r < PIPE_ROWS; ++r) wv[r] = *reinterpret_cast<const uint2*>(pg + r * PIPE_LD * 2);
 #pragma unroll
-          for (int r = 0; r < PIPE_ROWS; ++r) {
-            acc[r] = fmaf(mk_lo_bf16(wv[r].x), xv.x, acc[r]); acc[r] = fmaf(mk_hi_bf16(wv[r].x), xv.y, acc[r]);
-            acc[r] = fmaf(mk_lo_bf16(wv[r].y), xv.z, acc[r]); acc[r] = fmaf(mk_hi_bf16(wv[r].y), xv.w, acc[r]);
-          }
+        for (int r = 0; r < PIPE_ROWS; ++r) {
+          acc[r] = fmaf(mk_lo_bf16(wv[r].x), xv.x, acc[r]); acc[r] = fmaf(mk_hi_bf16(wv[r].x), xv.y, acc[r]);
+          acc[r] = fmaf(mk_lo_bf16(wv[r].y), xv.z, acc[r]); acc[r] = fmaf(mk_hi_bf16(wv[r].y), xv.w, acc[r]);
         }
-        mk_syncwarp();
-        if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
       }
-      // transposing butterfly: after the exchanges over lane bits 4, 3, 2 a lane holds one row
-      // ((lane >> 2) & 7), then bits 1 and 0 add the four lanes that hold it
-      float a4[4], a2[2];
-      const bool h16 = lane & 16, h8 = lane & 8, h4 = lane & 4;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a4[i] = (h16 ? acc[i + 4] : acc[i]) + mk_shfl_xor(h16 ? acc[i] : acc[i + 4], 16);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) a2[i] = (h8 ? a4[i + 2] : a4[i]) + mk_shfl_xor(h8 ? a4[i] : a4[i + 2], 8);
-      v = (h4 ? a2[1] : a2[0]) + mk_shfl_xor(h4 ? a2[0] : a2[1], 4);
-      v += mk_shfl_xor(v, 2);
-      v += mk_shfl_xor(v, 1);
+      mk_syncwarp();
+      if (lane == 0) mk_mbar_arrive(pipe_empty(slot));
     }
+    // transposing butterfly: after the exchanges over lane bits 4, 3, 2 a lane holds one row
+    // ((lane >> 2) & 7), then bits 1 and 0 add the four lanes that hold it
+    float a4[4], a2[2];
+    const bool h16 = lane & 16, h8 = lane & 8, h4 = lane & 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a4[i] = (h16 ? acc[i + 4] : acc[i]) + mk_shfl_xor(h16 ? acc[i] : acc[i + 4], 16);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) a2[i] = (h8 ? a4[i + 2] : a4[i]) + mk_shfl_xor(h8 ? a4[i] : a4[i + 2], 8);
+    float v = (h4 ? a2[1] : a2[0]) + mk_shfl_xor(h4 ? a2[0] : a2[1], 4);
+    v += mk_shfl_xor(v, 2);
+    v += mk_shfl_xor(v, 1);
     float* pb = part + ((g / PIPE_KS_FLUSH) & 1) * (PIPE_KS_FLUSH * PIPE_ROWS * NW);
     if ((lane & 3) == 0) pb[((g % PIPE_KS_FLUSH) * PIPE_ROWS + (lane >> 2)) * NW + w] = v;
-    ks_flush(g, r0, nr, pb, out);
+    if (g % PIPE_KS_FLUSH == PIPE_KS_FLUSH - 1 || r0 + PIPE_ROWS >= nr) {
+      mk_barrier();
+      const int rb = (g / PIPE_KS_FLUSH) * PIPE_KS_FLUSH * PIPE_ROWS, re = min(nr, r0 + PIPE_ROWS);
+      for (int j = rb + mk_tid(); j < re; j += NT) {
+        const float* pj = pb + (j - rb) * NW;
+        float s = 0.f;
+#pragma unroll
+        for (int u = 0; u < NW; ++u) s += pj[u];
+        out[j] = s;
+      }
+    }
   }
 }
 #endif
