@@ -366,6 +366,19 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 91 ]; then
+  # the forty-third session's first call: CALL=76's shape on today's headers. On an H200 #16's verdict
+  # first (tokens_paired), then #13's rows beside the peer (b1 from 0 for 128 and for 1,024 steps,
+  # nan, b8, b32, qwen3-8b b1 and b8) and `mkc bench` b1. Kernels: prebuild.py --tokens-bench
+  # --variants b1-atomic --variant-max-seq 1024; --variants b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,
+  # b32-atomic,q8-b8-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024.
+  T0=$(date +%s)
+  on_h200 && tokens_paired 200
+  ab_rows 100 "128@b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b32-atomic,q8-b8-atomic,b1-atomic;1024@b1-atomic" 90
+  bench_b1_if_time
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 76 ]; then
   # the thirty-ninth session's first call (written at the thirty-eighth's end): on an H200 #16's verdict
   # first (tokens_paired: the default over greedy, every sampling step, paired), then #13's rows beside
