@@ -366,6 +366,20 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 92 ]; then
+  # forty-third session (#13, batch 32 and 8): where a layer's time goes on today's kernels. The
+  # layers' marks and chain (trace_marks.py --greedy) of llama-3.2-1b b32 and b8, and a full per-task
+  # trace of b32 (mkc run --trace). Kernels: mkc compile llama-3.2-1b --batch 32 (and 8) --max-seq-len
+  # 1024 --out .builds/llama-b32 (-b8); prebuild.py --build-dirs .builds/llama-b32 .builds/llama-b8
+  # --trace (out/carry/builds.tgz, out/carry/cache.tgz).
+  for d in b32 b8; do
+    timeout 90 python3 scripts/trace_marks.py .builds/llama-$d --greedy --specs '{}' > "$OUT/marks-$d.log" 2>&1
+    echo "marks $d rc=$?"; grep -v "^\[" "$OUT/marks-$d.log" | tail -n 40
+  done
+  MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 MKC_TRACE="llama-b32" MKC_TRACE_S=80 OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 91 ]; then
   # the forty-third session's first call: CALL=76's shape on today's headers. On an H200 #16's verdict
   # first (tokens_paired), then #13's rows beside the peer (b1 from 0 for 128 and for 1,024 steps,
