@@ -366,6 +366,17 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 93 ]; then
+  # forty-third session (#13): CALL=92's trace has batch 32's layer at 99.6 us against ~39 us of
+  # weights (H100): qkv, o-proj and down are bound by their input staging and dot products while HBM
+  # idles (qkv's weights all sit in the ring before it starts). The L2 prefetcher (l2_ahead, last
+  # measured at batch 32 with 11 copies in flight) could stream the next tasks' pages meanwhile.
+  # Kernels: prebuild.py --variants b32-atomic-l2a4,b32-atomic-l2a8,b32-atomic-l2a16,b32-atomic-l2a32,
+  # b8-atomic-l2a8,b8-atomic-l2a16,q8-b8-atomic-l2a8 --variant-max-seq 1024 (and CALL=91's).
+  ab_rows 240 "128@b32-atomic,b32-atomic-l2a4,b32-atomic-l2a8,b32-atomic-l2a16,b32-atomic-l2a32,b32-atomic,b32-atomic-l2a8;128@b8-atomic,b8-atomic-l2a8,b8-atomic-l2a16,b8-atomic;128@q8-b8-atomic,q8-b8-atomic-l2a8"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 92 ]; then
   # forty-third session (#13, batch 32 and 8): where a layer's time goes on today's kernels. The
   # layers' marks and chain (trace_marks.py --greedy) of llama-3.2-1b b32 and b8, and a full per-task
