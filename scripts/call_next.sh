@@ -366,6 +366,19 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 94 ]; then
+  # forty-third session (#13): lower(xn_bf16=True), the residual stream's producers writing its normed
+  # bf16 copies and sums of squares by 8 columns so that qkv, gate/up and the LM head stage half the
+  # bytes and no norm (CALL=92's trace: at batch 32 qkv's and gate/up's stagings took 8.3 and 9.5 us
+  # of each layer's 99.6). Its GPU tests first (the bound on 4 cases, the same bits run to run), then
+  # the rows alternated. Kernels: prebuild.py --tests --only xn_bf16; --variants b32-atomic-xn,
+  # b8-atomic-xn,q8-b8-atomic-xn,b16-atomic,b16-atomic-xn --variant-max-seq 1024 (and CALL=91's).
+  MKC_TESTS="tests/test_gpu_megakernel.py -k normed_bf16" MKC_TEST_S=200 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 \
+    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 200 "128@b32-atomic,b32-atomic-xn,b32-atomic,b32-atomic-xn;128@b8-atomic,b8-atomic-xn,b8-atomic,b8-atomic-xn;128@b16-atomic,b16-atomic-xn;128@q8-b8-atomic,q8-b8-atomic-xn"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 93 ]; then
   # forty-third session (#13): CALL=92's trace has batch 32's layer at 99.6 us against ~39 us of
   # weights (H100): qkv, o-proj and down are bound by their input staging and dot products while HBM

@@ -168,6 +168,12 @@ VARIANTS.update({f"{v}-bf16both": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_bf
                  for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-f32acts": (*VARIANTS[v][:4], {**VARIANTS[v][4], "attn_bf16": False, "h_bf16": False})
                  for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+# the residual stream's producers write its normed bf16 copies for qkv, gate/up and the LM head to
+# stage as they are (lower(xn_bf16=True), forty-third session), and not
+VARIANTS.update({f"{v}-xn": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xn_bf16": True})
+                 for v in ("b2-atomic", "b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic") if v in VARIANTS})
+VARIANTS.update({f"{v}-noxn": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xn_bf16": False})
+                 for v in ("b2-atomic", "b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic") if v in VARIANTS})
 # held accumulators for two tiles at batch 32 (CodegenOptions.mma_hold_floats=32: its qkv tasks)
 VARIANTS.update({f"{v}-hold32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold_floats": 32})
                  for v in ("b16-atomic", "b32-atomic")})
@@ -351,7 +357,7 @@ def variant_plan(variant: str, max_seq: int):
     from mkc.target import get_target
     from mkc.taskgraph import lower
 
-    from mkc.taskgraph.lower import attn_bf16_pays, h_bf16_pays, qkv_cross_pays
+    from mkc.taskgraph.lower import attn_bf16_pays, h_bf16_pays, qkv_cross_pays, xn_bf16_pays
 
     opts = dict(opts)
     crowd = opts.pop("crowd", 0)  # the schedule's, below
@@ -362,7 +368,8 @@ def variant_plan(variant: str, max_seq: int):
                attn_split=opts.pop("attn_split", None), down_split=opts.pop("down_split", None),
                argmax_tasks=opts.pop("argmax_tasks", None), attn_split_pos=opts.pop("attn_split_pos", None),
                h_bf16=opts.pop("h_bf16", h_bf16_pays(batch, sync, get_target("h200"))),
-               attn_bf16=opts.pop("attn_bf16", attn_bf16_pays(batch, sync, get_target("h200"))))
+               attn_bf16=opts.pop("attn_bf16", attn_bf16_pays(batch, sync, get_target("h200"))),
+               xn_bf16=opts.pop("xn_bf16", xn_bf16_pays(batch, sync, get_target("h200"))))
     # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
     # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
     cache = os.environ.get("MKC_SCHED_CACHE")

@@ -119,6 +119,15 @@ def test_sources(trace: bool = False):
             tg = lower(shape_graph(m, b, 128), get_target("h200"), **kw)
             yield from kernels(f"test {m} b{b} atomic h_bf16 {kw} {opts}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                                CodegenOptions(**opts), sampling=False)
+    # test_teacher_forced_logits_normed_bf16_inputs and test_normed_bf16_inputs_give_the_same_bits_run_to_run
+    from test_gpu_megakernel import XN_CASES
+
+    for m, b, opts in XN_CASES + [("llama-3.2-1b", 32, {"xn": False})]:
+        opts = dict(opts)
+        kw = default_lower_kw(b, "atomic", {"xn_bf16": opts.pop("xn", True)})
+        tg = lower(shape_graph(m, b, 128), get_target("h200"), **kw)
+        yield from kernels(f"test {m} b{b} atomic xn_bf16={kw['xn_bf16']} {opts}", tg, rr_schedule(tg, "h200", "atomic"),
+                           "h200", CodegenOptions(**opts), sampling=False)
     # test_walk_draws_the_exact_paths_token_on_a_full_vocabulary; the rejection rounds' cases of
     # test_sampling_matches_the_numpy_reference_draw_for_draw and
     # test_candidate_path_on_a_full_vocabulary_matches_the_numpy_reference

@@ -87,13 +87,15 @@ def schedule_for(tg, sync: str, method: str | None = None):
 
 def default_lower_kw(batch: int, sync: str, lower_kw: dict | None = None) -> dict:
     """``lower_kw`` over the activations' dtypes ``mkc compile`` picks for the H200 at ``batch`` and
-    ``sync`` (bf16 h and attention output where they pay; f32 h with a split down-proj)."""
+    ``sync`` (bf16 h and attention output, and the normed bf16 copies of the residual stream, where
+    they pay; neither h nor the copies with a split down-proj)."""
     from mkc.target import get_target
-    from mkc.taskgraph.lower import attn_bf16_pays, h_bf16_pays
+    from mkc.taskgraph.lower import attn_bf16_pays, h_bf16_pays, xn_bf16_pays
 
     kw, target = dict(lower_kw or {}), get_target("h200")
     return {"h_bf16": h_bf16_pays(batch, sync, target) and kw.get("down_split", 1) == 1,
-            "attn_bf16": attn_bf16_pays(batch, sync, target), **kw}
+            "attn_bf16": attn_bf16_pays(batch, sync, target),
+            "xn_bf16": xn_bf16_pays(batch, sync, target) and kw.get("down_split", 1) == 1, **kw}
 
 
 def megakernel(hf: HF, batch: int, sync: str, lower_kw: dict | None = None, **kw):

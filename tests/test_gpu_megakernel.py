@@ -177,6 +177,39 @@ def test_bf16_h_gives_the_same_logits_bit_for_bit(name, batch, opts):
         assert torch.equal(logits[0], logits[k]), f"{(logits[0] != logits[k]).sum().item()} logits differ ({k})"
 
 
+# lower(xn_bf16=True): the residual stream's producers (embed, o-proj, down) also write bf16(x * w_norm)
+# and x's sums of squares by 8 columns; qkv, gate/up and the LM head stage that copy as it is and
+# take 1/rms from the sums. The bf16 values are those the staging computed, but the sums of squares
+# add in another order, so the bound, not the same bits (qwen3-0.6b: 8-row tiles; tiny-qwen2 b4: the
+# cp.async ring and qkv biases)
+XN_CASES = [("llama-3.2-1b", 32, {}), ("llama-3.2-1b", 8, {}), ("qwen3-0.6b", 8, {}), ("tiny-qwen2", 4, {"pipe": False})]
+
+
+@pytest.mark.parametrize("name,batch,opts", XN_CASES)
+def test_teacher_forced_logits_normed_bf16_inputs(name, batch, opts):
+    from mkc.codegen.render import CodegenOptions
+
+    _teacher_forced(name, batch, "atomic", lower_kw={"xn_bf16": True}, options=CodegenOptions(**opts))
+
+
+def test_normed_bf16_inputs_give_the_same_bits_run_to_run():
+    """lower(xn_bf16=True) at batch 32: its kernel's logits the same bits in two runs, and within a
+    bf16 rounding's reach of the kernel without the copies."""
+    import torch
+
+    hf = hf_models("llama-3.2-1b")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    ids = torch.randint(0, hf.vocab, (32, 6), device="cuda", generator=g)
+    runs = []
+    for kw in ({"xn_bf16": True}, {"xn_bf16": True}, {"xn_bf16": False}):
+        mk = megakernel(hf, 32, "atomic", lower_kw=kw)
+        assert mk.cfg.const("XN_BF16") == int(kw["xn_bf16"])
+        runs.append(torch.stack([mk(ids[:, t], t).clone() for t in range(ids.shape[1])]))
+        del mk
+    assert torch.equal(runs[0], runs[1]), f"{(runs[0] != runs[1]).sum().item()} logits differ run to run"
+    assert rel(runs[0], runs[2]) < 2e-2
+
+
 def _teacher_forced(name, batch, sync, lower_kw=None, options=None):
     import torch
 

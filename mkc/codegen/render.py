@@ -566,7 +566,10 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # (lower(attn_bf16=True): the same for attention's output, o-proj's input)
     h_bf16 = any(b.name == names.h_act(0) and b.dtype == "bf16" for b in tg.buffers)
     attn_bf16 = any(b.name == names.attn_act(0) and b.dtype == "bf16" for b in tg.buffers)
-    for on, what, flag in ((h_bf16, "h (gate/up's output)", "h_bf16"), (attn_bf16, "attention's output", "attn_bf16")):
+    # (lower(xn_bf16=True): the residual stream's normed bf16 copies, staged by qkv, gate/up, LM head)
+    xn_bf16 = any(b.name == names.xn_of("x0") for b in tg.buffers)
+    for on, what, flag in ((h_bf16, "h (gate/up's output)", "h_bf16"), (attn_bf16, "attention's output", "attn_bf16"),
+                           (xn_bf16, "normed copies of the residual stream", "xn_bf16")):
         if on and (not mma or sched.sync == "nan"):
             raise ScheduleError(f"the task graph keeps {what} in bf16, which needs atomic counters and the tensor-core "
                                 f"GEMV; this build has {sched.sync} sync and the {'tensor-core' if mma else 'FMA'} path: "
@@ -657,7 +660,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         AMAX_ROWS=amax_rows, LM_ROWS_AT_ONCE=int(o.lm_rows_at_once),
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
-        EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16),
+        EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16), XN_BF16=int(xn_bf16),
+        XN_GROUP=names.XN_GROUP,
         RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),

@@ -65,7 +65,7 @@ def _no_gc():
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
           qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None,
           argmax_tasks: int | None = None, attn_split_pos: int | None = None, h_bf16: bool = False,
-          attn_bf16: bool = False) -> TaskGraph:
+          attn_bf16: bool = False, xn_bf16: bool = False) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
@@ -86,7 +86,12 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     mode is not known here; ``mkc compile`` asks ``h_bf16_pays(batch, sync, target)``;
     ``attn_bf16``: the same for attention's output (o-proj's input) where attention is not split
     (o-proj then stages it as it is; with splits it does nothing); ``mkc compile`` asks
-    ``attn_bf16_pays``.
+    ``attn_bf16_pays``;
+    ``xn_bf16``: the residual stream's producers (embed, o-proj, down) also write each output as
+    bf16(x * w_norm) and its sums of squares by 8 columns (names.xn_of, names.xss_of), and qkv,
+    gate/up and the LM head stage that bf16 copy as it is and take 1/rms from the sums: half the L2
+    bytes of their staging and no norm in it. Atomic counters and the tensor-core path only, as
+    ``h_bf16``; ``mkc compile`` asks ``xn_bf16_pays``.
     """
     if isinstance(target, str):
         target = get_target(target)
@@ -105,9 +110,13 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
                          f"(down_split 1, not {down_split})")
     if attn_bf16 and graph.batch < 2:
         raise ValueError(f"attn_bf16 needs the tensor-core GEMV (batch >= 2, not {graph.batch})")
+    if xn_bf16 and (graph.batch < 2 or down_split != 1 or graph.model.hidden % names.XN_GROUP):
+        raise ValueError(f"xn_bf16 needs the tensor-core GEMV (batch >= 2, not {graph.batch}), an unsplit down-proj "
+                         f"(down_split 1, not {down_split}) and a hidden size that is a multiple of {names.XN_GROUP} "
+                         f"(not {graph.model.hidden})")
     with _no_gc():
         return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks, attn_split_pos,
-                      bool(h_bf16), bool(attn_bf16))
+                      bool(h_bf16), bool(attn_bf16), bool(xn_bf16))
 
 
 def _bf16_acts_default(batch: int, sync: str | None, target: Target) -> bool:
@@ -138,6 +147,15 @@ def attn_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
 
 
 ATTN_BF16_PAYS = True  # set by measurement (attn_bf16_pays; the same sessions)
+
+
+def xn_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
+    """Whether a build has the residual stream's producers write the normed bf16 copies
+    (``lower(xn_bf16=...)``), as ``h_bf16_pays`` with ``XN_BF16_PAYS``."""
+    return XN_BF16_PAYS and _bf16_acts_default(batch, sync, target)
+
+
+XN_BF16_PAYS = False  # set by measurement (xn_bf16_pays; BENCHMARKS.md, forty-third session)
 
 
 def attn_split_pos_pays(batch: int) -> int:
@@ -181,7 +199,7 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
            attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1,
-           attn_split_pos: int = 0, h_bf16: bool = False, attn_bf16: bool = False) -> TaskGraph:
+           attn_split_pos: int = 0, h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -192,9 +210,9 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     check_down_split(down_split, graph.batch, graph.model.intermediate)
     attn_bf16 = attn_bf16 and split == 1  # (split attention's partial outputs stay f32: o-proj combines them)
     argmax_rows(graph.batch, argmax_tasks)  # a ValueError for a count outside 1..batch
-    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks)
+    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks, xn_bf16)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
-    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16, attn_bf16)
+    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16, attn_bf16, xn_bf16)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
     events, waits, signals = build_events(drafts, {b.name: b for b in buffers})
     tasks = tuple(
@@ -228,7 +246,7 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
 
 
 def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1, down_split: int = 1,
-                 h_bf16: bool = False, attn_bf16: bool = False) -> list[Buffer]:
+                 h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False) -> list[Buffer]:
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
     nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
@@ -240,6 +258,13 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1,
     ]
     bufs += [Buffer(t.name, t.shape, t.dtype, "weight") for t in graph.params()]
     bufs.append(Buffer("x0", (B, H), "f32", "act", polled=True))
+
+    def companions(act: str) -> None:  # xn_bf16: the normed bf16 copy and the sums of squares (never polled)
+        if xn_bf16:
+            bufs.append(Buffer(names.xn_of(act), (B, H), "bf16", "act", polled=False))
+            bufs.append(Buffer(names.xss_of(act), (B, H // names.XN_GROUP), "f32", "act", polled=False))
+
+    companions("x0")
     for i in range(info.n_layers):
         for nm, n in (("q", nh * hd), ("attn", nh * hd), ("xa", H), ("h", I), ("xm", H)):
             if nm == "attn" and split > 1:  # split attention: partial outputs and their log-sum-exp
@@ -249,6 +274,8 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1,
             # (a bf16 activation is never polled: NaN-sentinel mode, which polls, keeps them f32)
             bf16 = (nm == "h" and h_bf16) or (nm == "attn" and attn_bf16)
             bufs.append(Buffer(f"{nm}.{i}", (B, n), "bf16" if bf16 else "f32", "act", polled=not bf16))
+            if nm in ("xa", "xm"):
+                companions(f"{nm}.{i}")
         if down_split > 1:  # split-K down's running sums, chunk by chunk
             bufs.append(Buffer(names.down_partial(i), (down_split - 1, B, H), "f32", "act", polled=True))
         if info.qk_norm:  # raw keys: attention norms and rotates them into the cache
@@ -281,7 +308,7 @@ def cost(drafts: list[Draft], bufs: dict[str, Buffer], batch: int, context: int,
             n = r.size()
             if buf.role == "cache":
                 n = n // (r.box[2][1] - r.box[2][0]) * -(-context // split)
-            elif d.kind == "embed" and buf.role == "weight":
+            elif d.kind == "embed" and r.buffer == names.EMBED:
                 n = batch * (r.box[1][1] - r.box[1][0])
             total += n * DTYPE_BYTES[buf.dtype]
         total += sum(r.size() * DTYPE_BYTES[bufs[r.buffer].dtype] for r in d.writes if r.buffer != names.LM_CAND)
@@ -307,7 +334,7 @@ class _Lowering:
     """What every ``lower_<kind>`` needs: the model's sizes, the target's workers, the drafts so far."""
 
     def __init__(self, graph: Graph, spec: ModelSpec, target: Target, context: int, S: int, qkv_cross: bool,
-                 down_split: int = 1):
+                 down_split: int = 1, xn_bf16: bool = False):
         info = graph.model
         self.graph, self.spec, self.info, self.context, self.S = graph, spec, info, context, S
         self.B, self.H, self.I, self.V, self.L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
@@ -317,6 +344,7 @@ class _Lowering:
         self.drafts: list[Draft] = []
         self.qkv_cross = qkv_cross  # qkv tiles may cross a head boundary (tiling.qkv_tiles)
         self.down_split = down_split  # split-K down over chunks of h (lower_downk)
+        self.xn = xn_bf16  # the residual stream's normed bf16 companions (names.xn_of)
         self._index: dict[tuple[int, str], int] = {}
 
     def add(self, kind: str, layer: int, args, reads, writes, flops, k: int | None = None) -> None:
@@ -337,6 +365,28 @@ class _Lowering:
     def cols(self, buf, c0, c1):
         return Region(buf, _box((0, self.B), (c0, c1)))
 
+    def normed_in(self, act: str, norm: str) -> list[Region]:
+        """What a GEMV that normalises residual-stream activation ``act`` with weight ``norm`` reads:
+        the activation and the norm's weights, or with xn_bf16 the activation's two companions."""
+        if self.xn:
+            G = names.XN_GROUP
+            return [self.full(names.xn_of(act), self.B, self.H), self.full(names.xss_of(act), self.B, self.H // G)]
+        return [self.full(act, self.B, self.H), Region(norm, _box((0, self.H)))]
+
+    def normed_out(self, act: str, norm: str, c0: int, c1: int) -> tuple[list[Region], list[Region]]:
+        """(reads, writes) a producer of columns [c0, c1) of ``act`` adds for its companions: the
+        norm's weights over those columns; the bf16 copy and the sums of their 8-column groups."""
+        if not self.xn:
+            return [], []
+        G = names.XN_GROUP
+        assert c0 % G == 0 and c1 % G == 0, (act, c0, c1)
+        return ([Region(norm, _box((c0, c1)))],
+                [self.cols(names.xn_of(act), c0, c1), self.cols(names.xss_of(act), c0 // G, c1 // G)])
+
+    def norm_after(self, l: int) -> str:
+        """The norm applied to the residual stream entering layer ``l`` (the final norm past the last)."""
+        return names.FINAL_NORM if l == self.info.n_layers else names.layer_weight(l, "input_norm")
+
 
 # Shared memory of a task, by its kind's ``smem`` rule (kinds.py).
 SMEM_RULES = {
@@ -347,9 +397,9 @@ SMEM_RULES = {
 
 
 def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1, qkv_cross: bool = True,
-               down_split: int = 1, argmax_tasks: int = 1):
+               down_split: int = 1, argmax_tasks: int = 1, xn_bf16: bool = False):
     """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
-    cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split)
+    cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split, xn_bf16)
     lower_embed(cx)
     for l in range(cx.info.n_layers):
         lower_qkv(cx, l)
@@ -365,8 +415,9 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: i
 def lower_embed(cx: _Lowering) -> None:
     B = cx.B
     for c0, c1 in embed_tiles(B, cx.H, cx.NS, DTYPE_BYTES[cx.graph.tensor(names.EMBED).dtype]):
-        cx.add("embed", -1, (c0, c1), [cx.full("ids", B), Region(names.EMBED, _box((0, cx.V), (c0, c1)))],
-               [cx.cols("x0", c0, c1)], 0)
+        n_reads, n_writes = cx.normed_out("x0", cx.norm_after(0), c0, c1)
+        cx.add("embed", -1, (c0, c1), [cx.full("ids", B), Region(names.EMBED, _box((0, cx.V), (c0, c1)))] + n_reads,
+               [cx.cols("x0", c0, c1)] + n_writes, 0)
 
 
 def lower_qkv(cx: _Lowering, l: int) -> None:
@@ -379,7 +430,7 @@ def lower_qkv(cx: _Lowering, l: int) -> None:
     kc, vc = names.k_cache(l), names.v_cache(l)
     qkn = bool(cx.info.qk_norm)
     for h0, h1, p0, p1 in qkv_tiles(nh, nkv, hd, cx.NS, cross=cx.qkv_cross):
-        reads = [cx.full(x_in, B, H), Region(W(l, "input_norm"), _box((0, H)))]
+        reads = cx.normed_in(x_in, W(l, "input_norm"))
         writes = []
         n_rows = roped = 0  # rows the task streams; rows RoPE rotates
         for ha, hb, pa, pb in qkv_segments(h0, h1, p0, p1, hd // 2):
@@ -460,7 +511,8 @@ def lower_oproj(cx: _Lowering, l: int) -> None:
                [cx.full(names.attn_out(l), B, S, QD), cx.full(names.attn_lse(l), B, S, cx.nh)])
     for r0, r1 in row_tiles(cx.H, cx.NS):
         reads = attn_in + [cx.cols(names.x_in(l), r0, r1), cx.rows(names.layer_weight(l, "o"), r0, r1, QD)]
-        cx.add("oproj", l, (r0, r1), reads, [cx.cols(f"xa.{l}", r0, r1)],
+        n_reads, n_writes = cx.normed_out(f"xa.{l}", names.layer_weight(l, "post_norm"), r0, r1)
+        cx.add("oproj", l, (r0, r1), reads + n_reads, [cx.cols(f"xa.{l}", r0, r1)] + n_writes,
                2 * B * (r1 - r0) * QD + B * (r1 - r0), k=QD)
 
 
@@ -472,8 +524,7 @@ def lower_gateup(cx: _Lowering, l: int) -> None:
     n = cx.I // C
     tiles = [(c * n + r0, c * n + r1) for c in range(C) for r0, r1 in row_tiles(n, cx.NS)]
     for r0, r1 in tiles:
-        reads = [cx.full(f"xa.{l}", B, H), Region(W(l, "post_norm"), _box((0, H))),
-                 cx.rows(W(l, "gate"), r0, r1, H), cx.rows(W(l, "up"), r0, r1, H)]
+        reads = cx.normed_in(f"xa.{l}", W(l, "post_norm")) + [cx.rows(W(l, "gate"), r0, r1, H), cx.rows(W(l, "up"), r0, r1, H)]
         cx.add("gateup", l, (r0, r1), reads, [cx.cols(f"h.{l}", r0, r1)],
                4 * B * (r1 - r0) * H + 4 * B * H + 6 * B * (r1 - r0), k=H)
 
@@ -483,7 +534,9 @@ def lower_down(cx: _Lowering, l: int) -> None:
     B, I = cx.B, cx.I
     for r0, r1 in row_tiles(cx.H, cx.NS):
         reads = [cx.full(f"h.{l}", B, I), cx.cols(f"xa.{l}", r0, r1), cx.rows(names.layer_weight(l, "down"), r0, r1, I)]
-        cx.add("down", l, (r0, r1), reads, [cx.cols(f"xm.{l}", r0, r1)], 2 * B * (r1 - r0) * I + B * (r1 - r0), k=I)
+        n_reads, n_writes = cx.normed_out(f"xm.{l}", cx.norm_after(l + 1), r0, r1)
+        cx.add("down", l, (r0, r1), reads + n_reads, [cx.cols(f"xm.{l}", r0, r1)] + n_writes,
+               2 * B * (r1 - r0) * I + B * (r1 - r0), k=I)
 
 
 def lower_downk(cx: _Lowering, l: int) -> None:
@@ -509,7 +562,7 @@ def lower_lmhead(cx: _Lowering) -> None:
     x_last = names.x_in(cx.info.n_layers)
     w_lm = names.lm_head_weight(cx.spec.tied)
     for t, (r0, r1) in enumerate(row_tiles(cx.V, cx.NS)):
-        reads = [cx.full(x_last, B, H), Region(names.FINAL_NORM, _box((0, H))), cx.rows(w_lm, r0, r1, H)]
+        reads = cx.normed_in(x_last, names.FINAL_NORM) + [cx.rows(w_lm, r0, r1, H)]
         writes = [cx.cols("logits", r0, r1), cx.cols("amax_part", t, t + 1), cx.cols("amax_idx", t, t + 1),
                   cx.cols(names.LM_CAND, LM_CAND_WORDS * t, LM_CAND_WORDS * (t + 1))]
         cx.add("lmhead", -1, (r0, r1, t), reads, writes, 2 * B * (r1 - r0) * H + 4 * B * H + 2 * B * (r1 - r0), k=H)

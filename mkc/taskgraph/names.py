@@ -80,3 +80,21 @@ def attn_lse(layer: int) -> str:
 def down_partial(layer: int) -> str:
     """Split-K down's running sums [C - 1, B, H]: xa plus the chunks of h up to c (lower_downk)."""
     return f"xmp.{layer}"
+
+
+# lower(xn_bf16=True): each residual-stream activation a GEMV normalises (x0, xm.l, xa.l) has two
+# companions its producer writes beside it: bf16(x * w_norm) [B, H] (w_norm the norm its reader
+# applies: the next layer's input norm, the final norm, the layer's post-attention norm) and the sums
+# of squares of x over each 8 columns [B, H / 8]. qkv, gate/up and the LM head stage the bf16
+# copy as it is (half the bytes of the f32 stream, no norm) and take 1/rms from the sums.
+XN_GROUP = 8  # columns per sum of squares (row_tiles' finest alignment)
+
+
+def xn_of(act: str) -> str:
+    """The bf16 normed companion of residual-stream activation ``act`` (``x0``, ``xm.l``, ``xa.l``)."""
+    return "xn0" if act == "x0" else f"xn{act[1]}.{act.split('.')[1]}"
+
+
+def xss_of(act: str) -> str:
+    """The per-16-column sums of squares of residual-stream activation ``act``."""
+    return "xss0" if act == "x0" else f"xss{act[1]}.{act.split('.')[1]}"

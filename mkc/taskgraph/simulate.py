@@ -157,6 +157,32 @@ class _Sim:
         self.data[name][sl] = value.to(self.data[name].dtype)
         self.valid[name][vsl] = True
 
+    # ---- the residual stream's normed bf16 companions (lower(xn_bf16=True)) -------------------
+    def _xn(self) -> bool:
+        return names.xn_of("x0") in self.meta
+
+    def normed(self, t: Task, act: str, norm: str) -> torch.Tensor:
+        """rmsnorm(act) * w as a GEMV reads it: from act and the norm's weights, or with xn_bf16 from
+        act's bf16 copy times w and its sums of squares by 8 columns (1/rms applied to the copy
+        here; the device applies it to the dot products, which is the same product)."""
+        B, H = self.tg.batch, self.d["H"]
+        if not self._xn():
+            return _rmsnorm(self.read(t, act, (0, B), (0, H)), self.read(t, norm, (0, H)), self.c["rms_eps"])
+        xw = self.read(t, names.xn_of(act), (0, B), (0, H))
+        ss = self.read(t, names.xss_of(act), (0, B), (0, H // names.XN_GROUP)).sum(-1, keepdim=True)
+        return xw * torch.rsqrt(ss / H + self.c["rms_eps"])
+
+    def write_normed(self, t: Task, act: str, norm: str, c0: int, c1: int, x: torch.Tensor) -> None:
+        """Columns [c0, c1) of residual-stream activation ``act`` = x, and with xn_bf16 its companions."""
+        B, G = self.tg.batch, names.XN_GROUP
+        self.write(t, act, ((0, B), (c0, c1)), x)
+        if self._xn():
+            self.write(t, names.xn_of(act), ((0, B), (c0, c1)), x * self.read(t, norm, (c0, c1)))
+            self.write(t, names.xss_of(act), ((0, B), (c0 // G, c1 // G)), x.pow(2).reshape(B, -1, G).sum(-1))
+
+    def norm_after(self, l: int) -> str:
+        return names.FINAL_NORM if l == self.d["n_layers"] else names.layer_weight(l, "input_norm")
+
     # ---- execution -------------------------------------------------------------------------
     def run(self, t: Task) -> None:
         if t.id in self.done:
@@ -176,14 +202,13 @@ class _Sim:
         c0, c1 = a.c0, a.c1
         ids = self.read(t, "ids", (0, B))
         table = self.read(t, names.EMBED, (0, V), (c0, c1))
-        self.write(t, "x0", ((0, B), (c0, c1)), table[ids])
+        self.write_normed(t, "x0", self.norm_after(0), c0, c1, table[ids])
 
     def _qkv(self, t: Task, a: QkvArgs) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
         H, hd, nh, nkv, eps = d["H"], d["hd"], d["nh"], d["nkv"], self.c["rms_eps"]
         half = hd // 2
-        xn = _rmsnorm(self.read(t, names.x_in(l), (0, B), (0, H)),
-                      self.read(t, names.layer_weight(l, "input_norm"), (0, H)), eps)
+        xn = self.normed(t, names.x_in(l), names.layer_weight(l, "input_norm"))
         self.read(t, "pos", (0, 1))
         for (ha, hb, p0, p1), (role, s0, s1) in itertools.product(
                 qkv_segments(a.h0, a.h1, a.p0, a.p1, half),
@@ -277,13 +302,12 @@ class _Sim:
             a = (w[..., None] * o).sum(dim=1).reshape(B, QD)
         x = self.read(t, names.x_in(l), (0, B), (r0, r1))
         w = self.read(t, names.layer_weight(l, "o"), (r0, r1), (0, QD))
-        self.write(t, f"xa.{l}", ((0, B), (r0, r1)), x + a @ w.T)
+        self.write_normed(t, f"xa.{l}", names.layer_weight(l, "post_norm"), r0, r1, x + a @ w.T)
 
     def _gateup(self, t: Task, a: RowArgs) -> None:
         l, B, H = t.layer, self.tg.batch, self.d["H"]
         r0, r1 = a.r0, a.r1
-        xn = _rmsnorm(self.read(t, f"xa.{l}", (0, B), (0, H)),
-                      self.read(t, names.layer_weight(l, "post_norm"), (0, H)), self.c["rms_eps"])
+        xn = self.normed(t, f"xa.{l}", names.layer_weight(l, "post_norm"))
         g = xn @ self.read(t, names.layer_weight(l, "gate"), (r0, r1), (0, H)).T
         u = xn @ self.read(t, names.layer_weight(l, "up"), (r0, r1), (0, H)).T
         self.write(t, f"h.{l}", ((0, B), (r0, r1)), torch.nn.functional.silu(g) * u)
@@ -294,7 +318,7 @@ class _Sim:
         h = self.read(t, f"h.{l}", (0, B), (0, d["I"]))
         x = self.read(t, f"xa.{l}", (0, B), (r0, r1))
         w = self.read(t, names.layer_weight(l, "down"), (r0, r1), (0, d["I"]))
-        self.write(t, f"xm.{l}", ((0, B), (r0, r1)), x + h @ w.T)
+        self.write_normed(t, f"xm.{l}", self.norm_after(l + 1), r0, r1, x + h @ w.T)
 
     def _downk(self, t: Task, a: DownkArgs) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
@@ -314,8 +338,7 @@ class _Sim:
     def _lmhead(self, t: Task, a: LmheadArgs) -> None:
         B, H = self.tg.batch, self.d["H"]
         r0, r1, k = a.r0, a.r1, a.t
-        xf = _rmsnorm(self.read(t, names.x_in(self.d["n_layers"]), (0, B), (0, H)),
-                      self.read(t, names.FINAL_NORM, (0, H)), self.c["rms_eps"])
+        xf = self.normed(t, names.x_in(self.d["n_layers"]), names.FINAL_NORM)
         logits = xf @ self.read(t, names.lm_head_weight(bool(self.d["tied"])), (r0, r1), (0, H)).T
         self.write(t, "logits", ((0, B), (r0, r1)), logits)
         self.write(t, "amax_part", ((0, B), (k, k + 1)), logits.max(dim=-1).values)

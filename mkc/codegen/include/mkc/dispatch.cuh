@@ -18,7 +18,13 @@ __device__ __forceinline__ QkvKind qkv_kind(const Ctx& c, const Task& t) {
 }
 __device__ __forceinline__ ResidKind<NH * HD> oproj_kind(const Ctx& c, const Task& t) {
   const int l = t.layer;
-  return ResidKind<NH * HD>{wptr(c, l, R_WO), x_in(c, l), lptr<float>(c, l, R_XA, c.par), t.a0, t.a1, t.a0};
+  ResidKind<NH * HD> kd{wptr(c, l, R_WO), x_in(c, l), lptr<float>(c, l, R_XA, c.par), t.a0, t.a1, t.a0};
+  if constexpr (XN_BF16) {  // xa's companions, for gate/up's norm
+    kd.xn = lptr<unsigned short>(c, l, R_XNA, c.par);
+    kd.xss = lptr<float>(c, l, R_XSSA, c.par);
+    kd.nw = wptr(c, l, R_POST_NORM);
+  }
+  return kd;
 }
 __device__ __forceinline__ GateUpKind gateup_kind(const Ctx& c, const Task& t) {
   const int l = t.layer;
@@ -26,7 +32,23 @@ __device__ __forceinline__ GateUpKind gateup_kind(const Ctx& c, const Task& t) {
 }
 __device__ __forceinline__ ResidKind<I> down_kind(const Ctx& c, const Task& t) {
   const int l = t.layer;
-  return ResidKind<I>{wptr(c, l, R_WD), lptr<const float>(c, l, R_XA, c.par), lptr<float>(c, l, R_XM, c.par), t.a0, t.a1, t.a0};
+  ResidKind<I> kd{wptr(c, l, R_WD), lptr<const float>(c, l, R_XA, c.par), lptr<float>(c, l, R_XM, c.par), t.a0, t.a1, t.a0};
+  if constexpr (XN_BF16) {  // xm's companions, for the next layer's input norm or the final norm
+    kd.xn = lptr<unsigned short>(c, l, R_XNM, c.par);
+    kd.xss = lptr<float>(c, l, R_XSSM, c.par);
+    kd.nw = l + 1 < NL ? wptr(c, l + 1, R_IN_NORM) : gptr<const unsigned short>(c, S_FINAL_NORM, 0);
+  }
+  return kd;
+}
+// XN_BF16: the bf16 normed copy (as the GEMV's x) and the sums of squares of the residual stream
+// entering layer l (l == NL: the LM head's), or of xa[l] (post: gate/up's)
+__device__ __forceinline__ const float* xn_in(const Ctx& c, int l, bool post) {
+  if (post) return lptr<const float>(c, l, R_XNA, c.par);
+  return l == 0 ? gptr<const float>(c, S_XN0, c.par) : lptr<const float>(c, l - 1, R_XNM, c.par);
+}
+__device__ __forceinline__ const float* xss_in(const Ctx& c, int l, bool post) {
+  if (post) return lptr<const float>(c, l, R_XSSA, c.par);
+  return l == 0 ? gptr<const float>(c, S_XSS0, c.par) : lptr<const float>(c, l - 1, R_XSSM, c.par);
 }
 static_assert(DOWN_KC == I || B == 1, "split-K down stages a contiguous chunk of h: batch 1 only");
 // split-K down, chunk ci = k0 / DOWN_KC of h (batch 1: the chunk of h is contiguous): the running
@@ -93,7 +115,13 @@ __device__ bool task_lmhead(const Ctx& c, const Task& t, int* s_abort) {
   unsigned long long* gbest = reinterpret_cast<unsigned long long*>(mk_smem + OFF_BEST + 8 * B);
   if (mk_tid() < B) { best_v[mk_tid()] = -INFINITY; best_i[mk_tid()] = 0x7fffffff; gbest[mk_tid()] = 0ull; }
   LmHeadKind kd = lmhead_kind(c, t);
-  if (!gemv_task<H, true>(c, t, s_abort, kd, x_in(c, NL), gptr<const unsigned short>(c, S_FINAL_NORM, 0))) return false;
+  if constexpr (XN_BF16) {
+    if (!gemv_task<H, true, LmHeadKind, false, true>(c, t, s_abort, kd, xn_in(c, NL, false), nullptr, nullptr,
+                                                      xss_in(c, NL, false)))
+      return false;
+  } else {
+    if (!gemv_task<H, true>(c, t, s_abort, kd, x_in(c, NL), gptr<const unsigned short>(c, S_FINAL_NORM, 0))) return false;
+  }
   if constexpr (SAMPLER) {  // the greedy build (SAMPLER 0: Megakernel's first kernel) has none of it
     const unsigned flags = tok_flags(c);
     constexpr unsigned TAIL = TOKF_GUMBEL | (SAMPLE_PDRAW ? TOKF_PDRAW : 0u) |
@@ -119,7 +147,11 @@ __device__ MK_TASK_INLINE bool run_task(const Ctx& c, const Task& t, int* s_abor
   switch (t.kind) {
     case K_QKV: {
       QkvKind kd = qkv_kind(c, t);
-      return gemv_task<H, true>(c, t, s_abort, kd, x_in(c, l), wptr(c, l, R_IN_NORM));
+      if constexpr (XN_BF16)
+        return gemv_task<H, true, QkvKind, false, true>(c, t, s_abort, kd, xn_in(c, l, false), nullptr, nullptr,
+                                                        xss_in(c, l, false));
+      else
+        return gemv_task<H, true>(c, t, s_abort, kd, x_in(c, l), wptr(c, l, R_IN_NORM));
     }
     case K_OPROJ: {
       ResidKind<NH * HD> kd = oproj_kind(c, t);
@@ -132,7 +164,11 @@ __device__ MK_TASK_INLINE bool run_task(const Ctx& c, const Task& t, int* s_abor
     }
     case K_GATEUP: {
       GateUpKind kd = gateup_kind(c, t);
-      return gemv_task<H, true>(c, t, s_abort, kd, lptr<const float>(c, l, R_XA, c.par), wptr(c, l, R_POST_NORM));
+      if constexpr (XN_BF16)
+        return gemv_task<H, true, GateUpKind, false, true>(c, t, s_abort, kd, xn_in(c, l, true), nullptr, nullptr,
+                                                           xss_in(c, l, true));
+      else
+        return gemv_task<H, true>(c, t, s_abort, kd, lptr<const float>(c, l, R_XA, c.par), wptr(c, l, R_POST_NORM));
     }
     case K_DOWN: {
       ResidKind<I> kd = down_kind(c, t);

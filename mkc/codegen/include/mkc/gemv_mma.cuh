@@ -365,12 +365,27 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
   return ok;
 }
 
+// NORM with XB (XN_BF16): the sums of squares of a normed input come with it, by XN_GROUP columns
+// (xss [B][K / XN_GROUP], names.xss_of); their totals go to the first warp's slots of ssp (the
+// others stay 0), summed in a fixed order, for gemv_block_end's 1/rms. A barrier follows (the staging's).
+template <int K>
+__device__ __forceinline__ void xss_total(const float* xss, float* ssp) {
+  constexpr int NG = K / XN_GROUP;
+  static_assert(K % XN_GROUP == 0, "whole groups");
+  for (int b = warp_id(); b < B; b += NW) {
+    float s = 0.f;
+    for (int g = lane_id(); g < NG; g += WARP) s += mk_ld_act(xss + (size_t)b * NG + g);
+    s = warp_sum(s);
+    if (lane_id() == 0) ssp[b] = s;
+  }
+}
+
 // A GEMV task on tensor cores: rows in blocks that fit the output staging, K in balanced chunks of
 // at most KCB. Every chunk's first weight loads go out before its input is staged (the first
 // chunk's before the task waits on its inputs). Returns false to stop.
 template <int K, bool NORM, class Kind, bool COMB, bool XB = false>
 __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
-                                              const unsigned short* nw, const float* lse) {
+                                              const unsigned short* nw, const float* lse, const float* xss = nullptr) {
   constexpr int NCH0 = (K + KCB - 1) / KCB;
   constexpr int KCH = ((K + NCH0 - 1) / NCH0 + 31) / 32 * 32;  // <= KCB (a multiple of 64)
   constexpr int NCH = (K + KCH - 1) / KCH;
@@ -392,6 +407,7 @@ __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* 
   if constexpr (NORM) {
     for (int i = mk_tid(); i < NW * B; i += NT) ssp[i] = 0.f;
     mk_barrier();
+    if constexpr (XB) xss_total<K>(xss, ssp);
   }
   attn_weights<COMB>(lse);
   const int nblk = kd.blocks();
@@ -404,7 +420,7 @@ __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* 
         else mma_preload(kd, nr, c0, kch, pre);
       }
       if (NCH > 1 || blk == 0) {
-        stage_x_bf16<K, NORM, COMB, false, XB>(c, t, -1, x, c0, kch, nw, xs, ssp, blk == 0);
+        stage_x_bf16<K, NORM && !XB, COMB, false, XB>(c, t, -1, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
         if (blk == 0 && ch == 0) kd.input_staged();
       }
@@ -545,7 +561,7 @@ __device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, con
 // K-chunk (pipe_kch, the producer's) staged as bf16 and its pages taken as the producer fills them.
 template <int K, bool NORM, class Kind, bool COMB, bool XB = false>
 __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
-                                                   const unsigned short* nw, const float* lse) {
+                                                   const unsigned short* nw, const float* lse, const float* xss = nullptr) {
   constexpr int KCH = pipe_kch<K>();
   constexpr int NCH = (K + KCH - 1) / KCH;
   static_assert(KCH <= KCB, "a chunk fits the staged input");
@@ -562,6 +578,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   skip.lo[1] = skip.hi[1] = nullptr;
   skip.ev = -1;
   if (!gemv_wait<NORM>(c, t, s_abort, ssp, POLL ? &skip : nullptr)) return false;
+  if constexpr (NORM && XB) xss_total<K>(xss, ssp);
   // after a polled staging's barrier: stop if it timed out; after the last, acquire and re-arm
   const auto polled = [&](bool ok, bool last) {
     if constexpr (POLL) {
@@ -577,8 +594,8 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   // polled staging); false to stop
   const auto stage = [&](int ch, bool sum, bool last) {
     const unsigned long long t0 = trace_now(c);
-    const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, ch * KCH, min(KCH, K - ch * KCH), nw, xs,
-                                                          ssp, sum);
+    const bool ok = stage_x_bf16<K, NORM && !XB, COMB, POLL, XB>(c, t, skip.ev, x, ch * KCH, min(KCH, K - ch * KCH), nw,
+                                                                 xs, ssp, sum);
     mk_barrier();
     trace_stage_end(c, t0);
     return polled(ok, last);
@@ -622,7 +639,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
         // (later blocks' stagings poll too: they find every word written at once; the staging is
         // spelled out here, not `stage`, which made ptxas reorder batch 8's nan kernel)
         const unsigned long long t0 = trace_now(c);
-        const bool ok = stage_x_bf16<K, NORM, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
+        const bool ok = stage_x_bf16<K, NORM && !XB, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
         trace_stage_end(c, t0);
         if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;

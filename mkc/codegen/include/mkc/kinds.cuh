@@ -155,6 +155,7 @@ struct QkvKind {
 template <int K, int LD = K>
 struct ResidKind {
   static constexpr int KS_BIT = LD == I ? 8 : 2;  // down (its rows are I long), else o-proj
+  static_assert(!XN_BF16 || RESID_RB % XN_GROUP == 0, "a block holds whole groups of the sums of squares");
   const unsigned short* w;
   const float* resid;
   float* y;
@@ -165,6 +166,32 @@ struct ResidKind {
   // round trip for it after the dot products; pf: loaded (a task of one block whose items fit)
   float rp[RESID_PF > 0 ? RESID_PF : 1];
   bool pf;
+  // XN_BF16 (lower(xn_bf16=True), names.xn_of): y's companions, bf16(y * nw) [B, H] and y's sums of
+  // squares by XN_GROUP columns [B, H / XN_GROUP], for the GEMV that normalises y with nw next
+  unsigned short* xn;
+  float* xss;
+  const unsigned short* nw;
+  // y's companions from the block's values, which the epilogue left in out: bf16(v * nw) and the
+  // sums of squares of each XN_GROUP rows in row order (the same bits run to run)
+  __device__ void companions(int nr, float* out) const {
+    if constexpr (XN_BF16) {
+      mk_barrier();  // every value of the block is in out
+      for (int idx = mk_tid(); idx < nr * B; idx += NT) {
+        const int b = idx / nr, j = idx % nr;
+        xn[(size_t)b * H + rb + j] = mk_f32_to_bf16(out[j * B + b] * mk_bf16_to_f32(nw[rb + j]));
+      }
+      for (int idx = mk_tid(); idx < nr / XN_GROUP * B; idx += NT) {
+        const int b = idx % B, g = idx / B;
+        float ss = 0.f;
+#pragma unroll
+        for (int r = 0; r < XN_GROUP; ++r) {
+          const float v = out[(g * XN_GROUP + r) * B + b];
+          ss = fmaf(v, v, ss);
+        }
+        xss[(size_t)b * (H / XN_GROUP) + rb / XN_GROUP + g] = ss;
+      }
+    }
+  }
   __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
   __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
   __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * LD; }
@@ -188,8 +215,13 @@ struct ResidKind {
         for (int k = 0; k < RESID_PF; ++k) {
           int j, b;
           const int idx = mk_tid() + k * NT;
-          if (idx < epi_items(nr) && epi_item(idx, nr, j, b)) put_f32(y + (size_t)b * H + rb + j, rp[k] + out[j * B + b]);
+          if (idx < epi_items(nr) && epi_item(idx, nr, j, b)) {
+            const float v = rp[k] + out[j * B + b];
+            put_f32(y + (size_t)b * H + rb + j, v);
+            if constexpr (XN_BF16) out[j * B + b] = v;
+          }
         }
+        companions(nr, out);
         return;
       }
     }
@@ -197,8 +229,11 @@ struct ResidKind {
       int j, b;
       if (!epi_item(idx, nr, j, b)) continue;
       const size_t o = (size_t)b * H + rb + j;  // both outputs are [B, H]
-      put_f32(y + o, mk_ld_act(resid + o) + out[j * B + b]);
+      const float v = mk_ld_act(resid + o) + out[j * B + b];
+      put_f32(y + o, v);
+      if constexpr (XN_BF16) out[j * B + b] = v;
     }
+    companions(nr, out);
   }
 };
 

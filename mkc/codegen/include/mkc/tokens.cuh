@@ -14,12 +14,37 @@ __device__ void task_embed(const Ctx& c, const Task& t) {
   float* x0 = gptr<float>(c, S_X0, c.par);
   const int k = c.step - c.step0, n = t.a1 - t.a0;
   const int* ctl = tok_ctl(c);
-  for (int idx = mk_tid(); idx < B * n; idx += NT) {
-    const int b = idx / n, col = t.a0 + idx % n;
-    const int forced = ctl != nullptr ? mk_ld_int(ctl + CTL_PLEN + b) : c.nforced;  // row b's prompt
-    int tok = k < forced ? mk_ld_int(ids + k * B + b) : mk_ld_int(nxt + b);
-    if (tok < 0 || tok >= V) tok = 0;  // a NaN-poisoned argmax must not read outside the table
-    put_f32(x0 + (size_t)b * H + col, mk_bf16_to_f32(table[(size_t)tok * H + col]));
+  if constexpr (XN_BF16) {
+    // with x0's companions (names.xn_of): a thread takes XN_GROUP columns of a row, writes them, their
+    // bf16 copy times layer 0's input norm and their sum of squares (in column order)
+    unsigned short* xn = gptr<unsigned short>(c, S_XN0, c.par);
+    float* xss = gptr<float>(c, S_XSS0, c.par);
+    const unsigned short* nw = wptr(c, 0, R_IN_NORM);
+    const int ng = n / XN_GROUP;
+    for (int idx = mk_tid(); idx < B * ng; idx += NT) {
+      const int b = idx / ng, col0 = t.a0 + (idx % ng) * XN_GROUP;
+      const int forced = ctl != nullptr ? mk_ld_int(ctl + CTL_PLEN + b) : c.nforced;
+      int tok = k < forced ? mk_ld_int(ids + k * B + b) : mk_ld_int(nxt + b);
+      if (tok < 0 || tok >= V) tok = 0;
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < XN_GROUP; ++e) {
+        const int col = col0 + e;
+        const float v = mk_bf16_to_f32(table[(size_t)tok * H + col]);
+        put_f32(x0 + (size_t)b * H + col, v);
+        xn[(size_t)b * H + col] = mk_f32_to_bf16(v * mk_bf16_to_f32(nw[col]));
+        ss = fmaf(v, v, ss);
+      }
+      xss[(size_t)b * (H / XN_GROUP) + col0 / XN_GROUP] = ss;
+    }
+  } else {
+    for (int idx = mk_tid(); idx < B * n; idx += NT) {
+      const int b = idx / n, col = t.a0 + idx % n;
+      const int forced = ctl != nullptr ? mk_ld_int(ctl + CTL_PLEN + b) : c.nforced;  // row b's prompt
+      int tok = k < forced ? mk_ld_int(ids + k * B + b) : mk_ld_int(nxt + b);
+      if (tok < 0 || tok >= V) tok = 0;  // a NaN-poisoned argmax must not read outside the table
+      put_f32(x0 + (size_t)b * H + col, mk_bf16_to_f32(table[(size_t)tok * H + col]));
+    }
   }
 }
 
