@@ -142,11 +142,12 @@ def _capture(b: Build) -> None:
 
 def _lower(b: Build) -> None:
     from mkc.taskgraph import lower, summary
-    from mkc.taskgraph.lower import attn_bf16_pays, h_bf16_pays, qkv_cross_pays
+    from mkc.taskgraph.lower import attn_bf16_pays, h_bf16_pays, qkv_cross_pays, xn_bf16_pays
 
     b.tg = _timed(b.log, "lower", lower, b.graph, b.target, qkv_cross=qkv_cross_pays(b.graph.batch, b.sync),
                   h_bf16=h_bf16_pays(b.graph.batch, b.sync, b.target),
-                  attn_bf16=attn_bf16_pays(b.graph.batch, b.sync, b.target))
+                  attn_bf16=attn_bf16_pays(b.graph.batch, b.sync, b.target),
+                  xn_bf16=xn_bf16_pays(b.graph.batch, b.sync, b.target))
     b.tg.check()
     b.tg.save(b.bdir / "tasks.json")
     b.report["tasks"] = summary(b.tg)

@@ -366,6 +366,19 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 95 ]; then
+  # forty-third session (#13): xn_bf16 on by default (CALL=94, H100: b32 -4.1 %, b16 -3.0 %, b8 -0.7 %,
+  # qwen3-8b b8 0.0 %, its 5 GPU tests passed). Every GPU test on the new default, then the rows
+  # against -noxn (b2 and b4 never measured) beside the peer. Kernels (all of them, the headers
+  # changed): prebuild.py --variants b1-atomic,b1-nan,q8-b1-atomic,b2-atomic,b2-atomic-noxn,b4-atomic,
+  # b4-atomic-noxn,b8-atomic,b8-atomic-noxn,b16-atomic,b16-atomic-noxn,b32-atomic,b32-atomic-noxn,
+  # q8-b8-atomic --variant-max-seq 1024; --tests --folders; --tokens-bench --variants b1-atomic
+  # --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len 1024.
+  MKC_TEST_S=370 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 110 "128@b2-atomic,b2-atomic-noxn,b4-atomic,b4-atomic-noxn,b8-atomic,b8-atomic-noxn,b16-atomic,b16-atomic-noxn,b32-atomic,b32-atomic-noxn;128@b1-atomic,q8-b1-atomic,q8-b8-atomic" 80
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 94 ]; then
   # forty-third session (#13): lower(xn_bf16=True), the residual stream's producers writing its normed
   # bf16 copies and sums of squares by 8 columns so that qkv, gate/up and the LM head stage half the

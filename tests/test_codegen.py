@@ -481,6 +481,15 @@ def test_bf16_h_needs_counters_and_the_tensor_cores():
     assert cfg.const("ATTN_BF16") == 1 and cfg.const("H_BF16") == 0 and cfg.const("ATT_SPLIT") == 1
     with pytest.raises(ScheduleError, match=r"keeps attention's output in bf16"):
         generate(tga, rr_schedule(tga, "h200", "nan"), "h200")
+    # lower(xn_bf16=True): XN_BF16, the residual stream's normed bf16 copies; refused as h_bf16 is
+    tgx = lower(shape_graph("tiny-llama", 8, 64), get_target("h200"), xn_bf16=True)
+    src, cfg, _ = generate(tgx, rr_schedule(tgx, "h200", "atomic"), "h200")
+    assert cfg.const("XN_BF16") == 1 and cfg.const("XN_GROUP") == 8 and "xss_total" in src
+    with pytest.raises(ScheduleError, match=r"keeps normed copies of the residual stream in bf16"):
+        generate(tgx, rr_schedule(tgx, "h200", "nan"), "h200")
+    with pytest.raises(ScheduleError, match="FMA path"):
+        generate(tgx, rr_schedule(tgx, "h200", "atomic"), "h200", CodegenOptions(mma=False))
+    assert generate(plain, rr_schedule(plain, "h200", "atomic"), "h200")[1].const("XN_BF16") == 0
 
 
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"

@@ -620,3 +620,39 @@ def test_h_bf16_keeps_only_h_in_bf16():
             assert not h_bf16_pays(8, "atomic", get_target("a100"))  # (measured on the bulk-copy pipeline only)
         finally:
             L.H_BF16_PAYS = old
+
+
+def test_xn_bf16_adds_the_normed_copies_and_halves_the_normed_stagings():
+    """lower(xn_bf16=True): embed, o-proj and down also write their output's bf16 copy times the norm
+    its reader applies and its sums of squares by 8 columns; qkv, gate/up and the LM head read those
+    instead of the f32 stream and the norm's weights (fewer bytes); refused at batch 1."""
+    from mkc.taskgraph.lower import xn_bf16_pays
+
+    g = shape_graph("llama-3.2-1b", 32, 64)
+    base, tg = lower(g, get_target("h200"), xn_bf16=False), lower(g, get_target("h200"), xn_bf16=True)
+    nl, H, G = tg.dim("n_layers"), tg.dim("H"), names.XN_GROUP
+    acts = ["x0"] + [f"{a}.{l}" for l in range(nl) for a in ("xa", "xm")]
+    bufs = {b.name: b for b in tg.buffers}
+    for a in acts:
+        assert bufs[names.xn_of(a)].dtype == "bf16" and bufs[names.xn_of(a)].shape == (32, H)
+        assert bufs[names.xss_of(a)].dtype == "f32" and bufs[names.xss_of(a)].shape == (32, H // G)
+        assert not bufs[names.xn_of(a)].polled
+    assert len(tg.buffers) == len(base.buffers) + 2 * len(acts) and len(tg.tasks) == len(base.tasks)
+    for t, b in zip(tg.tasks, base.tasks):
+        written = {r.buffer for r in t.writes}
+        if t.kind in ("embed", "oproj", "down"):
+            out = "x0" if t.kind == "embed" else f"{'xa' if t.kind == 'oproj' else 'xm'}.{t.layer}"
+            assert {names.xn_of(out), names.xss_of(out)} <= written
+            assert t.bytes > b.bytes
+        if t.kind in ("qkv", "gateup", "lmhead"):
+            read = {r.buffer for r in t.reads}
+            src = names.x_in(t.layer if t.kind == "qkv" else nl) if t.kind != "gateup" else f"xa.{t.layer}"
+            assert {names.xn_of(src), names.xss_of(src)} <= read and src not in read
+            assert t.bytes < b.bytes
+    # the last down's copy is normed with the final norm (the LM head's), the others' with the next layer's
+    down_last = [t for t in tg.tasks if t.kind == "down" and t.layer == nl - 1][0]
+    assert names.FINAL_NORM in {r.buffer for r in down_last.reads}
+    with pytest.raises(ValueError, match="xn_bf16 needs the tensor-core GEMV"):
+        lower(shape_graph("tiny-llama", 1, 64), get_target("h200"), xn_bf16=True)
+    assert xn_bf16_pays(8, "atomic", get_target("h200")) and not xn_bf16_pays(8, "nan", get_target("h200"))
+    assert not xn_bf16_pays(1, "atomic", get_target("h200")) and not xn_bf16_pays(8, "atomic", get_target("a100"))

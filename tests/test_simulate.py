@@ -281,3 +281,22 @@ def test_bf16_h_rounds_only_h():
     assert torch.equal(b[h], a[h].to(torch.bfloat16).float())
     assert torch.equal(a["x0"], b["x0"]) and torch.equal(a["q.0"], b["q.0"])
     torch.testing.assert_close(b["logits"], a["logits"], rtol=2e-2, atol=2e-2 * a["logits"].abs().max().item())
+
+
+@pytest.mark.parametrize("variant", ["llama", "qwen2_bias_sliced", "qwen3_qknorm_cross"])
+def test_normed_bf16_copies_match_the_f32_graph(variant):
+    """lower(xn_bf16=True): in any valid order, the companions hold bf16(x * w_norm) and the sums of
+    squares of each 8 columns of x, and the logits stay within a bf16 rounding of the f32 graph's."""
+    graph, tg, weights, caches0 = setup(variant, 8)
+    _, inv, scaling, target = VARIANTS[variant]
+    tgx = lower(graph, target, xn_bf16=True)
+    ids = torch.arange(8) * 5 % graph.model.vocab
+    a = simulate.run_step(tg, weights, {k: v.clone() for k, v in caches0.items()}, ids, 7)
+    for seed in range(3):
+        b = simulate.run_step(tgx, weights, {k: v.clone() for k, v in caches0.items()}, ids, 7, seed=seed)
+        x, w = b["xa.0"], weights[names.layer_weight(0, "post_norm")].float()
+        assert torch.equal(b[names.xn_of("xa.0")], (x * w).to(torch.bfloat16).float())
+        torch.testing.assert_close(b[names.xss_of("xa.0")], x.pow(2).reshape(8, -1, names.XN_GROUP).sum(-1))
+        last = f"xm.{graph.model.n_layers - 1}"
+        assert torch.equal(b[names.xn_of(last)], (b[last] * weights[names.FINAL_NORM].float()).to(torch.bfloat16).float())
+        torch.testing.assert_close(b["logits"], a["logits"], rtol=2e-2, atol=2e-2 * a["logits"].abs().max().item())

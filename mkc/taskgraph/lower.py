@@ -155,7 +155,8 @@ def xn_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
     return XN_BF16_PAYS and _bf16_acts_default(batch, sync, target)
 
 
-XN_BF16_PAYS = False  # set by measurement (xn_bf16_pays; BENCHMARKS.md, forty-third session)
+XN_BF16_PAYS = True  # set by measurement (xn_bf16_pays; BENCHMARKS.md, forty-third session: H100, b32 -4.1 %,
+# b16 -3.0 %, b8 -0.7 %, qwen3-8b b8 0.0 %)
 
 
 def attn_split_pos_pays(batch: int) -> int:
