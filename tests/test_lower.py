@@ -655,4 +655,5 @@ def test_xn_bf16_adds_the_normed_copies_and_halves_the_normed_stagings():
     with pytest.raises(ValueError, match="xn_bf16 needs the tensor-core GEMV"):
         lower(shape_graph("tiny-llama", 1, 64), get_target("h200"), xn_bf16=True)
     assert xn_bf16_pays(8, "atomic", get_target("h200")) and not xn_bf16_pays(8, "nan", get_target("h200"))
+    assert xn_bf16_pays(4, "atomic", get_target("h200")) and not xn_bf16_pays(2, "atomic", get_target("h200"))
     assert not xn_bf16_pays(1, "atomic", get_target("h200")) and not xn_bf16_pays(8, "atomic", get_target("a100"))

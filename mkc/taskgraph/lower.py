@@ -151,12 +151,14 @@ ATTN_BF16_PAYS = True  # set by measurement (attn_bf16_pays; the same sessions)
 
 def xn_bf16_pays(batch: int, sync: str | None, target: Target) -> bool:
     """Whether a build has the residual stream's producers write the normed bf16 copies
-    (``lower(xn_bf16=...)``), as ``h_bf16_pays`` with ``XN_BF16_PAYS``."""
-    return XN_BF16_PAYS and _bf16_acts_default(batch, sync, target)
+    (``lower(xn_bf16=...)``), as ``h_bf16_pays`` with ``XN_BF16_PAYS``, from batch ``XN_BF16_MIN_B``."""
+    return XN_BF16_PAYS and batch >= XN_BF16_MIN_B and _bf16_acts_default(batch, sync, target)
 
 
-XN_BF16_PAYS = True  # set by measurement (xn_bf16_pays; BENCHMARKS.md, forty-third session: H100, b32 -4.1 %,
-# b16 -3.0 %, b8 -0.7 %, qwen3-8b b8 0.0 %)
+XN_BF16_PAYS = True  # set by measurement (xn_bf16_pays; BENCHMARKS.md, forty-third session, H100: b32 -4.1 / -4.8 %,
+# b16 -3.0 / -4.1 %, b8 -0.7 / -0.7 %, b4 -1.0 %, qwen3-8b b8 0.0 %; b2 +2.1 %: the producers' extra epilogue
+# on the chain costs more than batch 2's small stagings save)
+XN_BF16_MIN_B = 4
 
 
 def attn_split_pos_pays(batch: int) -> int:
