@@ -372,7 +372,7 @@ if [ "${CALL:-1}" = 96 ]; then
   # 4 now, lower.XN_BF16_MIN_B): the GPU tests CALL=95 did not reach (text and tokens) on the final
   # default; on an H200 then #16's verdict. Kernels: CALL=95's, with prebuild.py --tests --folders again.
   T0=$(date +%s)
-  MKC_TESTS="tests/test_gpu_text.py tests/test_gpu_tokens.py" MKC_TEST_S=300 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 \
+  MKC_TESTS="tests/test_gpu_text.py tests/test_gpu_tokens.py" MKC_TEST_S=${CALL_TEST_S:-300} MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 \
     OUT=$OUT bash scripts/gpu_final.sh
   left=$((${CALL_S:-560} - ($(date +%s) - T0)))
   echo "seconds left: $left"
