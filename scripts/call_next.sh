@@ -366,6 +366,30 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 97 ]; then
+  # the forty-fourth session's first call (written at the forty-third's end): on an H200 #16's verdict
+  # first (tokens_paired), then #13's rows beside the peer and `mkc bench` b1 (CALL=91's shape, with
+  # b16); on any other card the layers' traces of batch 32 and 8 on the xn_bf16 default (why batch 32
+  # gained 76-90 us a step where the halved stagings suggested ~150) and the rows. Kernels (in
+  # out/carry/cache.tgz at the forty-third session's last headers): prebuild.py --tokens-bench
+  # --variants b1-atomic --variant-max-seq 1024; --variants b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,
+  # b16-atomic,b32-atomic,q8-b8-atomic --variant-max-seq 1024; --bench llama-3.2-1b:1 --max-seq-len
+  # 1024; mkc compile llama-3.2-1b --batch 32 (and 8) --max-seq-len 1024 --out .builds/llama-b32
+  # (-b8), prebuild.py --build-dirs .builds/llama-b32 .builds/llama-b8 --trace (out/carry/builds.tgz).
+  T0=$(date +%s)
+  if on_h200; then
+    tokens_paired 200
+  else
+    for d in b32 b8; do
+      timeout 90 python3 scripts/trace_marks.py .builds/llama-$d --greedy --specs '{}' > "$OUT/marks-$d.log" 2>&1
+      echo "marks $d rc=$?"; grep -v "^\\[" "$OUT/marks-$d.log" | tail -n 22
+    done
+  fi
+  ab_rows 100 "128@b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b16-atomic,b32-atomic,q8-b8-atomic,b1-atomic;1024@b1-atomic" 90
+  bench_b1_if_time
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 96 ]; then
   # forty-third session, after CALL=95 (an H100: 141 GPU tests passed on the xn_bf16 default before
   # its 370 s ran out in tests/test_gpu_text.py; b2 lost 2.1 % with the copies, so they start at batch
