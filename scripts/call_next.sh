@@ -1,6 +1,18 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Forty-third session, summed up: CALL=91 to CALL=96 ran on H100s (every call asked for an H200;
+# BENCHMARKS.md, "Forty-third session"). mkc b1 0.9200 / 0.9209 beside the hand-written kernel's
+# 0.9329 (CALL=91). Batch 32's layer: 99.6 us against ~39 of weights, 37 of it staging (CALL=92).
+# The L2 prefetcher loses 8-54 % at b8-b32 (CALL=93). lower(xn_bf16=True) (the residual stream's
+# producers write its normed bf16 copies and sums of squares; qkv, gate/up and the LM head stage
+# them as they are) pays: b32 -4.1 / -4.8 %, b16 -3.0 / -4.1 %, b8 -0.7 %, b4 -1.0 %, b2 +2.1 %
+# (CALL=94, CALL=95), so it is the default from batch 4 with counters; every GPU test passed on it
+# (141 in CALL=95, 35 in CALL=96). Next: CALL=97 (on an H200 #16's verdict, then the rows beside
+# the peer; elsewhere the b32 and b8 traces on the new default, then the rows). Its kernels are in
+# out/carry/cache.tgz and builds.tgz at the session's last headers (not in git; a header change
+# invalidates them).
+#
 # Forty-second session, summed up: CALL=84 and CALL=90 ran on an H100, plus two commands on the warm
 # machine (BENCHMARKS.md, "Forty-second session"). stage_bulk gave the same bits and lost at b8
 # (+4.2 %), b16 (+15 %), b32 (+2.4 %) and qwen3-8b b8 (+1.8 %). ks_mma (batch 1's K-split on tensor
