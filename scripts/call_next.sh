@@ -9,8 +9,9 @@
 # them as they are) pays: b32 -4.1 / -4.8 %, b16 -3.0 / -4.1 %, b8 -0.7 %, b4 -1.0 %, b2 +2.1 %
 # (CALL=94, CALL=95), so it is the default from batch 4 with counters; every GPU test passed on it
 # (141 in CALL=95, 35 in CALL=96). Next: CALL=97 (on an H200 #16's verdict, then the rows beside
-# the peer; elsewhere the b32 and b8 traces on the new default, then the rows). Its kernels are in
-# out/carry/cache.tgz and builds.tgz at the session's last headers (not in git; a header change
+# the peer; elsewhere the b32 and b8 traces on the new default, then the rows), then CALL=98
+# (CodegenOptions.xss_wide, built at the end, off: its same-bits test and rows). Their kernels are
+# in out/carry/cache.tgz and builds.tgz at the session's last headers (not in git; a header change
 # invalidates them).
 #
 # Forty-second session, summed up: CALL=84 and CALL=90 ran on an H100, plus two commands on the warm
@@ -399,6 +400,21 @@ if [ "${CALL:-1}" = 97 ]; then
   fi
   ab_rows 100 "128@b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b16-atomic,b32-atomic,q8-b8-atomic,b1-atomic;1024@b1-atomic" 90
   bench_b1_if_time
+  pack_out
+  exit 0
+fi
+if [ "${CALL:-1}" = 98 ]; then
+  # the forty-fourth session's second call (~250 s): CodegenOptions.xss_wide (built at the
+  # forty-third session's end, off): xn_bf16's readers add their sums of squares from loads all in
+  # flight, one L2 round trip after the wait instead of one a batch row (4 at batch 32), the
+  # suspect for batch 32 gaining ~80 us a step where ~150 were expected. Its same-bits test (in
+  # test_tile_sums_in_fragment_order_give_the_same_bits: llama-3.2-1b b32 and tiny-qwen2 b16 with
+  # the copies), then the rows alternated. Kernels (out/carry/cache.tgz): prebuild.py --tests
+  # --only "same bits"; --variants b4-atomic,b4-atomic-xsw,b8-atomic-xsw,b16-atomic-xsw,
+  # b32-atomic-xsw,q8-b8-atomic-xsw --variant-max-seq 1024 (and CALL=97's).
+  MKC_TESTS="tests/test_gpu_megakernel.py -k fragment_order" MKC_TEST_S=120 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 \
+    OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 120 "128@b32-atomic,b32-atomic-xsw,b32-atomic,b32-atomic-xsw;128@b8-atomic,b8-atomic-xsw,b4-atomic,b4-atomic-xsw,b16-atomic,b16-atomic-xsw;128@q8-b8-atomic,q8-b8-atomic-xsw"
   pack_out
   exit 0
 fi

@@ -65,6 +65,9 @@ CONFIGS: dict[str, tuple] = {
     "llama-b32-bf16acts": ("llama-3.2-1b", 32, "h200", "atomic", {}, {"h_bf16": True, "attn_bf16": True}),
     "llama-b32-greedy-bf16acts": ("llama-3.2-1b", 32, "h200", "atomic", {"sampler": False},
                                   {"h_bf16": True, "attn_bf16": True}),
+    # and with the residual stream's normed bf16 copies (lower.xn_bf16_pays, forty-third session)
+    "llama-b8-xn": ("llama-3.2-1b", 8, "h200", "atomic", {}, {"h_bf16": True, "attn_bf16": True, "xn_bf16": True}),
+    "llama-b32-xn": ("llama-3.2-1b", 32, "h200", "atomic", {}, {"h_bf16": True, "attn_bf16": True, "xn_bf16": True}),
 }
 
 # runs inside each tree: only APIs both the baseline and today's tree have

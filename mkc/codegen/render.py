@@ -381,6 +381,13 @@ class CodegenOptions:
     # where the batch is whole 8-column tiles; False: stored by (row, batch column), 8-way bank
     # conflicts at batch 32 (the kernels before)
     tile_sum_frag: bool = True
+    # lower(xn_bf16=True)'s readers (qkv, gate/up, the LM head) add the H / 8 sums of squares of their
+    # input (gemv_mma.cuh xss_total) with every load of a warp's batch rows issued before the first
+    # add, where they fit XSS_WIDE_REGS registers a lane: one L2 round trip after the task's wait
+    # instead of one per row (4 at batch 32); the same sums in the same order, so the same bits.
+    # False: a row at a time (the forty-third session's kernels, measured). Built at that session's
+    # end, not yet measured: off.
+    xss_wide: bool = False
     # the GEMV epilogues' items in tiles of 4 rows x 8 batch columns a warp (kinds.cuh epi_item;
     # tensor-core path with the weight pipeline, batch a multiple of 8) rather than 32 rows of one
     # column: the dot products' shared-memory reads without 32-way bank conflicts at batch 32,
@@ -661,7 +668,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16), XN_BF16=int(xn_bf16),
-        XN_GROUP=names.XN_GROUP,
+        XN_GROUP=names.XN_GROUP, XSS_WIDE=int(o.xss_wide and xn_bf16),
         RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),

@@ -368,15 +368,40 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
 // NORM with XB (XN_BF16): the sums of squares of a normed input come with it, by XN_GROUP columns
 // (xss [B][K / XN_GROUP], names.xss_of); their totals go to the first warp's slots of ssp (the
 // others stay 0), summed in a fixed order, for gemv_block_end's 1/rms. A barrier follows (the staging's).
+// XSS_WIDE (CodegenOptions.xss_wide): the same adds in the same order, but a lane's loads for all of
+// its warp's rows go out before the first add (one round trip, not one a row) where they fit
+// XSS_WIDE_REGS registers; a lane's loads past the row add +0, which changes no sum of squares.
+constexpr int XSS_WIDE_REGS = 32;
 template <int K>
 __device__ __forceinline__ void xss_total(const float* xss, float* ssp) {
   constexpr int NG = K / XN_GROUP;
   static_assert(K % XN_GROUP == 0, "whole groups");
-  for (int b = warp_id(); b < B; b += NW) {
-    float s = 0.f;
-    for (int g = lane_id(); g < NG; g += WARP) s += mk_ld_act(xss + (size_t)b * NG + g);
-    s = warp_sum(s);
-    if (lane_id() == 0) ssp[b] = s;
+  constexpr int RPW = (B + NW - 1) / NW, PER = (NG + WARP - 1) / WARP;
+  if constexpr (XSS_WIDE && RPW * PER <= XSS_WIDE_REGS) {
+    float v[RPW][PER];
+#pragma unroll
+    for (int r = 0; r < RPW; ++r)
+#pragma unroll
+      for (int i = 0; i < PER; ++i) {
+        const int b = warp_id() + r * NW, g = lane_id() + i * WARP;
+        v[r][i] = b < B && g < NG ? mk_ld_act(xss + (size_t)b * NG + g) : 0.f;
+      }
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < PER; ++i) s += v[r][i];
+      s = warp_sum(s);
+      const int b = warp_id() + r * NW;
+      if (b < B && lane_id() == 0) ssp[b] = s;
+    }
+  } else {
+    for (int b = warp_id(); b < B; b += NW) {
+      float s = 0.f;
+      for (int g = lane_id(); g < NG; g += WARP) s += mk_ld_act(xss + (size_t)b * NG + g);
+      s = warp_sum(s);
+      if (lane_id() == 0) ssp[b] = s;
+    }
   }
 }
 
