@@ -371,9 +371,9 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
 // XSS_WIDE (CodegenOptions.xss_wide): the same adds in the same order, but a lane's loads for all of
 // its warp's rows go out before the first add (one round trip, not one a row) where they fit
 // XSS_WIDE_REGS registers; a lane's loads past the row add +0, which changes no sum of squares.
-constexpr int XSS_WIDE_REGS = 32;
 template <int K>
 __device__ __forceinline__ void xss_total(const float* xss, float* ssp) {
+  constexpr int XSS_WIDE_REGS = 32;
   constexpr int NG = K / XN_GROUP;
   static_assert(K % XN_GROUP == 0, "whole groups");
   constexpr int RPW = (B + NW - 1) / NW, PER = (NG + WARP - 1) / WARP;
