@@ -18,7 +18,7 @@ def bases():
 
 def test_bases_cover_families_batches_and_sync_modes(bases):
     labels = " ".join(b.label for b in bases)
-    for word in ("llama", "qwen2", "qwen3", "mistral", "atomic", "nan", "b1", "b2"):
+    for word in ("llama", "qwen2", "qwen3", "mistral", "atomic", "nan", "b1", "b2", "down split", " xn"):
         assert word in labels
 
 
@@ -40,6 +40,19 @@ def test_small_campaign_agrees(bases):
     # both outcomes occur: the verifier is neither trivially strict nor trivially lax
     assert 0 < sum(r.unsafe for r in summary.rows.values()) < summary.total
     assert text.splitlines()[-1].startswith("PASS")
+
+
+def test_campaign_on_the_normed_copies_agrees(bases):
+    """Mutants of the graphs with the residual stream's normed bf16 copies (lower(xn_bf16=True)):
+    their producers' extra writes and their readers' regions and waits; the verifier says what the
+    oracle says on every one, and some of them are unsafe."""
+    xn = [b for b in bases if b.label.endswith(" xn")]
+    assert len(xn) == 2 and all(any(x.buffer.startswith("xss") for t in b.tg.tasks for x in t.reads) for b in xn)
+    summary = run_campaign(80, seed=13, bases=xn, oracle_seeds=3)
+    text = summary.text()
+    assert summary.total == 80 and summary.unsafe_accepted == 0 and summary.safe_rejected == 0, text
+    assert not summary.base_problems, text
+    assert 0 < sum(r.unsafe for r in summary.rows.values()) < summary.total, text
 
 
 def test_oracle_shares_no_code_with_the_verifier():

@@ -61,9 +61,10 @@ def tiny_info(family: str, layers: int = 1):
 
 
 def real_schedule(family: str, batch: int, sync: str, target: Target | str, layers: int = 1,
-                  method: str = "list", max_seq_len: int = 16, down_split: int = 1):
+                  method: str = "list", max_seq_len: int = 16, down_split: int = 1, xn_bf16: bool = False):
     """(TaskGraph, Schedule, Target) through the real capture graph, lowering and scheduler
-    (``down_split``: split-K down's chunks, ``lower(down_split=...)``)."""
+    (``down_split``: split-K down's chunks, ``lower(down_split=...)``; ``xn_bf16``: the residual
+    stream's normed bf16 copies, ``lower(xn_bf16=...)``)."""
     from mkc.capture.canonical import build_graph, rope_inv_freq
     from mkc.schedule.stage import schedule
     from mkc.taskgraph.lower import lower
@@ -71,7 +72,7 @@ def real_schedule(family: str, batch: int, sync: str, target: Target | str, laye
     target = get_target(target) if isinstance(target, str) else target
     info = tiny_info(family, layers)
     graph = build_graph(info, batch, max_seq_len, rope_inv_freq(info.head_dim, 10000.0))
-    tg = lower(graph, target, down_split=down_split)
+    tg = lower(graph, target, down_split=down_split, xn_bf16=xn_bf16)
     return tg, schedule(tg, target, sync, method, time_limit=2.0), target
 
 
@@ -89,15 +90,19 @@ def default_bases(progress: Callable[[str], None] | None = None) -> list[Base]:
         # split-K down: chains of running sums, chunks waiting on part of gate/up
         ("llama", 2, 1, small_target("h200", 8), "list", 4), ("qwen3", 1, 1, small_target("h200", 12), "cpsat", 2),
     ]
+    # the residual stream's normed bf16 copies (lower(xn_bf16=True)): their producers and readers,
+    # with atomic counters only (render refuses them with NaN sentinels)
+    xn_configs = [("llama", 2, 4, small_target("h200", 8), "list"), ("qwen3", 1, 8, get_target("h200"), "cpsat")]
+    runs = [(c, sync, False) for c in configs for sync in ("atomic", "nan")]
+    runs += [((*c, 1), "atomic", True) for c in xn_configs]
     bases = []
-    for family, layers, batch, target, method, down_split in configs:
-        for sync in ("atomic", "nan"):
-            tg, sched, tgt = real_schedule(family, batch, sync, target, layers, method, down_split=down_split)
-            label = (f"{family} L{layers} b{batch} {target.name} {sync} {sched.method}"
-                     + (f" down split {down_split}" if down_split > 1 else ""))
-            bases.append(Base(label, tg, sched, tgt))
-            if progress:
-                progress(f"base {label}: {len(tg.tasks)} tasks, {len(tg.events)} events")
+    for (family, layers, batch, target, method, down_split), sync, xn in runs:
+        tg, sched, tgt = real_schedule(family, batch, sync, target, layers, method, down_split=down_split, xn_bf16=xn)
+        label = (f"{family} L{layers} b{batch} {target.name} {sync} {sched.method}"
+                 + (f" down split {down_split}" if down_split > 1 else "") + (" xn" if xn else ""))
+        bases.append(Base(label, tg, sched, tgt))
+        if progress:
+            progress(f"base {label}: {len(tg.tasks)} tasks, {len(tg.events)} events")
     return bases
 
 
