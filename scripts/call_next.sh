@@ -1,7 +1,7 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
-# Forty-third session, summed up: CALL=91 to CALL=96 ran on H100s (every call asked for an H200;
+# Forty-third session, summed up: CALL=91 to CALL=96 ran on H100s (all but the last asked for an H200;
 # BENCHMARKS.md, "Forty-third session"). mkc b1 0.9200 / 0.9209 beside the hand-written kernel's
 # 0.9329 (CALL=91). Batch 32's layer: 99.6 us against ~39 of weights, 37 of it staging (CALL=92).
 # The L2 prefetcher loses 8-54 % at b8-b32 (CALL=93). lower(xn_bf16=True) (the residual stream's
