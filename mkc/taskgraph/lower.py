@@ -386,10 +386,6 @@ class _Lowering:
         return ([Region(norm, _box((c0, c1)))],
                 [self.cols(names.xn_of(act), c0, c1), self.cols(names.xss_of(act), c0 // G, c1 // G)])
 
-    def norm_after(self, l: int) -> str:
-        """The norm applied to the residual stream entering layer ``l`` (the final norm past the last)."""
-        return names.FINAL_NORM if l == self.info.n_layers else names.layer_weight(l, "input_norm")
-
 
 # Shared memory of a task, by its kind's ``smem`` rule (kinds.py).
 SMEM_RULES = {
@@ -418,7 +414,7 @@ def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: i
 def lower_embed(cx: _Lowering) -> None:
     B = cx.B
     for c0, c1 in embed_tiles(B, cx.H, cx.NS, DTYPE_BYTES[cx.graph.tensor(names.EMBED).dtype]):
-        n_reads, n_writes = cx.normed_out("x0", cx.norm_after(0), c0, c1)
+        n_reads, n_writes = cx.normed_out("x0", names.norm_into(0, cx.info.n_layers), c0, c1)
         cx.add("embed", -1, (c0, c1), [cx.full("ids", B), Region(names.EMBED, _box((0, cx.V), (c0, c1)))] + n_reads,
                [cx.cols("x0", c0, c1)] + n_writes, 0)
 
@@ -537,7 +533,7 @@ def lower_down(cx: _Lowering, l: int) -> None:
     B, I = cx.B, cx.I
     for r0, r1 in row_tiles(cx.H, cx.NS):
         reads = [cx.full(f"h.{l}", B, I), cx.cols(f"xa.{l}", r0, r1), cx.rows(names.layer_weight(l, "down"), r0, r1, I)]
-        n_reads, n_writes = cx.normed_out(f"xm.{l}", cx.norm_after(l + 1), r0, r1)
+        n_reads, n_writes = cx.normed_out(f"xm.{l}", names.norm_into(l + 1, cx.info.n_layers), r0, r1)
         cx.add("down", l, (r0, r1), reads + n_reads, [cx.cols(f"xm.{l}", r0, r1)] + n_writes,
                2 * B * (r1 - r0) * I + B * (r1 - r0), k=I)
 

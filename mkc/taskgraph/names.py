@@ -90,6 +90,11 @@ def down_partial(layer: int) -> str:
 XN_GROUP = 8  # columns per sum of squares (row_tiles' finest alignment)
 
 
+def norm_into(layer: int, n_layers: int) -> str:
+    """The RMSNorm weight applied to the residual stream entering ``layer`` (the final norm past the last)."""
+    return FINAL_NORM if layer == n_layers else layer_weight(layer, "input_norm")
+
+
 def xn_of(act: str) -> str:
     """The bf16 normed companion of residual-stream activation ``act`` (``x0``, ``xm.l``, ``xa.l``)."""
     return "xn0" if act == "x0" else f"xn{act[1]}.{act.split('.')[1]}"

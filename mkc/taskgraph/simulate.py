@@ -180,9 +180,6 @@ class _Sim:
             self.write(t, names.xn_of(act), ((0, B), (c0, c1)), x * self.read(t, norm, (c0, c1)))
             self.write(t, names.xss_of(act), ((0, B), (c0 // G, c1 // G)), x.pow(2).reshape(B, -1, G).sum(-1))
 
-    def norm_after(self, l: int) -> str:
-        return names.FINAL_NORM if l == self.d["n_layers"] else names.layer_weight(l, "input_norm")
-
     # ---- execution -------------------------------------------------------------------------
     def run(self, t: Task) -> None:
         if t.id in self.done:
@@ -202,11 +199,11 @@ class _Sim:
         c0, c1 = a.c0, a.c1
         ids = self.read(t, "ids", (0, B))
         table = self.read(t, names.EMBED, (0, V), (c0, c1))
-        self.write_normed(t, "x0", self.norm_after(0), c0, c1, table[ids])
+        self.write_normed(t, "x0", names.norm_into(0, self.d["n_layers"]), c0, c1, table[ids])
 
     def _qkv(self, t: Task, a: QkvArgs) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
-        H, hd, nh, nkv, eps = d["H"], d["hd"], d["nh"], d["nkv"], self.c["rms_eps"]
+        H, hd, nh, nkv = d["H"], d["hd"], d["nh"], d["nkv"]
         half = hd // 2
         xn = self.normed(t, names.x_in(l), names.layer_weight(l, "input_norm"))
         self.read(t, "pos", (0, 1))
@@ -318,7 +315,7 @@ class _Sim:
         h = self.read(t, f"h.{l}", (0, B), (0, d["I"]))
         x = self.read(t, f"xa.{l}", (0, B), (r0, r1))
         w = self.read(t, names.layer_weight(l, "down"), (r0, r1), (0, d["I"]))
-        self.write_normed(t, f"xm.{l}", self.norm_after(l + 1), r0, r1, x + h @ w.T)
+        self.write_normed(t, f"xm.{l}", names.norm_into(l + 1, self.d["n_layers"]), r0, r1, x + h @ w.T)
 
     def _downk(self, t: Task, a: DownkArgs) -> None:
         d, l, B = self.d, t.layer, self.tg.batch
