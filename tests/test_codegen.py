@@ -488,6 +488,11 @@ def test_bf16_h_needs_counters_and_the_tensor_cores():
     assert cfg.const("XSS_WIDE") == 0
     assert generate(tgx, rr_schedule(tgx, "h200", "atomic"), "h200", CodegenOptions(xss_wide=True))[1].const("XSS_WIDE") == 1
     assert generate(plain, rr_schedule(plain, "h200", "atomic"), "h200", CodegenOptions(xss_wide=True))[1].const("XSS_WIDE") == 0
+    # CodegenOptions.stage_wide: on the tensor-core path only (the FMA path stages no bf16 input)
+    assert cfg.const("STAGE_WIDE") == 0
+    assert generate(tgx, rr_schedule(tgx, "h200", "atomic"), "h200", CodegenOptions(stage_wide=True))[1].const("STAGE_WIDE") == 1
+    assert generate(plain, rr_schedule(plain, "h200", "atomic"), "h200",
+                    CodegenOptions(stage_wide=True, mma=False))[1].const("STAGE_WIDE") == 0
     with pytest.raises(ScheduleError, match=r"keeps normed copies of the residual stream in bf16"):
         generate(tgx, rr_schedule(tgx, "h200", "nan"), "h200")
     with pytest.raises(ScheduleError, match="FMA path"):

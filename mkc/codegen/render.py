@@ -48,6 +48,9 @@ COMB_EARLY_MAX = 16
 # from this batch on, lm_rows_at_once selects the LM-head tiles' candidates with a warp per row
 # (sampling.cuh lm_candidates_warps); below it the block-wide select has fewer rows to serialise
 CAND_WARP_ROWS = 4
+# batch rows of a warp whose staging loads go out at once with CodegenOptions.stage_wide (4 at batch
+# 32: 16 16-byte loads, 64 registers, a lane)
+STAGE_WIDE_ROWS = 4
 
 
 # CodegenOptions.pipe_ksplit's bits: the GEMV kinds (kinds.cuh KS_BIT; o-proj's bit is down's
@@ -388,6 +391,13 @@ class CodegenOptions:
     # False: a row at a time (the forty-third session's kernels, measured). Built at that session's
     # end, not yet measured: off.
     xss_wide: bool = False
+    # the tensor-core staging of a bf16 input (h_bf16's down, attn_bf16's o-proj, xn_bf16's readers;
+    # gemv_mma.cuh stage_x_bf16 XB) where a warp stages several batch rows (batch > 8): the loads of
+    # up to STAGE_WIDE_ROWS of its rows go out before the first store, one L2 round trip for them
+    # instead of one a row (4 a chunk at batch 32: batch 32's down stages 8 chunks a task); the same
+    # bytes to the same places, so the same bits. False: a row at a time. Built in the forty-fourth
+    # session, not yet measured: off.
+    stage_wide: bool = False
     # the GEMV epilogues' items in tiles of 4 rows x 8 batch columns a warp (kinds.cuh epi_item;
     # tensor-core path with the weight pipeline, batch a multiple of 8) rather than 32 rows of one
     # column: the dot products' shared-memory reads without 32-way bank conflicts at batch 32,
@@ -669,6 +679,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16), XN_BF16=int(xn_bf16),
         XN_GROUP=names.XN_GROUP, XSS_WIDE=int(o.xss_wide and xn_bf16),
+        STAGE_WIDE=int(o.stage_wide and mma), STAGE_WIDE_ROWS=STAGE_WIDE_ROWS,
         RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
