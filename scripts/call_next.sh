@@ -379,6 +379,36 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 99 ]; then
+  # the forty-fourth session's first call (CALL=97 and CALL=98 folded in; kernels at ff817c3's
+  # headers): on an H200 #16's verdict first (tokens_paired); elsewhere the trace of batch 32's
+  # layers on the xn_bf16 default. Then the same-bits tests of xss_wide and stage_wide (in
+  # test_tile_sums_in_fragment_order_give_the_same_bits) and of lower(tile_rows=...) with held
+  # accumulators, and the rows: batch 32 and 16 against -stw (stage_wide), -xsw (xss_wide), -d32 /
+  # -do32 / -d32-h32 / -d64 (32- or 64-row down, 32-row o-proj), qwen3-8b b8 against -d64 and -stw.
+  # Kernels (out/carry/cache.tgz): prebuild.py --variants b32-atomic,b32-atomic-stw,b32-atomic-xsw,
+  # b32-atomic-xsw-stw,b32-atomic-d32,b32-atomic-o32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-d64,
+  # b16-atomic,b16-atomic-stw,b16-atomic-xsw,b16-atomic-d32,b16-atomic-do32,q8-b8-atomic,
+  # q8-b8-atomic-stw,q8-b8-atomic-d64,b8-atomic,b1-atomic,b1-nan,q8-b1-atomic --variant-max-seq 1024;
+  # --tests --only "same bits|wide tiles"; --tokens-bench --variants b1-atomic; --bench
+  # llama-3.2-1b:1 --max-seq-len 1024; --build-dirs .builds/llama-b32 --trace (out/carry/builds.tgz).
+  T0=$(date +%s)
+  if on_h200; then
+    tokens_paired 200
+  else
+    timeout 90 python3 scripts/trace_marks.py .builds/llama-b32 --greedy --specs '{}' > "$OUT/marks-b32.log" 2>&1
+    echo "marks b32 rc=$?"; grep -v "^\\[" "$OUT/marks-b32.log" | tail -n 22
+  fi
+  G=tests/test_gpu_megakernel.py
+  MKC_TESTS="$G::test_tile_sums_in_fragment_order_give_the_same_bits[llama-3.2-1b-32-atomic] $G::test_tile_sums_in_fragment_order_give_the_same_bits[tiny-qwen2-16-atomic] $G::test_wider_tiles_with_held_accumulators_give_the_same_bits $G::test_teacher_forced_logits_wider_tiles" \
+    MKC_TEST_S=170 MKC_AB=none \
+    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  left=$((${CALL_S:-560} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  ab_rows $((left - 15)) "128@b32-atomic,b32-atomic-stw,b32-atomic-d32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-xsw,b32-atomic-d64,b32-atomic,b32-atomic-stw,b32-atomic-d32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-xsw;128@b16-atomic,b16-atomic-stw,b16-atomic-d32,b16-atomic-do32,b16-atomic,b16-atomic-stw,b16-atomic-d32;128@q8-b8-atomic,q8-b8-atomic-d64,q8-b8-atomic-stw,q8-b8-atomic"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 97 ]; then
   # the forty-fourth session's first call (written at the forty-third's end): on an H200 #16's verdict
   # first (tokens_paired), then #13's rows beside the peer and `mkc bench` b1 (CALL=91's shape, with
