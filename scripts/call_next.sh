@@ -382,9 +382,9 @@ pack_out() {
 if [ "${CALL:-1}" = 99 ]; then
   # the forty-fourth session's first call (CALL=97 and CALL=98 folded in; kernels at ff817c3's
   # headers): on an H200 #16's verdict first (tokens_paired); elsewhere the trace of batch 32's
-  # layers on the xn_bf16 default. Then the same-bits tests of xss_wide and stage_wide (in
+  # layers on the xn_bf16 default. Then the rows, and in the time left the same-bits tests of xss_wide and stage_wide (in
   # test_tile_sums_in_fragment_order_give_the_same_bits) and of lower(tile_rows=...) with held
-  # accumulators, and the rows: batch 32 and 16 against -stw (stage_wide), -xsw (xss_wide), -d32 /
+  # accumulators. The rows: batch 32 and 16 against -stw (stage_wide), -xsw (xss_wide), -d32 /
   # -do32 / -d32-h32 / -d64 (32- or 64-row down, 32-row o-proj), qwen3-8b b8 against -d64 and -stw.
   # Kernels (out/carry/cache.tgz): prebuild.py --variants b32-atomic,b32-atomic-stw,b32-atomic-xsw,
   # b32-atomic-xsw-stw,b32-atomic-d32,b32-atomic-o32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-d64,
@@ -399,13 +399,13 @@ if [ "${CALL:-1}" = 99 ]; then
     timeout 90 python3 scripts/trace_marks.py .builds/llama-b32 --greedy --specs '{}' > "$OUT/marks-b32.log" 2>&1
     echo "marks b32 rc=$?"; grep -v "^\\[" "$OUT/marks-b32.log" | tail -n 22
   fi
+  ab_rows 150 "128@b32-atomic,b32-atomic-stw,b32-atomic-d32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-xsw,b32-atomic-d64,b32-atomic,b32-atomic-stw,b32-atomic-d32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-xsw"
+  ab_rows 80 "128@b16-atomic,b16-atomic-stw,b16-atomic-d32,b16-atomic-do32,b16-atomic,b16-atomic-stw,b16-atomic-d32"
+  ab_rows 60 "128@q8-b8-atomic,q8-b8-atomic-d64,q8-b8-atomic-stw,q8-b8-atomic"
   G=tests/test_gpu_megakernel.py
   MKC_TESTS="$G::test_tile_sums_in_fragment_order_give_the_same_bits[llama-3.2-1b-32-atomic] $G::test_tile_sums_in_fragment_order_give_the_same_bits[tiny-qwen2-16-atomic] $G::test_wider_tiles_with_held_accumulators_give_the_same_bits $G::test_teacher_forced_logits_wider_tiles" \
-    MKC_TEST_S=170 MKC_AB=none \
+    MKC_TEST_S=$((${CALL_S:-560} - ($(date +%s) - T0) - 10)) MKC_AB=none \
     MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
-  left=$((${CALL_S:-560} - ($(date +%s) - T0)))
-  echo "seconds left: $left"
-  ab_rows $((left - 15)) "128@b32-atomic,b32-atomic-stw,b32-atomic-d32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-xsw,b32-atomic-d64,b32-atomic,b32-atomic-stw,b32-atomic-d32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-xsw;128@b16-atomic,b16-atomic-stw,b16-atomic-d32,b16-atomic-do32,b16-atomic,b16-atomic-stw,b16-atomic-d32;128@q8-b8-atomic,q8-b8-atomic-d64,q8-b8-atomic-stw,q8-b8-atomic"
   pack_out
   exit 0
 fi
