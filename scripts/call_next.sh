@@ -379,6 +379,26 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 100 ]; then
+  # the forty-fourth session's second call (kernels at this commit's headers): on an H200 #16's
+  # verdict first; then the wider tiles' same-bits test (fixed: both kernels with mma_hold_floats 32)
+  # and the rows: xss_wide (-3.4 % at b32 in CALL=99) at b16, b8, b4 and qwen3-8b b8 to set its
+  # default, and at b32 over it stage_wide on down's input only (-stwd), alone and with 32-row down
+  # tasks (-d32-stwd, -d32-stw). Kernels (out/carry/cache.tgz): prebuild.py --variants b32-atomic,
+  # b32-atomic-xsw,b32-atomic-xsw-stwd,b32-atomic-xsw-d32-stwd,b32-atomic-xsw-d32-stw,b16-atomic,
+  # b16-atomic-xsw,b8-atomic,b8-atomic-xsw,b4-atomic,b4-atomic-xsw,q8-b8-atomic,q8-b8-atomic-xsw
+  # --variant-max-seq 1024; --tests --only "wide tiles"; --tokens-bench --variants b1-atomic.
+  T0=$(date +%s)
+  on_h200 && tokens_paired 200
+  G=tests/test_gpu_megakernel.py
+  MKC_TESTS="$G::test_wider_tiles_with_held_accumulators_give_the_same_bits" MKC_TEST_S=80 MKC_AB=none \
+    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 120 "128@b32-atomic,b32-atomic-xsw,b32-atomic-xsw-stwd,b32-atomic-xsw-d32-stwd,b32-atomic-xsw-d32-stw,b32-atomic,b32-atomic-xsw,b32-atomic-xsw-stwd,b32-atomic-xsw-d32-stwd,b32-atomic-xsw-d32-stw"
+  ab_rows 120 "128@b16-atomic,b16-atomic-xsw,b8-atomic,b8-atomic-xsw,b4-atomic,b4-atomic-xsw,b16-atomic,b16-atomic-xsw,b8-atomic,b8-atomic-xsw,b4-atomic,b4-atomic-xsw"
+  ab_rows 80 "128@q8-b8-atomic,q8-b8-atomic-xsw,q8-b8-atomic,q8-b8-atomic-xsw"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 99 ]; then
   # the forty-fourth session's first call (CALL=97 and CALL=98 folded in; kernels at ff817c3's
   # headers): on an H200 #16's verdict first (tokens_paired); elsewhere the trace of batch 32's

@@ -182,6 +182,15 @@ VARIANTS.update({f"{v}-stw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_wide":
                  for v in ("b16-atomic", "b32-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-xsw-stw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": True, "stage_wide": True})
                  for v in ("b16-atomic", "b32-atomic")})
+# stage_wide on down-proj's input only, alone and with 32-row down tasks (lower(tile_rows=...)), over xss_wide
+VARIANTS.update({f"{v}-xsw-stwd": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": True, "stage_wide": "down"})
+                 for v in ("b16-atomic", "b32-atomic")})
+VARIANTS.update({f"{v}-xsw-d32-stwd": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": True, "stage_wide": "down",
+                                                          "tile_rows": {"down": 32}})
+                 for v in ("b16-atomic", "b32-atomic")})
+VARIANTS.update({f"{v}-xsw-d32-stw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": True, "stage_wide": True,
+                                                         "tile_rows": {"down": 32}})
+                 for v in ("b16-atomic", "b32-atomic")})
 # wider o-proj and down tiles on fewer SMs (lower(tile_rows=...)): each task stages its input once for more rows
 for v in ("b16-atomic", "b32-atomic", "q8-b8-atomic"):
     for suffix, rows in (("d32", {"down": 32}), ("o32", {"oproj": 32}), ("do32", {"down": 32, "oproj": 32}),

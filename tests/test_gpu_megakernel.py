@@ -101,14 +101,14 @@ WIDE = {"tile_rows": {"oproj": 32, "down": 32}}  # o-proj and down in 32-row tas
 def test_wider_tiles_with_held_accumulators_give_the_same_bits(name, batch):
     """lower(tile_rows=...): a row's sums are the same adds in the same order wherever its tile is,
     as long as the task holds its tiles' accumulators across the K-chunks as a 16-row task does
-    (mma_hold_floats 32 at batch 32; batch 16 holds two tiles by default): every step's logits the
-    same bits as the default's."""
+    (mma_hold_floats 32 for both kernels: at batch 32 it also holds qkv's two tiles, another order
+    than the default's): every step's logits the same bits as the 16-row tiles'."""
     import torch
 
     from mkc.codegen.render import CodegenOptions
 
     hf = hf_models(name)
-    base = megakernel(hf, batch, "atomic")
+    base = megakernel(hf, batch, "atomic", options=CodegenOptions(mma_hold_floats=32))
     wide = megakernel(hf, batch, "atomic", WIDE, options=CodegenOptions(mma_hold_floats=32))
     n = {k: sum(t.kind == k for t in wide.tg.tasks) for k in ("oproj", "down")}
     assert n == {k: hf.info.n_layers * -(-hf.info.hidden // 32) for k in ("oproj", "down")}, n

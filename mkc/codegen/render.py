@@ -396,8 +396,9 @@ class CodegenOptions:
     # up to STAGE_WIDE_ROWS of its rows go out before the first store, one L2 round trip for them
     # instead of one a row (4 a chunk at batch 32: batch 32's down stages 8 chunks a task); the same
     # bytes to the same places, so the same bits. False: a row at a time. Built in the forty-fourth
-    # session, not yet measured: off.
-    stage_wide: bool = False
+    # session; H100, batch 32 +6.3 / +6.6 %, batch 16 +4.2 / +3.6 % (CALL=99): off. "down": down-proj's
+    # input only (where a task stages 2x its weight bytes at batch 32), not yet measured.
+    stage_wide: bool | str = False
     # the GEMV epilogues' items in tiles of 4 rows x 8 batch columns a warp (kinds.cuh epi_item;
     # tensor-core path with the weight pipeline, batch a multiple of 8) rather than 32 rows of one
     # column: the dot products' shared-memory reads without 32-way bank conflicts at batch 32,
@@ -603,6 +604,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # (True: every kind, False: none, else a mask of KSPLIT_BITS)
     if o.pipe_quiet is not None and o.pipe_quiet < 0:
         raise ScheduleError(f"pipe_quiet={o.pipe_quiet!r}: a number of pages, 0 (off) or more")
+    if o.stage_wide not in (False, True, "down"):
+        raise ScheduleError(f"stage_wide={o.stage_wide!r}: True, False or 'down' (down-proj's input only)")
     quiet = o.pipe_quiet if o.pipe_quiet is not None else (
         PIPE_QUIET if mma and sched.sync == "atomic" and 2 <= B <= PIPE_QUIET_MAX_B else 0)
     ks_mask = KSPLIT_ALL if o.pipe_ksplit is True else int(o.pipe_ksplit)
@@ -679,7 +682,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16), XN_BF16=int(xn_bf16),
         XN_GROUP=names.XN_GROUP, XSS_WIDE=int(o.xss_wide and xn_bf16),
-        STAGE_WIDE=int(o.stage_wide and mma), STAGE_WIDE_ROWS=STAGE_WIDE_ROWS,
+        STAGE_WIDE=(2 if o.stage_wide == "down" else int(bool(o.stage_wide))) if mma else 0, STAGE_WIDE_ROWS=STAGE_WIDE_ROWS,
         RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
