@@ -1,6 +1,16 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Forty-fourth session, summed up: CALL=99 and CALL=100 ran on H100s (every call asked for an H200;
+# ~14 refused starts cost ~1,150 s). Batch 32's trace on the xn_bf16 default: a layer 96.6 us, qkv's
+# input staged 5.0 us after its wait (the sums of squares' 4 round trips ~3 us), down's staging 16 of
+# 26 us. CodegenOptions.xss_wide paid (b32 -2.5 / -3.4 %, b16 -1.3, b8 -1.1, b4 -0.1, qwen3-8b b8
+# -0.4 %) and is the default (the same bits). stage_wide (+6.3 % b32, +7.9 % on down alone) and
+# lower(tile_rows=...) (+3.9 to +19 %) lost and were removed, so CALL=99 and CALL=100 fail as written
+# now (read them at 301d64b). #16's verdict still wants an H200 (CALL=97's H200 branch:
+# tokens_paired, with its kernels rebuilt: prebuild.py --tokens-bench --variants b1-atomic).
+# Lead (#13, b32): split-K down over tasks with a reduction the events model.
+#
 # Forty-third session, summed up: CALL=91 to CALL=96 ran on H100s (all but the last asked for an H200;
 # BENCHMARKS.md, "Forty-third session"). mkc b1 0.9200 / 0.9209 beside the hand-written kernel's
 # 0.9329 (CALL=91). Batch 32's layer: 99.6 us against ~39 of weights, 37 of it staging (CALL=92).
@@ -379,6 +389,14 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 101 ]; then
+  # the forty-fourth session's last call (~290 s of device time left): #16's verdict on an H200 only
+  # (tokens_paired; batch 1's kernels are those of 4f981e1, out/carry/cache.tgz from its prebuild
+  # --tokens-bench --variants b1-atomic); on any other card nothing.
+  on_h200 && tokens_paired 170
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 100 ]; then
   # the forty-fourth session's second call (kernels at this commit's headers): on an H200 #16's
   # verdict first; then the wider tiles' same-bits test (fixed: both kernels with mma_hold_floats 32)

@@ -174,29 +174,12 @@ VARIANTS.update({f"{v}-xn": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xn_bf16": Tru
                  for v in ("b2-atomic", "b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic") if v in VARIANTS})
 VARIANTS.update({f"{v}-noxn": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xn_bf16": False})
                  for v in ("b2-atomic", "b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic") if v in VARIANTS})
-# the readers' sums of squares with every load of a warp's rows in flight at once (CodegenOptions.xss_wide)
+# the readers' sums of squares with every load of a warp's rows in flight at once (CodegenOptions.xss_wide,
+# the default since the forty-fourth session), and a row at a time as before
 VARIANTS.update({f"{v}-xsw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": True})
                  for v in ("b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
-# a bf16 input's staging with the loads of several of a warp's batch rows in flight (CodegenOptions.stage_wide)
-VARIANTS.update({f"{v}-stw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "stage_wide": True})
-                 for v in ("b16-atomic", "b32-atomic", "q8-b8-atomic")})
-VARIANTS.update({f"{v}-xsw-stw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": True, "stage_wide": True})
-                 for v in ("b16-atomic", "b32-atomic")})
-# stage_wide on down-proj's input only, alone and with 32-row down tasks (lower(tile_rows=...)), over xss_wide
-VARIANTS.update({f"{v}-xsw-stwd": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": True, "stage_wide": "down"})
-                 for v in ("b16-atomic", "b32-atomic")})
-VARIANTS.update({f"{v}-xsw-d32-stwd": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": True, "stage_wide": "down",
-                                                          "tile_rows": {"down": 32}})
-                 for v in ("b16-atomic", "b32-atomic")})
-VARIANTS.update({f"{v}-xsw-d32-stw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": True, "stage_wide": True,
-                                                         "tile_rows": {"down": 32}})
-                 for v in ("b16-atomic", "b32-atomic")})
-# wider o-proj and down tiles on fewer SMs (lower(tile_rows=...)): each task stages its input once for more rows
-for v in ("b16-atomic", "b32-atomic", "q8-b8-atomic"):
-    for suffix, rows in (("d32", {"down": 32}), ("o32", {"oproj": 32}), ("do32", {"down": 32, "oproj": 32}),
-                         ("d64", {"down": 64})):
-        VARIANTS[f"{v}-{suffix}"] = (*VARIANTS[v][:4], {**VARIANTS[v][4], "tile_rows": rows})
-    VARIANTS[f"{v}-d32-h32"] = (*VARIANTS[v][:4], {**VARIANTS[v][4], "tile_rows": {"down": 32}, "mma_hold_floats": 32})
+VARIANTS.update({f"{v}-noxsw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": False})
+                 for v in ("b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 # held accumulators for two tiles at batch 32 (CodegenOptions.mma_hold_floats=32: its qkv tasks)
 VARIANTS.update({f"{v}-hold32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold_floats": 32})
                  for v in ("b16-atomic", "b32-atomic")})
@@ -392,8 +375,7 @@ def variant_plan(variant: str, max_seq: int):
                argmax_tasks=opts.pop("argmax_tasks", None), attn_split_pos=opts.pop("attn_split_pos", None),
                h_bf16=opts.pop("h_bf16", h_bf16_pays(batch, sync, get_target("h200"))),
                attn_bf16=opts.pop("attn_bf16", attn_bf16_pays(batch, sync, get_target("h200"))),
-               xn_bf16=opts.pop("xn_bf16", xn_bf16_pays(batch, sync, get_target("h200"))),
-               tile_rows=opts.pop("tile_rows", None))
+               xn_bf16=opts.pop("xn_bf16", xn_bf16_pays(batch, sync, get_target("h200"))))
     # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
     # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
     cache = os.environ.get("MKC_SCHED_CACHE")

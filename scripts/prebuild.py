@@ -94,15 +94,6 @@ def test_sources(trace: bool = False):
         for o in [{}] + SAME_BITS_OPTIONS:
             yield from kernels(f"test {m} b{b} {s} same bits {o}", tg, rr_schedule(tg, "h200", s), "h200",
                                CodegenOptions(**o), sampling=False)
-    # test_wider_tiles_with_held_accumulators_give_the_same_bits and test_teacher_forced_logits_wider_tiles
-    from test_gpu_megakernel import WIDE
-
-    for m, b, kw, opts in (("llama-3.2-1b", 32, WIDE, {"mma_hold_floats": 32}), ("llama-3.2-1b", 32, WIDE, {}),
-                           ("tiny-qwen2", 16, WIDE, {"mma_hold_floats": 32}), ("llama-3.2-1b", 32, {}, {"mma_hold_floats": 32}),
-                           ("tiny-qwen2", 16, {}, {"mma_hold_floats": 32})):
-        tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, "atomic", kw))
-        yield from kernels(f"test {m} b{b} atomic wide tiles {kw} {opts}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
-                           CodegenOptions(**opts), sampling=False)
     # test_early_residual_gives_the_same_bits_at_batch_1 (its default kernels are the cases' above)
     from test_gpu_megakernel import RESID_CASES
 

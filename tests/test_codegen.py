@@ -485,14 +485,9 @@ def test_bf16_h_needs_counters_and_the_tensor_cores():
     tgx = lower(shape_graph("tiny-llama", 8, 64), get_target("h200"), xn_bf16=True)
     src, cfg, _ = generate(tgx, rr_schedule(tgx, "h200", "atomic"), "h200")
     assert cfg.const("XN_BF16") == 1 and cfg.const("XN_GROUP") == 8 and "xss_total" in src
-    assert cfg.const("XSS_WIDE") == 0
-    assert generate(tgx, rr_schedule(tgx, "h200", "atomic"), "h200", CodegenOptions(xss_wide=True))[1].const("XSS_WIDE") == 1
-    assert generate(plain, rr_schedule(plain, "h200", "atomic"), "h200", CodegenOptions(xss_wide=True))[1].const("XSS_WIDE") == 0
-    # CodegenOptions.stage_wide: on the tensor-core path only (the FMA path stages no bf16 input)
-    assert cfg.const("STAGE_WIDE") == 0
-    assert generate(tgx, rr_schedule(tgx, "h200", "atomic"), "h200", CodegenOptions(stage_wide=True))[1].const("STAGE_WIDE") == 1
-    assert generate(plain, rr_schedule(plain, "h200", "atomic"), "h200",
-                    CodegenOptions(stage_wide=True, mma=False))[1].const("STAGE_WIDE") == 0
+    assert cfg.const("XSS_WIDE") == 1
+    assert generate(tgx, rr_schedule(tgx, "h200", "atomic"), "h200", CodegenOptions(xss_wide=False))[1].const("XSS_WIDE") == 0
+    assert generate(plain, rr_schedule(plain, "h200", "atomic"), "h200")[1].const("XSS_WIDE") == 0
     with pytest.raises(ScheduleError, match=r"keeps normed copies of the residual stream in bf16"):
         generate(tgx, rr_schedule(tgx, "h200", "nan"), "h200")
     with pytest.raises(ScheduleError, match="FMA path"):

@@ -62,8 +62,7 @@ def test_teacher_forced_logits_tensor_core_paths(name, batch, sync, opts):
 TILE_SUM_CASES = [("llama-3.2-1b", 32, "atomic"), ("llama-3.2-1b", 8, "nan"), ("tiny-qwen2", 16, "atomic"),
                   ("llama-3.2-1b", 16, "nan")]
 # layout options of the tensor-core path that must not change a bit: against the default, each
-SAME_BITS_OPTIONS = [{"tile_sum_frag": False}, {"epi_tiles": True}, {"resid_early": True}, {"xss_wide": True},
-                     {"stage_wide": True}]
+SAME_BITS_OPTIONS = [{"tile_sum_frag": False}, {"epi_tiles": True}, {"resid_early": True}, {"xss_wide": False}]
 
 
 @pytest.mark.parametrize("name,batch,sync", TILE_SUM_CASES)
@@ -72,9 +71,9 @@ def test_tile_sums_in_fragment_order_give_the_same_bits(name, batch, sync):
     fragment-ordered stores: the same additions in the same order as the row-major layout, so every
     step's logits are the same bits as with tile_sum_frag=False. The same for epi_tiles (the
     epilogues' items in another order), resid_early (o-proj's and down's residual loaded once
-    their input is staged) and xss_wide (xn_bf16's sums of squares added from loads all in flight:
-    the same adds; with NaN sentinels there are no copies and it does nothing) and stage_wide (a bf16
-    input's staging with several batch rows' loads in flight: the same bytes to the same places)."""
+    their input is staged) and xss_wide off (xn_bf16's sums of squares added a batch row at a time,
+    not from loads all in flight: the same adds; with NaN sentinels there are no copies and it does
+    nothing)."""
     import torch
 
     from mkc.codegen.render import CodegenOptions
@@ -84,45 +83,13 @@ def test_tile_sums_in_fragment_order_give_the_same_bits(name, batch, sync):
     assert mks[0].cfg.const("TILE_SUM_FRAG") == 1 and mks[1].cfg.const("TILE_SUM_FRAG") == 0
     assert mks[0].cfg.const("EPI_TILES") == 0 and mks[2].cfg.const("EPI_TILES") == 1
     assert mks[0].cfg.const("RESID_PF") == 0 and mks[3].cfg.const("RESID_PF") > 0
-    assert mks[0].cfg.const("XSS_WIDE") == 0 and mks[4].cfg.const("XSS_WIDE") == mks[4].cfg.const("XN_BF16")
-    assert mks[0].cfg.const("STAGE_WIDE") == 0 and mks[5].cfg.const("STAGE_WIDE") == 1
+    assert mks[0].cfg.const("XSS_WIDE") == mks[0].cfg.const("XN_BF16") and mks[4].cfg.const("XSS_WIDE") == 0
     g = torch.Generator(device="cuda").manual_seed(3)
     ids = torch.randint(0, hf.vocab, (batch, 12), device="cuda", generator=g)
     for t in range(ids.shape[1]):
         a, *others = (mk(ids[:, t], t).clone() for mk in mks)
         for o, b in zip(SAME_BITS_OPTIONS, others):
             assert torch.equal(a, b), f"step {t}, {o}: {(a != b).sum().item()} logits differ"
-
-
-WIDE = {"tile_rows": {"oproj": 32, "down": 32}}  # o-proj and down in 32-row tasks on half the SMs
-
-
-@pytest.mark.parametrize("name,batch", [("llama-3.2-1b", 32), ("tiny-qwen2", 16)])
-def test_wider_tiles_with_held_accumulators_give_the_same_bits(name, batch):
-    """lower(tile_rows=...): a row's sums are the same adds in the same order wherever its tile is,
-    as long as the task holds its tiles' accumulators across the K-chunks as a 16-row task does
-    (mma_hold_floats 32 for both kernels: at batch 32 it also holds qkv's two tiles, another order
-    than the default's): every step's logits the same bits as the 16-row tiles'."""
-    import torch
-
-    from mkc.codegen.render import CodegenOptions
-
-    hf = hf_models(name)
-    base = megakernel(hf, batch, "atomic", options=CodegenOptions(mma_hold_floats=32))
-    wide = megakernel(hf, batch, "atomic", WIDE, options=CodegenOptions(mma_hold_floats=32))
-    n = {k: sum(t.kind == k for t in wide.tg.tasks) for k in ("oproj", "down")}
-    assert n == {k: hf.info.n_layers * -(-hf.info.hidden // 32) for k in ("oproj", "down")}, n
-    g = torch.Generator(device="cuda").manual_seed(5)
-    ids = torch.randint(0, hf.vocab, (batch, 10), device="cuda", generator=g)
-    for t in range(ids.shape[1]):
-        a, b = (mk(ids[:, t], t).clone() for mk in (base, wide))
-        assert torch.equal(a, b), f"step {t}: {(a != b).sum().item()} logits differ"
-
-
-def test_teacher_forced_logits_wider_tiles():
-    """The bound with 32-row o-proj and down tasks at batch 32, their K-chunks' sums added into the
-    output block chunk by chunk (not held): another order of adds."""
-    _teacher_forced("llama-3.2-1b", 32, "atomic", lower_kw=WIDE)
 
 
 RESID_CASES = [("llama-3.2-1b", "atomic"), ("llama-3.2-1b", "nan"), ("qwen3-0.6b", "atomic")]

@@ -657,28 +657,3 @@ def test_xn_bf16_adds_the_normed_copies_and_halves_the_normed_stagings():
     assert xn_bf16_pays(8, "atomic", get_target("h200")) and not xn_bf16_pays(8, "nan", get_target("h200"))
     assert xn_bf16_pays(4, "atomic", get_target("h200")) and not xn_bf16_pays(2, "atomic", get_target("h200"))
     assert not xn_bf16_pays(1, "atomic", get_target("h200")) and not xn_bf16_pays(8, "atomic", get_target("a100"))
-
-
-def test_tile_rows_widen_oproj_and_down_and_the_schedule_stays_safe():
-    """lower(tile_rows=...): o-proj and/or down in tasks of the given rows (fewer tasks, each staging
-    its input once for more rows), covering the hidden size; the other kinds as before; the
-    verifier accepts a schedule of it; bad sizes and kinds are refused by name."""
-    from mkc.verify.verifier import verify
-    from verify_fixtures import round_robin
-
-    g = shape_graph("llama-3.2-1b", 32, 64)
-    base = lower(g, get_target("h200"), xn_bf16=True)
-    tg = lower(g, get_target("h200"), xn_bf16=True, tile_rows={"oproj": 32, "down": 64})
-    H = tg.dim("H")
-    for kind, rows in (("oproj", 32), ("down", 64)):
-        mine = [t for t in tg.tasks if t.kind == kind and t.layer == 0]
-        assert [t.args[:2] for t in mine] == [(r, r + rows) for r in range(0, H, rows)]
-        assert sum(t.bytes for t in mine) < sum(t.bytes for t in base.tasks if t.kind == kind and t.layer == 0)
-    for kind in ("qkv", "attn", "gateup", "lmhead"):
-        assert [t.args for t in tg.tasks if t.kind == kind] == [t.args for t in base.tasks if t.kind == kind]
-    rep = verify(tg, round_robin(tg, "h200", "atomic"), get_target("h200"))
-    assert rep.ok, rep.text()
-    with pytest.raises(ValueError, match=r"tile_rows \{'down': 24\}: rows of oproj or down tasks, a positive multiple of 16"):
-        lower(g, get_target("h200"), tile_rows={"down": 24})
-    with pytest.raises(ValueError, match=r"tile_rows \{'qkv': 32\}"):
-        lower(g, get_target("h200"), tile_rows={"qkv": 32})

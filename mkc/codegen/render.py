@@ -48,9 +48,6 @@ COMB_EARLY_MAX = 16
 # from this batch on, lm_rows_at_once selects the LM-head tiles' candidates with a warp per row
 # (sampling.cuh lm_candidates_warps); below it the block-wide select has fewer rows to serialise
 CAND_WARP_ROWS = 4
-# batch rows of a warp whose staging loads go out at once with CodegenOptions.stage_wide (4 at batch
-# 32: 16 16-byte loads, 64 registers, a lane)
-STAGE_WIDE_ROWS = 4
 
 
 # CodegenOptions.pipe_ksplit's bits: the GEMV kinds (kinds.cuh KS_BIT; o-proj's bit is down's
@@ -388,17 +385,10 @@ class CodegenOptions:
     # input (gemv_mma.cuh xss_total) with every load of a warp's batch rows issued before the first
     # add, where they fit XSS_WIDE_REGS registers a lane: one L2 round trip after the task's wait
     # instead of one per row (4 at batch 32); the same sums in the same order, so the same bits.
-    # False: a row at a time (the forty-third session's kernels, measured). Built at that session's
-    # end, not yet measured: off.
-    xss_wide: bool = False
-    # the tensor-core staging of a bf16 input (h_bf16's down, attn_bf16's o-proj, xn_bf16's readers;
-    # gemv_mma.cuh stage_x_bf16 XB) where a warp stages several batch rows (batch > 8): the loads of
-    # up to STAGE_WIDE_ROWS of its rows go out before the first store, one L2 round trip for them
-    # instead of one a row (4 a chunk at batch 32: batch 32's down stages 8 chunks a task); the same
-    # bytes to the same places, so the same bits. False: a row at a time. Built in the forty-fourth
-    # session; H100, batch 32 +6.3 / +6.6 %, batch 16 +4.2 / +3.6 % (CALL=99): off. "down": down-proj's
-    # input only (where a task stages 2x its weight bytes at batch 32), not yet measured.
-    stage_wide: bool | str = False
+    # False: a row at a time (the forty-third session's kernels). Measured on an H100 (BENCHMARKS.md,
+    # forty-fourth session): batch 32 -3.4 % (CALL=99) and -2.5 %, 16 -1.3 %, 8 -1.1 %, 4 -0.1 %, qwen3-8b
+    # b8 -0.4 % (CALL=100): on.
+    xss_wide: bool = True
     # the GEMV epilogues' items in tiles of 4 rows x 8 batch columns a warp (kinds.cuh epi_item;
     # tensor-core path with the weight pipeline, batch a multiple of 8) rather than 32 rows of one
     # column: the dot products' shared-memory reads without 32-way bank conflicts at batch 32,
@@ -604,8 +594,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     # (True: every kind, False: none, else a mask of KSPLIT_BITS)
     if o.pipe_quiet is not None and o.pipe_quiet < 0:
         raise ScheduleError(f"pipe_quiet={o.pipe_quiet!r}: a number of pages, 0 (off) or more")
-    if o.stage_wide not in (False, True, "down"):
-        raise ScheduleError(f"stage_wide={o.stage_wide!r}: True, False or 'down' (down-proj's input only)")
     quiet = o.pipe_quiet if o.pipe_quiet is not None else (
         PIPE_QUIET if mma and sched.sync == "atomic" and 2 <= B <= PIPE_QUIET_MAX_B else 0)
     ks_mask = KSPLIT_ALL if o.pipe_ksplit is True else int(o.pipe_ksplit)
@@ -682,7 +670,6 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16), XN_BF16=int(xn_bf16),
         XN_GROUP=names.XN_GROUP, XSS_WIDE=int(o.xss_wide and xn_bf16),
-        STAGE_WIDE=(2 if o.stage_wide == "down" else int(bool(o.stage_wide))) if mma else 0, STAGE_WIDE_ROWS=STAGE_WIDE_ROWS,
         RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),

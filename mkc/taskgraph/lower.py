@@ -65,7 +65,7 @@ def _no_gc():
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
           qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None,
           argmax_tasks: int | None = None, attn_split_pos: int | None = None, h_bf16: bool = False,
-          attn_bf16: bool = False, xn_bf16: bool = False, tile_rows: dict[str, int] | None = None) -> TaskGraph:
+          attn_bf16: bool = False, xn_bf16: bool = False) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
@@ -91,10 +91,7 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     bf16(x * w_norm) and its sums of squares by 8 columns (names.xn_of, names.xss_of), and qkv,
     gate/up and the LM head stage that bf16 copy as it is and take 1/rms from the sums: half the L2
     bytes of their staging and no norm in it. Atomic counters and the tensor-core path only, as
-    ``h_bf16``; ``mkc compile`` asks ``xn_bf16_pays``;
-    ``tile_rows``: output rows per task of o-proj and/or down-proj (``{"oproj": 32, "down": 32}``, a
-    multiple of 16; default ``tiling.row_tiles``' balance over the workers): wider tiles on fewer SMs
-    stage their input fewer times (at batch 32 a 16-row down task stages 2x its weight bytes).
+    ``h_bf16``; ``mkc compile`` asks ``xn_bf16_pays``.
     """
     if isinstance(target, str):
         target = get_target(target)
@@ -117,19 +114,9 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
         raise ValueError(f"xn_bf16 needs the tensor-core GEMV (batch >= 2, not {graph.batch}), an unsplit down-proj "
                          f"(down_split 1, not {down_split}) and a hidden size that is a multiple of {names.XN_GROUP} "
                          f"(not {graph.model.hidden})")
-    tile_rows = dict(tile_rows or {})
-    for kind, rows in tile_rows.items():
-        if kind not in TILE_ROWS_KINDS or rows < 1 or rows % 16:
-            raise ValueError(f"tile_rows {{{kind!r}: {rows}}}: rows of {' or '.join(TILE_ROWS_KINDS)} tasks, "
-                             f"a positive multiple of 16")
-    if "down" in tile_rows and down_split != 1:
-        raise ValueError(f"tile_rows sets down-proj's rows of an unsplit down-proj (down_split 1, not {down_split})")
     with _no_gc():
         return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks, attn_split_pos,
-                      bool(h_bf16), bool(attn_bf16), bool(xn_bf16), tile_rows)
-
-
-TILE_ROWS_KINDS = ("oproj", "down")  # the kinds lower(tile_rows=...) may widen
+                      bool(h_bf16), bool(attn_bf16), bool(xn_bf16))
 
 
 def _bf16_acts_default(batch: int, sync: str | None, target: Target) -> bool:
@@ -215,8 +202,7 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
            attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1,
-           attn_split_pos: int = 0, h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False,
-           tile_rows: dict[str, int] | None = None) -> TaskGraph:
+           attn_split_pos: int = 0, h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -227,7 +213,7 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     check_down_split(down_split, graph.batch, graph.model.intermediate)
     attn_bf16 = attn_bf16 and split == 1  # (split attention's partial outputs stay f32: o-proj combines them)
     argmax_rows(graph.batch, argmax_tasks)  # a ValueError for a count outside 1..batch
-    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks, xn_bf16, tile_rows)
+    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks, xn_bf16)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
     buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16, attn_bf16, xn_bf16)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
@@ -351,7 +337,7 @@ class _Lowering:
     """What every ``lower_<kind>`` needs: the model's sizes, the target's workers, the drafts so far."""
 
     def __init__(self, graph: Graph, spec: ModelSpec, target: Target, context: int, S: int, qkv_cross: bool,
-                 down_split: int = 1, xn_bf16: bool = False, tile_rows: dict[str, int] | None = None):
+                 down_split: int = 1, xn_bf16: bool = False):
         info = graph.model
         self.graph, self.spec, self.info, self.context, self.S = graph, spec, info, context, S
         self.B, self.H, self.I, self.V, self.L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
@@ -363,12 +349,6 @@ class _Lowering:
         self.down_split = down_split  # split-K down over chunks of h (lower_downk)
         self.xn = xn_bf16  # the residual stream's normed bf16 companions (names.xn_of)
         self._index: dict[tuple[int, str], int] = {}
-        self.tile_rows = dict(tile_rows or {})  # lower(tile_rows=...)
-
-    def tiles(self, kind: str, n: int) -> list[tuple[int, int]]:
-        """Row tiles of a GEMV kind's n output rows: ``tile_rows``' size for it, else balanced over the workers."""
-        rows = self.tile_rows.get(kind)
-        return row_tiles(n, self.NS) if rows is None else [(r0, min(r0 + rows, n)) for r0 in range(0, n, rows)]
 
     def add(self, kind: str, layer: int, args, reads, writes, flops, k: int | None = None) -> None:
         """One draft; ``k``: the input width a GEMV kind stages."""
@@ -416,9 +396,9 @@ SMEM_RULES = {
 
 
 def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1, qkv_cross: bool = True,
-               down_split: int = 1, argmax_tasks: int = 1, xn_bf16: bool = False, tile_rows: dict[str, int] | None = None):
+               down_split: int = 1, argmax_tasks: int = 1, xn_bf16: bool = False):
     """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
-    cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split, xn_bf16, tile_rows)
+    cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split, xn_bf16)
     lower_embed(cx)
     for l in range(cx.info.n_layers):
         lower_qkv(cx, l)
@@ -528,7 +508,7 @@ def lower_oproj(cx: _Lowering, l: int) -> None:
     B, S, QD = cx.B, cx.S, cx.QD
     attn_in = ([cx.full(f"attn.{l}", B, QD)] if S == 1 else
                [cx.full(names.attn_out(l), B, S, QD), cx.full(names.attn_lse(l), B, S, cx.nh)])
-    for r0, r1 in cx.tiles("oproj", cx.H):
+    for r0, r1 in row_tiles(cx.H, cx.NS):
         reads = attn_in + [cx.cols(names.x_in(l), r0, r1), cx.rows(names.layer_weight(l, "o"), r0, r1, QD)]
         n_reads, n_writes = cx.normed_out(f"xa.{l}", names.layer_weight(l, "post_norm"), r0, r1)
         cx.add("oproj", l, (r0, r1), reads + n_reads, [cx.cols(f"xa.{l}", r0, r1)] + n_writes,
@@ -551,7 +531,7 @@ def lower_gateup(cx: _Lowering, l: int) -> None:
 def lower_down(cx: _Lowering, l: int) -> None:
     """Down-proj + residual."""
     B, I = cx.B, cx.I
-    for r0, r1 in cx.tiles("down", cx.H):
+    for r0, r1 in row_tiles(cx.H, cx.NS):
         reads = [cx.full(f"h.{l}", B, I), cx.cols(f"xa.{l}", r0, r1), cx.rows(names.layer_weight(l, "down"), r0, r1, I)]
         n_reads, n_writes = cx.normed_out(f"xm.{l}", names.norm_into(l + 1, cx.info.n_layers), r0, r1)
         cx.add("down", l, (r0, r1), reads + n_reads, [cx.cols(f"xm.{l}", r0, r1)] + n_writes,

@@ -289,37 +289,6 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
     static_assert(!NORM && !COMB && !POLL, "a bf16 input is down's or o-proj's: no norm, no combine, counters");
     constexpr int SBX = 4;  // 16-byte loads in flight per lane (8 values each)
     const int q8 = kch / 8;
-    // STAGE_WIDE (CodegenOptions.stage_wide; 2: down-proj's input only, K == I): where a warp has
-    // several batch rows (B > NW), the loads of STAGE_WIDE_ROWS of them go out before the first
-    // store: one L2 round trip for them, not one a row. The same bytes to the same places.
-    constexpr int RW = B / NW < STAGE_WIDE_ROWS ? B / NW : STAGE_WIDE_ROWS;
-    if constexpr ((STAGE_WIDE == 1 || (STAGE_WIDE == 2 && K == I)) && WPR == 1 && RW > 1) {
-      for (int b0 = w; b0 < B; b0 += NW * RW) {
-        for (int i0 = lane; i0 < q8; i0 += WARP * SBX) {
-          uint4 v[RW][SBX];
-#pragma unroll
-          for (int r = 0; r < RW; ++r) {
-            const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) +
-                                                             (size_t)(b0 + r * NW) * K + c0);
-#pragma unroll
-            for (int e = 0; e < SBX; ++e) {
-              const int i = i0 + e * WARP;
-              if (b0 + r * NW < B && i < q8) v[r][e] = mk_ld_cache16(xr + i);  // (L2: written by other SMs this step)
-            }
-          }
-#pragma unroll
-          for (int r = 0; r < RW; ++r) {
-            unsigned short* sb = xs + (b0 + r * NW) * XST;
-#pragma unroll
-            for (int e = 0; e < SBX; ++e) {
-              const int i = i0 + e * WARP;
-              if (b0 + r * NW < B && i < q8) *reinterpret_cast<uint4*>(sb + 8 * i) = v[r][e];
-            }
-          }
-        }
-      }
-      return true;
-    }
     for (int b = w / WPR; b < B; b += NRW) {
       const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * K + c0);
       unsigned short* sb = xs + b * XST;
