@@ -9,7 +9,10 @@
 # lower(tile_rows=...) (+3.9 to +19 %) lost and were removed, so CALL=99 and CALL=100 fail as written
 # now (read them at 301d64b). #16's verdict still wants an H200 (CALL=97's H200 branch:
 # tokens_paired, with its kernels rebuilt: prebuild.py --tokens-bench --variants b1-atomic).
-# Lead (#13, b32): split-K down over tasks with a reduction the events model.
+# Leads (#13, b32): split-K down over tasks with a reduction the events model; the epilogues' reads
+# of out[j * B + b] with a warp's lanes on consecutive j (one bank at batch 32: ~4,096 conflicted
+# wavefronts in a gate/up epilogue, ~2 us of the ~4.5 its trace shows after the dot products) want a
+# padded row stride (B + 1) of the output block, not built.
 #
 # Forty-third session, summed up: CALL=91 to CALL=96 ran on H100s (all but the last asked for an H200;
 # BENCHMARKS.md, "Forty-third session"). mkc b1 0.9200 / 0.9209 beside the hand-written kernel's
