@@ -400,54 +400,9 @@ if [ "${CALL:-1}" = 101 ]; then
   pack_out
   exit 0
 fi
-if [ "${CALL:-1}" = 100 ]; then
-  # the forty-fourth session's second call (kernels at this commit's headers): on an H200 #16's
-  # verdict first; then the wider tiles' same-bits test (fixed: both kernels with mma_hold_floats 32)
-  # and the rows: xss_wide (-3.4 % at b32 in CALL=99) at b16, b8, b4 and qwen3-8b b8 to set its
-  # default, and at b32 over it stage_wide on down's input only (-stwd), alone and with 32-row down
-  # tasks (-d32-stwd, -d32-stw). Kernels (out/carry/cache.tgz): prebuild.py --variants b32-atomic,
-  # b32-atomic-xsw,b32-atomic-xsw-stwd,b32-atomic-xsw-d32-stwd,b32-atomic-xsw-d32-stw,b16-atomic,
-  # b16-atomic-xsw,b8-atomic,b8-atomic-xsw,b4-atomic,b4-atomic-xsw,q8-b8-atomic,q8-b8-atomic-xsw
-  # --variant-max-seq 1024; --tests --only "wide tiles"; --tokens-bench --variants b1-atomic.
-  T0=$(date +%s)
-  # (written down to ~130 s of rows after three refused starts left 394 s of device time)
-  on_h200 && tokens_paired 170
-  ab_rows 70 "128@b16-atomic,b16-atomic-xsw,b8-atomic,b8-atomic-xsw,b4-atomic,b4-atomic-xsw,b16-atomic,b16-atomic-xsw,b8-atomic,b8-atomic-xsw,b4-atomic,b4-atomic-xsw"
-  ab_rows 50 "128@b32-atomic,b32-atomic-xsw,b32-atomic-xsw-stwd,b32-atomic-xsw-d32-stwd,b32-atomic-xsw,b32-atomic-xsw-stwd,b32-atomic-xsw-d32-stwd"
-  ab_rows 40 "128@q8-b8-atomic,q8-b8-atomic-xsw,q8-b8-atomic,q8-b8-atomic-xsw"
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 99 ]; then
-  # the forty-fourth session's first call (CALL=97 and CALL=98 folded in; kernels at ff817c3's
-  # headers): on an H200 #16's verdict first (tokens_paired); elsewhere the trace of batch 32's
-  # layers on the xn_bf16 default. Then the rows, and in the time left the same-bits tests of xss_wide and stage_wide (in
-  # test_tile_sums_in_fragment_order_give_the_same_bits) and of lower(tile_rows=...) with held
-  # accumulators. The rows: batch 32 and 16 against -stw (stage_wide), -xsw (xss_wide), -d32 /
-  # -do32 / -d32-h32 / -d64 (32- or 64-row down, 32-row o-proj), qwen3-8b b8 against -d64 and -stw.
-  # Kernels (out/carry/cache.tgz): prebuild.py --variants b32-atomic,b32-atomic-stw,b32-atomic-xsw,
-  # b32-atomic-xsw-stw,b32-atomic-d32,b32-atomic-o32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-d64,
-  # b16-atomic,b16-atomic-stw,b16-atomic-xsw,b16-atomic-d32,b16-atomic-do32,q8-b8-atomic,
-  # q8-b8-atomic-stw,q8-b8-atomic-d64,b8-atomic,b1-atomic,b1-nan,q8-b1-atomic --variant-max-seq 1024;
-  # --tests --only "same bits|wide tiles"; --tokens-bench --variants b1-atomic; --bench
-  # llama-3.2-1b:1 --max-seq-len 1024; --build-dirs .builds/llama-b32 --trace (out/carry/builds.tgz).
-  T0=$(date +%s)
-  if on_h200; then
-    tokens_paired 200
-  else
-    timeout 90 python3 scripts/trace_marks.py .builds/llama-b32 --greedy --specs '{}' > "$OUT/marks-b32.log" 2>&1
-    echo "marks b32 rc=$?"; grep -v "^\\[" "$OUT/marks-b32.log" | tail -n 22
-  fi
-  ab_rows 150 "128@b32-atomic,b32-atomic-stw,b32-atomic-d32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-xsw,b32-atomic-d64,b32-atomic,b32-atomic-stw,b32-atomic-d32,b32-atomic-do32,b32-atomic-d32-h32,b32-atomic-xsw"
-  ab_rows 80 "128@b16-atomic,b16-atomic-stw,b16-atomic-d32,b16-atomic-do32,b16-atomic,b16-atomic-stw,b16-atomic-d32"
-  ab_rows 60 "128@q8-b8-atomic,q8-b8-atomic-d64,q8-b8-atomic-stw,q8-b8-atomic"
-  G=tests/test_gpu_megakernel.py
-  MKC_TESTS="$G::test_tile_sums_in_fragment_order_give_the_same_bits[llama-3.2-1b-32-atomic] $G::test_tile_sums_in_fragment_order_give_the_same_bits[tiny-qwen2-16-atomic] $G::test_wider_tiles_with_held_accumulators_give_the_same_bits $G::test_teacher_forced_logits_wider_tiles" \
-    MKC_TEST_S=$((${CALL_S:-560} - ($(date +%s) - T0) - 10)) MKC_AB=none \
-    MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
-  pack_out
-  exit 0
-fi
+# CALL=99 and CALL=100 (the forty-fourth session) measured CodegenOptions.stage_wide and
+# lower(tile_rows=...) beside xss_wide (BENCHMARKS.md, "Forty-fourth session"); both options lost and
+# were removed, so those calls fail as written now: read them at 301d64b.
 if [ "${CALL:-1}" = 97 ]; then
   # the forty-fourth session's first call (written at the forty-third's end): on an H200 #16's verdict
   # first (tokens_paired), then #13's rows beside the peer and `mkc bench` b1 (CALL=91's shape, with
