@@ -402,7 +402,8 @@ if [ "${CALL:-1}" = 101 ]; then
 fi
 # CALL=99 and CALL=100 (the forty-fourth session) measured CodegenOptions.stage_wide and
 # lower(tile_rows=...) beside xss_wide (BENCHMARKS.md, "Forty-fourth session"); both options lost and
-# were removed, so those calls fail as written now: read them at 301d64b.
+# were removed, so those calls fail as written now: read them at 301d64b. CALL=98 (xss_wide's test
+# and rows, folded into them) is gone too: xss_wide is the default now.
 if [ "${CALL:-1}" = 97 ]; then
   # the forty-fourth session's first call (written at the forty-third's end): on an H200 #16's verdict
   # first (tokens_paired), then #13's rows beside the peer and `mkc bench` b1 (CALL=91's shape, with
@@ -424,21 +425,6 @@ if [ "${CALL:-1}" = 97 ]; then
   fi
   ab_rows 100 "128@b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b16-atomic,b32-atomic,q8-b8-atomic,b1-atomic;1024@b1-atomic" 90
   bench_b1_if_time
-  pack_out
-  exit 0
-fi
-if [ "${CALL:-1}" = 98 ]; then
-  # the forty-fourth session's second call (~250 s): CodegenOptions.xss_wide (built at the
-  # forty-third session's end, off): xn_bf16's readers add their sums of squares from loads all in
-  # flight, one L2 round trip after the wait instead of one a batch row (4 at batch 32), the
-  # suspect for batch 32 gaining ~80 us a step where ~150 were expected. Its same-bits test (in
-  # test_tile_sums_in_fragment_order_give_the_same_bits: llama-3.2-1b b32 and tiny-qwen2 b16 with
-  # the copies), then the rows alternated. Kernels (out/carry/cache.tgz): prebuild.py --tests
-  # --only "same bits"; --variants b4-atomic,b4-atomic-xsw,b8-atomic-xsw,b16-atomic-xsw,
-  # b32-atomic-xsw,q8-b8-atomic-xsw --variant-max-seq 1024 (and CALL=97's).
-  MKC_TESTS="tests/test_gpu_megakernel.py -k fragment_order" MKC_TEST_S=120 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 \
-    OUT=$OUT bash scripts/gpu_final.sh
-  ab_rows 120 "128@b32-atomic,b32-atomic-xsw,b32-atomic,b32-atomic-xsw;128@b8-atomic,b8-atomic-xsw,b4-atomic,b4-atomic-xsw,b16-atomic,b16-atomic-xsw;128@q8-b8-atomic,q8-b8-atomic-xsw"
   pack_out
   exit 0
 fi
