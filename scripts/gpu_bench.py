@@ -180,6 +180,11 @@ VARIANTS.update({f"{v}-xsw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": T
                  for v in ("b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-noxsw": (*VARIANTS[v][:4], {**VARIANTS[v][4], "xss_wide": False})
                  for v in ("b4-atomic", "b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+# the output block's rows B + 2 floats apart (CodegenOptions.out_pad=2; taskgraph/plan.py OUT_PAD), and B apart
+VARIANTS.update({f"{v}-opad": (*VARIANTS[v][:4], {**VARIANTS[v][4], "out_pad": 2})
+                 for v in ("b4-atomic", "b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+VARIANTS.update({f"{v}-noopad": (*VARIANTS[v][:4], {**VARIANTS[v][4], "out_pad": 0})
+                 for v in ("b4-atomic", "b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 # held accumulators for two tiles at batch 32 (CodegenOptions.mma_hold_floats=32: its qkv tasks)
 VARIANTS.update({f"{v}-hold32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold_floats": 32})
                  for v in ("b16-atomic", "b32-atomic")})

@@ -142,6 +142,11 @@ class CodegenOptions:
     # the tensor-core path (0: 1024, PIPE_MMA_COLS: a bulk copy per row of 2 KiB streams faster than
     # one of 1 KiB)
     pipe_cols: int = 0
+    # floats past the batch between two rows of the GEMV output block in shared memory, on the
+    # tensor-core path (taskgraph/plan.py OUT_PAD, DevicePlan.out_ld; None: the plan's default): the
+    # epilogues read it with a warp's lanes on consecutive rows of one batch column, which at a
+    # stride of B floats all hit one bank at batch 32 (8 ways at batch 8); at B + 2 two at most
+    out_pad: int | None = None
     # each task's record and its thread's wait/signal entries are read while the task before it runs
     # (off: at the task's start); the step loop then holds two records in registers. Measured on the
     # H200 (llama-3.2-1b b1, same call): 0.881 ms/token with it, 0.877 without, so it is off; the
@@ -412,7 +417,7 @@ class CodegenOptions:
         """The options that change the device plan."""
         return PlanKnobs(mma=self.mma, ring_stages=self.ring_stages, rows_per_warp=self.rows_per_warp,
                          loads_in_flight=self.loads_in_flight, attn_chunk=self.attn_chunk, pipe=self.pipe,
-                         pipe_pages=self.pipe_pages, pipe_cols=self.pipe_cols)
+                         pipe_pages=self.pipe_pages, pipe_cols=self.pipe_cols, out_pad=self.out_pad)
 
 
 @dataclass(frozen=True)
@@ -512,13 +517,13 @@ def pdraw_walks(options: CodegenOptions, ntiles: int, nt: int) -> bool:
     return options.pdraw_walk if options.pdraw_walk is not None else ntiles <= nt
 
 
-def resid_pf(tg: TaskGraph, B: int, NT: int, out_cap: int, epi_tiles: bool) -> int:
+def resid_pf(tg: TaskGraph, B: int, NT: int, out_cap: int, epi_tiles: bool, out_ld: int) -> int:
     """The residual values a thread of an o-proj or down task holds from its staged input to its
     epilogue (CodegenOptions.resid_early): enough for the largest such task of one block (rows up
-    to the output block's, out_cap // B), 0 where that is more than RESID_PF_MAX (the epilogue then
+    to the output block's, out_cap // out_ld), 0 where that is more than RESID_PF_MAX (the epilogue then
     loads them itself, as without the option)."""
     rows = [args_of(t).r1 - args_of(t).r0 for t in tg.tasks if t.kind in ("oproj", "down", "downk")]
-    rows = max((r for r in rows if r <= out_cap // B), default=0)
+    rows = max((r for r in rows if r <= out_cap // out_ld), default=0)
     if epi_tiles:  # (kinds.cuh epi_items: rows rounded up to 4)
         rows = -(-rows // 4) * 4
     n = -(-rows * B // NT)
@@ -583,6 +588,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
                                 f"GEMV; this build has {sched.sync} sync and the {'tensor-core' if mma else 'FMA'} path: "
                                 f"lower it again with {flag}=False")
     G, U, BB, KC, out_cap = plan.rows_per_warp, plan.loads_in_flight, plan.batch_rows, plan.kc, plan.out_cap
+    out_ld = plan.out_ld or B  # (0: a plan saved before the padding)
     ATT_CH = plan.attn_chunk
     off = plan.offsets()
     mma_consts = dict(KCB=plan.kcb, XST=plan.kcb + 32, RING=ring) if mma else {}
@@ -656,8 +662,8 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
     epi_tiles = bool(o.epi_tiles and mma and B % 8 == 0 and plan.pipe_slots > 0)
     consts = dict(
         NT=NT, WARP=WARP, B=B, H=H, I=I, NH=NH, NKV=NKV, HD=HD, NREP=NREP, V=V, NL=NL, L=L, NTILES=NTILES,
-        KC=KC, G=G, U=U, BB=BB, QKV_ROWS=out_cap // B, RESID_RB=out_cap // B,
-        GATEUP_RB=out_cap // (2 * B), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
+        KC=KC, G=G, U=U, BB=BB, OUT_LD=out_ld, QKV_ROWS=out_cap // out_ld, RESID_RB=out_cap // out_ld,
+        GATEUP_RB=out_cap // (2 * out_ld), ATT_CH=ATT_CH, **off, SPIN_HOT=o.spin_hot,
         SPIN_MAX_NS=o.spin_max_ns,
         ATT_SPLIT=ATT_SPLIT, ATT_SPAN=d.get("attn_split_pos", 0), DOWN_KC=I // d.get("down_split", 1), ATT_PRE=attn_preload(HD, NT, ATT_CH), ATT_EARLY=int(o.attn_early), POLL_BATCH=o.poll_batch, POLL_VEC=int(o.poll_vec), POLL_REISSUE=int(o.poll_reissue if o.poll_reissue is not None else B == 1), AV_BATCH=o.av_batch, PRELOAD=int(o.preload), TOKENS_CAP=L, ACQUIRE_ONCE=int(o.acquire_once), SAMPLER=int(o.sampler), SAMPLE_FILTER=int(o.sampler and o.sample_filter), SAMPLER_INLINE=int(o.sampler and o.sample_filter and (o.sampler_inline if o.sampler_inline is not None else
                                                                                B == 1 and sched.sync == "atomic" and plan.pipe_slots > 0)), SAMPLE_PDRAW=int(o.sampler and o.sample_filter and o.sample_pdraw), SAMPLER_LEAN=int(o.sampler and o.sample_filter and o.sampler_lean), PDRAW_BOUND=int(o.sampler and o.sample_filter and o.sample_pdraw and o.pdraw_bound), PDRAW_WALK=int(pd_walk), WALK_ONCE=int(pd_walk and o.walk_once), CAND_HELD_ON=int(held), CAND_BISECT=int(o.cand_bisect), KTH_EXIT=int(o.kth_exit), TILE_HIST=int(o.tile_hist), WALK_SCAN=int(o.walk_scan), HELD_HIST=int(o.held_hist), WALK_FINE=int(o.walk_fine), HELD_P=int(o.held_p and held and o.cand_bisect), P_DIRECT=int(o.p_direct), GATHER_ONCE=int(o.gather_once), RANK_QUAD=int(o.rank_quad), HELD_EARLY=int(o.sampler and o.sample_filter and o.held_early and held and o.cand_bisect and B == 1 and NTILES <= NT), CAND_NOISE=int(o.cand_noise and held and o.cand_bisect), TASK_AHEAD=int(o.task_ahead), **mma_consts,
@@ -670,7 +676,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16), XN_BF16=int(xn_bf16),
         XN_GROUP=names.XN_GROUP, XSS_WIDE=int(o.xss_wide and xn_bf16),
-        RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles) if o.resid_early else 0,
+        RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles, out_ld) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),
     )

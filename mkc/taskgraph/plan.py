@@ -51,6 +51,9 @@ PIPE_MMA_PAGES = 5
 # the tensor-core path takes the pipeline by default up to this batch (measured at 8 and 32; past it
 # the staged input leaves too little room for pages)
 PIPE_MMA_MAX_BATCH = 32
+# PlanKnobs.out_pad's default on the tensor-core path: floats past B between the output block's rows
+# (0: none; DevicePlan.out_ld)
+OUT_PAD = 0
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,9 @@ class PlanKnobs:
     pipe_pages: int = 0
     # a page's columns, a multiple of PIPE_COLS (FMA path) or PIPE_MMA_UNIT (tensor cores); 0: the default
     pipe_cols: int = 0
+    # floats between two rows of the output block past B (DevicePlan.out_ld), tensor-core path only;
+    # None: OUT_PAD there (0 on the FMA path, whose batch-1 rows are single floats)
+    out_pad: int | None = None
 
 
 def sample_smem(batch: int, hists: int, nb: int) -> int:
@@ -114,7 +120,7 @@ class DevicePlan:
     rows_per_warp: int
     loads_in_flight: int
     batch_rows: int  # BB: batch rows per pass of the FMA inner loop
-    out_cap: int  # floats of the output block
+    out_cap: int  # floats of the output block (its rows out_cap // out_ld, out_ld floats apart)
     attn_split: int  # attention tasks per (batch row, kv head)
     attn_chunk: int
     stages: int  # the cost model's weight pipeline: stages of stage_bytes each a GEMV task keeps in flight
@@ -133,6 +139,9 @@ class DevicePlan:
     pipe_rows: int = PIPE_ROWS
     pipe_cols: int = PIPE_COLS
     pipe_ld: int = PIPE_COLS
+    # floats between the starts of two rows of the output block (row j of batch column b at
+    # j * out_ld + b); 0: the batch (no padding, as plans saved before it)
+    out_ld: int = 0
 
     @property
     def pipe_page(self) -> int:
@@ -257,6 +266,15 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
     stage = smem_plan(target, B, k_max)
     KC = max(256, min(dims.get("smem_kc") or stage.kc or 8192, _align(k_max, 256)))
     out_cap = max(4096, HD * B, 2 * B)
+    # the output block's rows, padded (tensor-core path): the epilogues read a row's B columns with a
+    # warp's lanes on consecutive rows, at a stride of B floats one bank at batch 32 (8 ways at batch
+    # 8); B + 2 (even: the tile sums store float2 pairs) puts consecutive rows two banks apart. The
+    # block keeps its rows (QKV_ROWS, RESID_RB, GATEUP_RB), so it grows by pad floats a row.
+    pad = (OUT_PAD if mma else 0) if o.out_pad is None else o.out_pad
+    if pad < 0 or pad % 2 or (pad and not mma):
+        raise ScheduleError(f"out_pad={o.out_pad!r}: an even number of floats (0 for none) on the tensor-core path")
+    out_ld = B + pad
+    out_cap = out_cap // B * out_ld if pad else out_cap
     f = 4  # bytes per float / int
     ring, kcb = 0, 0
     # The weight pipeline: batch 1 on the FMA path (one consumer warp per page row), and on the
@@ -368,7 +386,7 @@ def device_plan(dims: dict, target, knobs: PlanKnobs | None = None) -> DevicePla
     regions.append(sample_region(regions, B, NW))
     return DevicePlan(
         threads=NT, warp=WARP, gemv=GEMV_MMA if mma else GEMV_FMA, ring=ring, kc=KC, kcb=kcb, rows_per_warp=G,
-        loads_in_flight=U, batch_rows=min(B, 8), out_cap=out_cap, attn_split=split, attn_chunk=o.attn_chunk,
+        loads_in_flight=U, batch_rows=min(B, 8), out_cap=out_cap, out_ld=out_ld, attn_split=split, attn_chunk=o.attn_chunk,
         stages=stage.stages, stage_bytes=stage.stage_bytes, regions=tuple(regions), smem_bytes=flag + 16,
         pipe_slots=pipe_slots, producer_warps=1 if pipe_slots else 0, pipe_rows=prows, pipe_cols=pcols, pipe_ld=pld,
     )

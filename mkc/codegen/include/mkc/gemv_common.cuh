@@ -78,7 +78,7 @@ __device__ __forceinline__ void gemv_block_end(const Ctx& c, const Kind& kd, int
       rs[mk_tid()] = 1.0f / sqrtf(ss / (float)K + c.eps);
     }
     mk_barrier();
-    for (int idx = mk_tid(); idx < nr * B; idx += NT) out[idx] *= rs[idx % B];
+    for (int idx = mk_tid(); idx < nr * B; idx += NT) out[idx / B * OUT_LD + idx % B] *= rs[idx % B];
     mk_barrier();
   }
   kd.epilogue(c, nr, out);

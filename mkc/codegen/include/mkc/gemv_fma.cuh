@@ -118,7 +118,7 @@ __device__ __forceinline__ void gemv_chunk(const Rows& rows, int nr, int c0, int
             const int b = bg + bb;
             if (b >= B) break;
             if (ks == 1) {
-              float* o = out + j * B + b;
+              float* o = out + j * OUT_LD + b;
               *o = accumulate ? *o + acc[g][bb] : acc[g][bb];
             } else {
               part[(p * nrg * G + j) * B + b] = acc[g][bb];
@@ -133,7 +133,8 @@ __device__ __forceinline__ void gemv_chunk(const Rows& rows, int nr, int c0, int
     for (int idx = mk_tid(); idx < nr * B; idx += NT) {
       float s = 0.f;
       for (int p = 0; p < ks; ++p) s += part[p * nrg * G * B + idx];
-      out[idx] = accumulate ? out[idx] + s : s;
+      float* o = out + idx / B * OUT_LD + idx % B;
+      *o = accumulate ? *o + s : s;
     }
   }
   mk_barrier();

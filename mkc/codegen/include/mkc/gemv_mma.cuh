@@ -49,7 +49,7 @@ __device__ __forceinline__ void mma_unit_out(const float (&acc)[NTN][4], int u, 
     const int j = rt * 16 + r;
     if (j >= nr) return;
     if (ks == 1) {
-      float* o = out + j * B + b;
+      float* o = out + j * OUT_LD + b;
       *o = accumulate ? *o + v : v;
     } else {
       part[(p * nrt * 16 + j) * B + b] = v;
@@ -209,7 +209,8 @@ __device__ __forceinline__ void mma_chunk(const Rows& rows, int nr, int c0, int 
     for (int idx = mk_tid(); idx < nr * B; idx += NT) {
       float s = 0.f;
       for (int p = 0; p < ks; ++p) s += part[p * nrt * 16 * B + idx];
-      out[idx] = accumulate ? out[idx] + s : s;
+      float* o = out + idx / B * OUT_LD + idx % B;
+      *o = accumulate ? *o + s : s;
     }
   }
   mk_barrier();
@@ -266,7 +267,8 @@ __device__ __forceinline__ void mma_chunk_ring(const Rows& rows, int nr, int c0,
     for (int idx = mk_tid(); idx < nr * B; idx += NT) {
       float s = 0.f;
       for (int p = 0; p < ks; ++p) s += part[p * nrt * 16 * B + idx];
-      out[idx] = accumulate ? out[idx] + s : s;
+      float* o = out + idx / B * OUT_LD + idx % B;
+      *o = accumulate ? *o + s : s;
     }
   }
   mk_barrier();
@@ -532,7 +534,7 @@ __device__ __forceinline__ void pipe_tile_sum(const float (&acc)[NTN][4], float*
         sum.x += v.x;
         sum.y += v.y;
       }
-      float2* o = reinterpret_cast<float2*>(out + (r0 + r) * B + 8 * (f / (2 * WARP)) + 2 * mk_mma_quad(ln));
+      float2* o = reinterpret_cast<float2*>(out + (r0 + r) * OUT_LD + 8 * (f / (2 * WARP)) + 2 * mk_mma_quad(ln));
       if (accumulate) {
         const float2 was = *o;
         sum.x = was.x + sum.x;
@@ -549,7 +551,7 @@ __device__ __forceinline__ void pipe_tile_sum(const float (&acc)[NTN][4], float*
   for (int idx = tid; idx < min(PIPE_ROWS, nr - r0) * B; idx += NT) {
     float sum = 0.f;
     for (int ww = 0; ww < NW; ++ww) sum += pt[ww * 16 * B + idx];
-    float* o = out + r0 * B + idx;
+    float* o = out + (r0 + idx / B) * OUT_LD + idx % B;
     *o = accumulate ? *o + sum : sum;
   }
 }

@@ -7,7 +7,7 @@
 
 namespace mk {
 
-// An epilogue's items: nr rows x B batch columns of the block's dot products (out[j * B + b]). By
+// An epilogue's items: nr rows x B batch columns of the block's dot products (out[j * OUT_LD + b]). By
 // default a warp's lanes take consecutive rows j of one column b: the global stores of a row's
 // outputs are contiguous, and out's reads are B words apart, which at batch 32 puts all 32 lanes
 // on one bank (8 at batch 8). EPI_TILES (CodegenOptions.epi_tiles; render sets it on the
@@ -92,7 +92,7 @@ struct QkvKind {
         const unsigned short* bias = head < NH ? wptr(c, layer, R_BQ) + head * HD
                                    : head < NH + NKV ? wptr(c, layer, R_BK) + (head - NH) * HD
                                    : wptr(c, layer, R_BV) + (head - NH - NKV) * HD;
-        out[idx] += mk_bf16_to_f32(bias[head_row(head, r)]);
+        out[idx / B * OUT_LD + idx % B] += mk_bf16_to_f32(bias[head_row(head, r)]);
       }
       mk_barrier();
     }
@@ -110,8 +110,8 @@ struct QkvKind {
       sincosf((float)c.pos * inv[pa(head) + r], &sn, &cs);
       cs *= c.rope_scaling;
       sn *= c.rope_scaling;
-      float* o1 = out + j * B + b;
-      float* o2 = out + (j + n) * B + b;
+      float* o1 = out + j * OUT_LD + b;
+      float* o2 = out + (j + n) * OUT_LD + b;
       const float x1 = *o1, x2 = *o2;
       *o1 = x1 * cs - x2 * sn;
       *o2 = x2 * cs + x1 * sn;
@@ -128,11 +128,11 @@ struct QkvKind {
       if (!epi_item(idx, nr, j, b)) continue;
       int head, r;
       locate(j, head, r);
-      if (head < NH) put_f32(q + (size_t)b * NH * HD + head * HD + head_row(head, r), out[j * B + b]);
+      if (head < NH) put_f32(q + (size_t)b * NH * HD + head * HD + head_row(head, r), out[j * OUT_LD + b]);
       // q/k norm: raw keys (fp32) for attention to norm, rotate and append
       if (QK_NORM && head >= NH && head < NH + NKV)
         put_f32(lptr<float>(c, layer, R_KR, c.par) + (size_t)b * NKV * HD + (head - NH) * HD + head_row(head, r),
-                out[j * B + b]);
+                out[j * OUT_LD + b]);
     }
     for (int idx = tid; idx < nr / 2 * B; idx += NT) {
       const int j = 2 * (idx % (nr / 2)), b = idx / (nr / 2);
@@ -143,7 +143,7 @@ struct QkvKind {
       const int g = is_k ? head - NH : head - NH - NKV;
       unsigned* cache = is_k ? kc : vc;
       const size_t word = (((size_t)(b * NKV + g) * L + c.pos) * HD + head_row(head, r)) / 2;
-      put_bf16x2(cache + word, out[j * B + b], out[(j + 1) * B + b]);
+      put_bf16x2(cache + word, out[j * OUT_LD + b], out[(j + 1) * OUT_LD + b]);
     }
   }
 };
@@ -178,14 +178,14 @@ struct ResidKind {
       mk_barrier();  // every value of the block is in out
       for (int idx = mk_tid(); idx < nr * B; idx += NT) {
         const int b = idx / nr, j = idx % nr;
-        xn[(size_t)b * H + rb + j] = mk_f32_to_bf16(out[j * B + b] * mk_bf16_to_f32(nw[rb + j]));
+        xn[(size_t)b * H + rb + j] = mk_f32_to_bf16(out[j * OUT_LD + b] * mk_bf16_to_f32(nw[rb + j]));
       }
       for (int idx = mk_tid(); idx < nr / XN_GROUP * B; idx += NT) {
         const int b = idx % B, g = idx / B;
         float ss = 0.f;
 #pragma unroll
         for (int r = 0; r < XN_GROUP; ++r) {
-          const float v = out[(g * XN_GROUP + r) * B + b];
+          const float v = out[(g * XN_GROUP + r) * OUT_LD + b];
           ss = fmaf(v, v, ss);
         }
         xss[(size_t)b * (H / XN_GROUP) + rb / XN_GROUP + g] = ss;
@@ -216,9 +216,9 @@ struct ResidKind {
           int j, b;
           const int idx = mk_tid() + k * NT;
           if (idx < epi_items(nr) && epi_item(idx, nr, j, b)) {
-            const float v = rp[k] + out[j * B + b];
+            const float v = rp[k] + out[j * OUT_LD + b];
             put_f32(y + (size_t)b * H + rb + j, v);
-            if constexpr (XN_BF16) out[j * B + b] = v;
+            if constexpr (XN_BF16) out[j * OUT_LD + b] = v;
           }
         }
         companions(nr, out);
@@ -229,9 +229,9 @@ struct ResidKind {
       int j, b;
       if (!epi_item(idx, nr, j, b)) continue;
       const size_t o = (size_t)b * H + rb + j;  // both outputs are [B, H]
-      const float v = mk_ld_act(resid + o) + out[j * B + b];
+      const float v = mk_ld_act(resid + o) + out[j * OUT_LD + b];
       put_f32(y + o, v);
-      if constexpr (XN_BF16) out[j * B + b] = v;
+      if constexpr (XN_BF16) out[j * OUT_LD + b] = v;
     }
     companions(nr, out);
   }
@@ -253,7 +253,7 @@ struct GateUpKind {
     for (int idx = mk_tid(); idx < epi_items(nb); idx += NT) {
       int j, b;
       if (!epi_item(idx, nb, j, b)) continue;
-      const float gt = out[j * B + b], up = out[(nb + j) * B + b];
+      const float gt = out[j * OUT_LD + b], up = out[(nb + j) * OUT_LD + b];
       // H_BF16 (lower(h_bf16=True); atomic counters, tensor-core path: render checks): h in bf16,
       // rounded to nearest even as the tensor-core staging rounds it, so down stages the same bits as it is
       if constexpr (H_BF16)
@@ -274,7 +274,7 @@ __device__ __forceinline__ void lm_gumbel_body(const Ctx& c, int nr, int rb, con
   for (int b = 0; b < B; ++b) {
     float v = -INFINITY;
     int i = 0x7fffffff;
-    for (int j = s_tid(); j < nr; j += NT) argmax_merge(v, i, out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j), rb + j);
+    for (int j = s_tid(); j < nr; j += NT) argmax_merge(v, i, out[j * OUT_LD + b] / s.temperature + gumbel(c, s, b, rb + j), rb + j);
     warp_argmax(v, i);
     if (s_lane() == 0 && i != 0x7fffffff) mk_smem_max_u64(gbest + b, pack_best(v, i));
   }
@@ -295,7 +295,7 @@ struct LmHeadKind {
     for (int idx = mk_tid(); idx < epi_items(nr); idx += NT) {
       int j, b;
       if (!epi_item(idx, nr, j, b)) continue;
-      logits[(size_t)b * V + rb + j] = out[j * B + b];  // not polled: plain store
+      logits[(size_t)b * V + rb + j] = out[j * OUT_LD + b];  // not polled: plain store
     }
     float* best_v = smem_f(OFF_BEST);
     int* best_i = smem_i(OFF_BEST + 4 * B);
@@ -324,7 +324,7 @@ struct LmHeadKind {
           const int b = bg + lane % LB;
           float v = -INFINITY;
           int i = 0x7fffffff;
-          for (int j = warp_id() * RG + lane / LB; j < nr; j += NW * RG) argmax_merge(v, i, out[j * B + b], rb + j);
+          for (int j = warp_id() * RG + lane / LB; j < nr; j += NW * RG) argmax_merge(v, i, out[j * OUT_LD + b], rb + j);
           for (int m = WARP / 2; m >= LB; m >>= 1) argmax_merge(v, i, mk_shfl_xor(v, m), mk_shfl_xor_i(i, m));
           if (lane < LB) {
             pv[warp_id() * B + b] = v;
@@ -338,7 +338,7 @@ struct LmHeadKind {
         for (int b = warp_id(); b < B; b += NW) {
           float v = -INFINITY;
           int i = 0x7fffffff;
-          for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * B + b], rb + j);
+          for (int j = lane; j < nr; j += WARP) argmax_merge(v, i, out[j * OUT_LD + b], rb + j);
           warp_argmax(v, i);
           if (lane == 0) argmax_merge(best_v[b], best_i[b], v, i);
         }

@@ -633,13 +633,13 @@ __device__ __forceinline__ unsigned tile_bin(float zmax, float z) {
 // stores read back through the L2
 template <bool SMEM>
 __device__ __forceinline__ float tile_logit(const float* lgb, int r0, int b, int i) {
-  if constexpr (SMEM) return smem_f(OFF_OUT)[i * B + b];
+  if constexpr (SMEM) return smem_f(OFF_OUT)[i * OUT_LD + b];
   else return lgb[(size_t)b * V + r0 + i];
 }
 // bytes [SM_A, SM_A + n) clear of bytes [off, off + len)
 constexpr bool clear_of_a(int n, int off, int len) { return off >= SM_A + n || off + len <= SM_A; }
 constexpr int CAND_SCR = 4 * (LM_ROWS + 260 + 2 * LM_CAND);  // lm_candidates_block's scratch from SM_A
-constexpr bool CAND_SMEM = TILE_HIST != 0 && LM_ROWS <= RESID_RB && clear_of_a(CAND_SCR, OFF_OUT, 4 * B * LM_ROWS);
+constexpr bool CAND_SMEM = TILE_HIST != 0 && LM_ROWS <= RESID_RB && clear_of_a(CAND_SCR, OFF_OUT, 4 * OUT_LD * LM_ROWS);
 // (the histogram cut reads the rows' maxima after the previous row's scratch writes)
 constexpr bool CAND_HIST = TILE_HIST != 0 && clear_of_a(CAND_SCR, OFF_BEST, 16 * B);
 __device__ __forceinline__ void lm_candidates_block(const Ctx& c, int r0, int r1, int tile) {
@@ -838,7 +838,7 @@ constexpr int PD_RA = SAMPLE_HISTS * 2048 > 32 * SNB ? SAMPLE_HISTS * 2048 : 32 
 constexpr int PD_RB0 = !LM_ROWS_AT_ONCE ? 1 : B < PD_RA / PD_ROWB ? B : PD_RA / PD_ROWB;
 constexpr int PD_RB = (OFF_BEST >= SM_A && OFF_BEST < SM_A + PD_ROWB * PD_RB0) ? (OFF_BEST - SM_A) / PD_ROWB : PD_RB0;
 static_assert(PD_RB >= 1, "a row's histogram fits region A");
-constexpr bool HIST_SMEM = TILE_HIST != 0 && LM_ROWS <= RESID_RB && clear_of_a(PD_ROWB * PD_RB, OFF_OUT, 4 * B * LM_ROWS);
+constexpr bool HIST_SMEM = TILE_HIST != 0 && LM_ROWS <= RESID_RB && clear_of_a(PD_ROWB * PD_RB, OFF_OUT, 4 * OUT_LD * LM_ROWS);
 __device__ __forceinline__ bool pd_top(const float* rawmax, int b, float temp, int n, float& top) {
   top = floorf(rawmax[b] / temp * PD_SF);
   return n <= 65535 && fabsf(top) < 1.0e6f;
