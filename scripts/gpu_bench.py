@@ -185,6 +185,9 @@ VARIANTS.update({f"{v}-opad": (*VARIANTS[v][:4], {**VARIANTS[v][4], "out_pad": 2
                  for v in ("b4-atomic", "b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
 VARIANTS.update({f"{v}-noopad": (*VARIANTS[v][:4], {**VARIANTS[v][4], "out_pad": 0})
                  for v in ("b4-atomic", "b8-atomic", "b8-nan", "b16-atomic", "b32-atomic", "q8-b8-atomic")})
+# down's partial products over N chunks of h, then their sums (lower(down_sum=N): downp and dsum tasks)
+VARIANTS.update({f"{v}-ds{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_sum": n})
+                 for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic") for n in (2, 4, 8)})
 # held accumulators for two tiles at batch 32 (CodegenOptions.mma_hold_floats=32: its qkv tasks)
 VARIANTS.update({f"{v}-hold32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold_floats": 32})
                  for v in ("b16-atomic", "b32-atomic")})
@@ -380,7 +383,8 @@ def variant_plan(variant: str, max_seq: int):
                argmax_tasks=opts.pop("argmax_tasks", None), attn_split_pos=opts.pop("attn_split_pos", None),
                h_bf16=opts.pop("h_bf16", h_bf16_pays(batch, sync, get_target("h200"))),
                attn_bf16=opts.pop("attn_bf16", attn_bf16_pays(batch, sync, get_target("h200"))),
-               xn_bf16=opts.pop("xn_bf16", xn_bf16_pays(batch, sync, get_target("h200"))))
+               xn_bf16=opts.pop("xn_bf16", xn_bf16_pays(batch, sync, get_target("h200"))),
+               down_sum=opts.pop("down_sum", None))
     # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
     # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
     cache = os.environ.get("MKC_SCHED_CACHE")

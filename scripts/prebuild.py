@@ -79,6 +79,13 @@ def test_sources(trace: bool = False):
         tg = lower(shape_graph("llama-3.2-1b", 1, 128), get_target("h200"), **default_lower_kw(1, s, dict(down_split=split)))
         yield from kernels(f"test llama-3.2-1b b1 {s} down split {split}", tg, rr_schedule(tg, "h200", s), "h200",
                            sampling=False)
+    # test_teacher_forced_logits_down_partial_sums
+    from test_gpu_megakernel import DSUM_CASES
+
+    for m, b, n in DSUM_CASES:
+        tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, "atomic", dict(down_sum=n)))
+        yield from kernels(f"test {m} b{b} atomic down_sum {n}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                           sampling=False)
     # test_teacher_forced_logits_tensor_core_paths
     from test_gpu_megakernel import MMA_CASES
 

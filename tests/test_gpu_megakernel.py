@@ -42,6 +42,16 @@ def test_teacher_forced_logits_split_k_down(split, sync):
     _teacher_forced("llama-3.2-1b", 1, sync, lower_kw={"down_split": split})
 
 
+# down's partial products over chunks of h and their sums (lower(down_sum=...): downp and dsum tasks)
+DSUM_CASES = [("llama-3.2-1b", 32, 4), ("llama-3.2-1b", 8, 2), ("tiny-qwen3", 16, 8)]
+
+
+@pytest.mark.parametrize("name,batch,chunks", DSUM_CASES)
+def test_teacher_forced_logits_down_partial_sums(name, batch, chunks):
+    """The same bound with down-proj as partial products over chunks of h added by dsum tasks."""
+    _teacher_forced(name, batch, "atomic", lower_kw={"down_sum": chunks})
+
+
 # The tensor-core GEMV's other configurations than CASES' (whose batch 8 takes the weight pipeline
 # by default): batch 32 through the pipeline (K-chunks of 1024 beside 3 pages), and the cp.async
 # ring the kernel uses without it (CodegenOptions(pipe=False))

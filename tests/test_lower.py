@@ -557,6 +557,42 @@ def test_split_k_down_waits_only_for_its_chunk():
         check_down_split(3, 1, 8192)
 
 
+def test_down_partials_wait_only_for_their_chunk_and_sums_for_their_rows():
+    """lower(down_sum=4) at batch 32: 128 downp tasks, a chunk's 32 over a quarter of the rows each,
+    staging only their chunk of h and waiting only for the gate/up tiles of it; 128 dsum tasks, each
+    waiting for its rows' four partials and o-proj's xa, writing xm and its companions; the next
+    layer's qkv waits for every dsum."""
+    from mkc.taskgraph.lower import check_down_sum
+
+    tg = lower(shape_graph("llama-3.2-1b", 32, 128), get_target("h200"), h_bf16=True, xn_bf16=True, down_sum=4)
+    prod = {e: {t.id for t in tg.tasks if e in t.signals} for e in range(len(tg.events))}
+    by = lambda kind, l=0: [t for t in tg.tasks if t.kind == kind and t.layer == l]  # noqa: E731
+    gateup, parts, sums = by("gateup"), by("downp"), by("dsum")
+    assert len(parts) == 128 and len(sums) == 128 and not by("down")
+    for t in parts:
+        r0, r1, k0, k1 = t.args
+        assert k1 - k0 == 2048 and r1 - r0 == 64
+        deps = set().union(*(prod[e] for e in t.waits))
+        assert deps == {g.id for g in gateup if g.args[0] < k1 and g.args[1] > k0}, t
+        assert [r.box for r in t.reads if r.buffer == "h.0"] == [((0, 32), (k0, k1))]
+        assert [w.buffer for w in t.writes] == [names.down_parts(0)] and t.writes[0].box[0] == (k0 // 2048, k0 // 2048 + 1)
+    for t in sums:
+        r0, r1 = t.args
+        deps = set().union(*(prod[e] for e in t.waits))
+        want = {p.id for p in parts if p.args[0] < r1 and p.args[1] > r0}
+        want |= {o.id for o in by("oproj") if o.args[0] < r1 and o.args[1] > r0}
+        assert deps == want and len(want) == 5, t
+        assert {w.buffer for w in t.writes} == {"xm.0", names.xn_of("xm.0"), names.xss_of("xm.0")}
+    qkv_deps = set().union(*(prod[e] for e in by("qkv", 1)[0].waits))
+    assert {t.id for t in sums} <= qkv_deps and not {t.id for t in parts} & qkv_deps
+    with pytest.raises(ValueError, match="batch >= 2"):
+        check_down_sum(2, 1, 8192, 1, True)
+    with pytest.raises(ValueError, match="h_bf16"):
+        check_down_sum(2, 8, 8192, 1, False)
+    with pytest.raises(ValueError, match="multiple"):
+        check_down_sum(3, 8, 8192, 1, True)
+
+
 @pytest.mark.parametrize("batch, n", [(1, 1), (8, 8), (8, 1), (8, 3), (32, 32), (5, 2)])
 def test_argmax_tasks_split_the_rows(batch, n):
     """One argmax task per row by default at batch > 1; any count in 1..batch takes contiguous runs

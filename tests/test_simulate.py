@@ -283,6 +283,34 @@ def test_bf16_h_rounds_only_h():
     torch.testing.assert_close(b["logits"], a["logits"], rtol=2e-2, atol=2e-2 * a["logits"].abs().max().item())
 
 
+@pytest.mark.parametrize("variant,chunks,xn", [("llama", 2, True), ("qwen3_qknorm_cross", 4, True),
+                                                ("qwen2_bias_sliced", 8, False)])
+def test_down_partial_sums_match_the_unsplit_graph(variant, chunks, xn):
+    """lower(down_sum=N): downp tasks write down's partial products over N chunks of h and dsum tasks
+    add them to xa in chunk order (with xn_bf16, also xm's companions); in any valid order every
+    step's xm is the unsplit graph's up to the sums' order, and so are the logits."""
+    graph, _, weights, caches0 = setup(variant, 8)
+    target = VARIANTS[variant][3]
+    tg = lower(graph, target, h_bf16=True, xn_bf16=xn)
+    tgs = lower(graph, target, h_bf16=True, xn_bf16=xn, down_sum=chunks)
+    assert tgs.dim("down_sum") == chunks and not any(t.kind == "down" for t in tgs.tasks)
+    n_rows = len({t.args[:2] for t in tgs.tasks if t.kind == "downp"})
+    assert sum(t.kind == "downp" for t in tgs.tasks) == graph.model.n_layers * chunks * n_rows
+    ids = torch.arange(8) * 3 % graph.model.vocab
+    a = simulate.run_step(tg, weights, {k: v.clone() for k, v in caches0.items()}, ids, 6)
+    for seed in range(3):
+        b = simulate.run_step(tgs, weights, {k: v.clone() for k, v in caches0.items()}, ids, 6, seed=seed)
+        for l in range(graph.model.n_layers):
+            torch.testing.assert_close(b[f"xm.{l}"], a[f"xm.{l}"], rtol=1e-5, atol=1e-5)
+            parts = b[names.down_parts(l)]
+            torch.testing.assert_close(b[f"xm.{l}"], b[f"xa.{l}"] + sum(parts[c] for c in range(1, chunks)) + parts[0],
+                                       rtol=1e-6, atol=1e-6)
+        if xn:
+            last = f"xm.{graph.model.n_layers - 1}"
+            torch.testing.assert_close(b[names.xss_of(last)], b[last].pow(2).reshape(8, -1, names.XN_GROUP).sum(-1))
+        torch.testing.assert_close(b["logits"], a["logits"], rtol=1e-4, atol=1e-4 * a["logits"].abs().max().item())
+
+
 @pytest.mark.parametrize("variant", ["llama", "qwen2_bias_sliced", "qwen3_qknorm_cross"])
 def test_normed_bf16_copies_match_the_f32_graph(variant):
     """lower(xn_bf16=True): in any valid order, the companions hold bf16(x * w_norm) and the sums of

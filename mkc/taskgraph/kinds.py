@@ -55,6 +55,13 @@ downk       r0, r1, k0, k1         down over chunk c = k0 / KC of h (KC = I / di
                                    for the last chunk, else xmp[l][c]. The chunks of a row tile add
                                    in chunk order (deterministic), and chunk c waits only for the
                                    gate/up tiles of its columns of h (lower.lower_downk, batch 1)
+downp       r0, r1, k0, k1         down's partial product over chunk c = k0 / KC of h (KC = I /
+                                   dims["down_sum"]): dp[l][c][:, r0:r1] = h[l][:, k0:k1] @
+                                   Wd[r0:r1, k0:k1].T. A chunk's tasks stage a 1/C of h, so a phase
+                                   of them moves 1/C of down's L2 bytes (lower.lower_down_sum)
+dsum        r0, r1                 xm[l][:, r0:r1] = xa[l][:, r0:r1] + dp[l][0][:, r0:r1] + ... +
+                                   dp[l][C-1][:, r0:r1], added in that order (deterministic); with
+                                   xn_bf16 also xm's normed companions, as down writes them
 ==========  =====================  ===================================================================
 
 ``x_in`` of layer 0 is ``x0``; of layer l > 0 it is ``xm[l-1]``; ``x_last`` is ``xm[n_layers-1]``.
@@ -147,6 +154,8 @@ KINDS: tuple[TaskKind, ...] = (
     TaskKind("lmhead", gemv=True, calibrated=True, loop_role=None, Args=LmheadArgs, color="#8c564b", smem=SMEM_GEMV),
     TaskKind("argmax", gemv=False, calibrated=True, loop_role=STEP_END, Args=BatchArgs, color="#e377c2", smem=SMEM_SMALL),
     TaskKind("downk", gemv=True, calibrated=True, loop_role=None, Args=DownkArgs, color="#c5b0d5", smem=SMEM_GEMV),
+    TaskKind("downp", gemv=True, calibrated=True, loop_role=None, Args=DownkArgs, color="#8064a2", smem=SMEM_GEMV),
+    TaskKind("dsum", gemv=False, calibrated=True, loop_role=None, Args=RowArgs, color="#b5a3d0", smem=SMEM_SMALL),
 )
 KIND: dict[str, TaskKind] = {k.name: k for k in KINDS}
 

@@ -65,7 +65,7 @@ def _no_gc():
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
           qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None,
           argmax_tasks: int | None = None, attn_split_pos: int | None = None, h_bf16: bool = False,
-          attn_bf16: bool = False, xn_bf16: bool = False) -> TaskGraph:
+          attn_bf16: bool = False, xn_bf16: bool = False, down_sum: int | None = None) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
@@ -80,6 +80,10 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     batch 1 only; default 1, none: ``down_split_pays``);
     ``argmax_tasks``: tasks the rows' argmax (and sampling) is spread over, default one per row
     (``argmax_tasks_pay``);
+    ``down_sum``: chunks of h down-proj's partial products are split over at batch >= 2 (``downp``
+    tasks, each staging a chunk of h, then ``dsum`` tasks adding them to the residual; 1: none,
+    the default ``down_sum_pays``); tensor-core path with atomic counters and a bf16 h only
+    (codegen refuses it elsewhere);
     ``h_bf16``: gate/up's output h (down's input) in bf16, which down stages as it is: half the L2
     bytes of its staging, the same bits (the tensor-core staging rounds h to bf16 anyway); atomic
     counters and the tensor-core path only (codegen refuses it elsewhere). Default False: the sync
@@ -99,12 +103,15 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
         qkv_cross = qkv_cross_pays(graph.batch)
     if down_split is None:
         down_split = down_split_pays(graph.batch)
+    if down_sum is None:
+        down_sum = down_sum_pays(graph.batch)
     if argmax_tasks is None:
         argmax_tasks = argmax_tasks_pay(graph.batch)
     if attn_split_pos is None:
         attn_split_pos = attn_split_pos_pays(graph.batch)
     if attn_split_pos < 0:
         raise ValueError(f"attn_split_pos {attn_split_pos} must be >= 0 (0: every split at every position)")
+    check_down_sum(down_sum, graph.batch, graph.model.intermediate, down_split, h_bf16)
     if h_bf16 and (graph.batch < 2 or down_split != 1):
         raise ValueError(f"h_bf16 needs the tensor-core GEMV (batch >= 2, not {graph.batch}) and an unsplit down-proj "
                          f"(down_split 1, not {down_split})")
@@ -116,7 +123,7 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
                          f"(not {graph.model.hidden})")
     with _no_gc():
         return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks, attn_split_pos,
-                      bool(h_bf16), bool(attn_bf16), bool(xn_bf16))
+                      bool(h_bf16), bool(attn_bf16), bool(xn_bf16), down_sum)
 
 
 def _bf16_acts_default(batch: int, sync: str | None, target: Target) -> bool:
@@ -178,6 +185,23 @@ def down_split_pays(batch: int) -> int:
     return 1
 
 
+def down_sum_pays(batch: int) -> int:
+    """Chunks of h down-proj's partial products are split over by default (``lower(down_sum=...)``):
+    1, none (not measured yet)."""
+    return 1
+
+
+def check_down_sum(chunks: int, batch: int, intermediate: int, down_split: int, h_bf16: bool) -> None:
+    """``downp`` tasks stage a bf16 chunk of h of whole 16-byte words (the tensor-core path, from
+    batch 2) and replace unsplit down (not with ``down_split``)."""
+    if chunks == 1:
+        return
+    if chunks < 1 or batch < 2 or not h_bf16 or down_split != 1 or intermediate % (chunks * DOWN_SPLIT_ALIGN):
+        raise ValueError(f"down_sum {chunks}: down's partial products over chunks of h need batch >= 2 (not {batch}), "
+                         f"h in bf16 (h_bf16, not {h_bf16}), no down_split (not {down_split}) and an intermediate "
+                         f"size ({intermediate}) that is a multiple of {chunks} x {DOWN_SPLIT_ALIGN}")
+
+
 DOWN_SPLIT_ALIGN = 8  # a chunk of a weight row starts on a 16-byte boundary (bulk copies, 16-byte loads)
 
 
@@ -202,7 +226,8 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
            attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1,
-           attn_split_pos: int = 0, h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False) -> TaskGraph:
+           attn_split_pos: int = 0, h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False,
+           down_sum: int = 1) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -213,9 +238,9 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     check_down_split(down_split, graph.batch, graph.model.intermediate)
     attn_bf16 = attn_bf16 and split == 1  # (split attention's partial outputs stay f32: o-proj combines them)
     argmax_rows(graph.batch, argmax_tasks)  # a ValueError for a count outside 1..batch
-    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks, xn_bf16)
+    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks, xn_bf16, down_sum)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
-    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16, attn_bf16, xn_bf16)
+    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16, attn_bf16, xn_bf16, down_sum)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
     events, waits, signals = build_events(drafts, {b.name: b for b in buffers})
     tasks = tuple(
@@ -238,6 +263,8 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     )
     if down_split > 1:  # absent otherwise: the task graphs of unsplit builds stay as they were
         dims["down_split"] = down_split
+    if down_sum > 1:  # absent otherwise, as down_split
+        dims["down_sum"] = down_sum
     if split > 1 and attn_split_pos > 0:  # absent otherwise, as down_split
         dims["attn_split_pos"] = attn_split_pos
     consts = (("rms_eps", spec.rms_eps), ("rope_scaling", spec.rope_scaling), ("attn_scale", spec.attn_scale))
@@ -249,7 +276,7 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
 
 
 def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1, down_split: int = 1,
-                 h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False) -> list[Buffer]:
+                 h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False, down_sum: int = 1) -> list[Buffer]:
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
     nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
@@ -281,6 +308,8 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1,
                 companions(f"{nm}.{i}")
         if down_split > 1:  # split-K down's running sums, chunk by chunk
             bufs.append(Buffer(names.down_partial(i), (down_split - 1, B, H), "f32", "act", polled=True))
+        if down_sum > 1:  # down's partial products, chunk by chunk of h (lower_downp)
+            bufs.append(Buffer(names.down_parts(i), (down_sum, B, H), "f32", "act", polled=True))
         if info.qk_norm:  # raw keys: attention norms and rotates them into the cache
             bufs.append(Buffer(names.k_raw(i), (B, nkv * hd), "f32", "act", polled=True))
         for cname in (names.k_cache(i), names.v_cache(i)):
@@ -337,7 +366,7 @@ class _Lowering:
     """What every ``lower_<kind>`` needs: the model's sizes, the target's workers, the drafts so far."""
 
     def __init__(self, graph: Graph, spec: ModelSpec, target: Target, context: int, S: int, qkv_cross: bool,
-                 down_split: int = 1, xn_bf16: bool = False):
+                 down_split: int = 1, xn_bf16: bool = False, down_sum: int = 1):
         info = graph.model
         self.graph, self.spec, self.info, self.context, self.S = graph, spec, info, context, S
         self.B, self.H, self.I, self.V, self.L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
@@ -347,6 +376,7 @@ class _Lowering:
         self.drafts: list[Draft] = []
         self.qkv_cross = qkv_cross  # qkv tiles may cross a head boundary (tiling.qkv_tiles)
         self.down_split = down_split  # split-K down over chunks of h (lower_downk)
+        self.down_sum = down_sum  # down's partial products over chunks of h (lower_downp, lower_dsum)
         self.xn = xn_bf16  # the residual stream's normed bf16 companions (names.xn_of)
         self._index: dict[tuple[int, str], int] = {}
 
@@ -396,16 +426,20 @@ SMEM_RULES = {
 
 
 def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1, qkv_cross: bool = True,
-               down_split: int = 1, argmax_tasks: int = 1, xn_bf16: bool = False):
+               down_split: int = 1, argmax_tasks: int = 1, xn_bf16: bool = False, down_sum: int = 1):
     """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
-    cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split, xn_bf16)
+    cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split, xn_bf16, down_sum)
     lower_embed(cx)
     for l in range(cx.info.n_layers):
         lower_qkv(cx, l)
         lower_attn(cx, l)
         lower_oproj(cx, l)
         lower_gateup(cx, l)
-        (lower_downk if cx.down_split > 1 else lower_down)(cx, l)
+        if cx.down_sum > 1:
+            lower_downp(cx, l)
+            lower_dsum(cx, l)
+        else:
+            (lower_downk if cx.down_split > 1 else lower_down)(cx, l)
     lower_lmhead(cx)
     lower_argmax(cx, argmax_tasks)
     return cx.drafts, cx.plan
@@ -553,6 +587,30 @@ def lower_downk(cx: _Lowering, l: int) -> None:
             out = cx.cols(f"xm.{l}", r0, r1) if c == C - 1 else Region(part, _box((c, c + 1), (0, B), (r0, r1)))
             reads = [cx.cols(f"h.{l}", k0, k1), prev, Region(names.layer_weight(l, "down"), _box((r0, r1), (k0, k1)))]
             cx.add("downk", l, (r0, r1, k0, k1), reads, [out], 2 * B * (r1 - r0) * n + B * (r1 - r0), k=n)
+
+
+def lower_downp(cx: _Lowering, l: int) -> None:
+    """Down-proj's partial products over C = ``down_sum`` chunks of h: chunk c's tasks tile the rows
+    over a C-th of the workers, each staging only its chunk of h (at batch 32 unsplit down stages
+    twice its weight bytes a task, all of h), so the phase's L2 bytes are a C-th; they wait only for
+    the gate/up tiles of their chunk."""
+    B, H, C = cx.B, cx.H, cx.down_sum
+    n = cx.I // C
+    for c in range(C):
+        k0, k1 = c * n, (c + 1) * n
+        for r0, r1 in row_tiles(H, max(1, cx.NS // C)):
+            reads = [cx.cols(f"h.{l}", k0, k1), Region(names.layer_weight(l, "down"), _box((r0, r1), (k0, k1)))]
+            cx.add("downp", l, (r0, r1, k0, k1), reads, [Region(names.down_parts(l), _box((c, c + 1), (0, B), (r0, r1)))],
+                   2 * B * (r1 - r0) * n, k=n)
+
+
+def lower_dsum(cx: _Lowering, l: int) -> None:
+    """xm = xa + the chunks' partial products (lower_downp) in chunk order, with xm's companions."""
+    B, C = cx.B, cx.down_sum
+    for r0, r1 in row_tiles(cx.H, cx.NS):
+        reads = [Region(names.down_parts(l), _box((0, C), (0, B), (r0, r1))), cx.cols(f"xa.{l}", r0, r1)]
+        n_reads, n_writes = cx.normed_out(f"xm.{l}", names.norm_into(l + 1, cx.info.n_layers), r0, r1)
+        cx.add("dsum", l, (r0, r1), reads + n_reads, [cx.cols(f"xm.{l}", r0, r1)] + n_writes, B * (r1 - r0) * C)
 
 
 def lower_lmhead(cx: _Lowering) -> None:

@@ -82,6 +82,11 @@ def down_partial(layer: int) -> str:
     return f"xmp.{layer}"
 
 
+def down_parts(layer: int) -> str:
+    """Down-proj's partial products over chunks of h [C, B, H] (lower_downp; dsum adds them)."""
+    return f"dp.{layer}"
+
+
 # lower(xn_bf16=True): each residual-stream activation a GEMV normalises (x0, xm.l, xa.l) has two
 # companions its producer writes beside it: bf16(x * w_norm) [B, H] (w_norm the norm its reader
 # applies: the next layer's input norm, the final norm, the layer's post-attention norm) and the sums

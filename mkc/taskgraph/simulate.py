@@ -332,6 +332,24 @@ class _Sim:
         else:
             self.write(t, part, ((c, c + 1), (0, B), (r0, r1)), y)
 
+    def _downp(self, t: Task, a: DownkArgs) -> None:
+        d, l, B = self.d, t.layer, self.tg.batch
+        r0, r1, k0, k1 = a
+        c = k0 // (d["I"] // d["down_sum"])
+        h = self.read(t, f"h.{l}", (0, B), (k0, k1))
+        w = self.read(t, names.layer_weight(l, "down"), (r0, r1), (k0, k1))
+        self.write(t, names.down_parts(l), ((c, c + 1), (0, B), (r0, r1)), (h @ w.T)[None])
+
+    def _dsum(self, t: Task, a: RowArgs) -> None:
+        d, l, B = self.d, t.layer, self.tg.batch
+        r0, r1, C = a.r0, a.r1, d["down_sum"]
+        p = self.read(t, names.down_parts(l), (0, C), (0, B), (r0, r1))
+        s = p[0]
+        for c in range(1, C):  # in chunk order, as the device adds them
+            s = s + p[c]
+        x = self.read(t, f"xa.{l}", (0, B), (r0, r1))
+        self.write_normed(t, f"xm.{l}", names.norm_into(l + 1, self.d["n_layers"]), r0, r1, x + s)
+
     def _lmhead(self, t: Task, a: LmheadArgs) -> None:
         B, H = self.tg.batch, self.d["H"]
         r0, r1, k = a.r0, a.r1, a.t

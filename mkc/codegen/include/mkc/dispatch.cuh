@@ -51,6 +51,7 @@ __device__ __forceinline__ const float* xss_in(const Ctx& c, int l, bool post) {
   return l == 0 ? gptr<const float>(c, S_XSS0, c.par) : lptr<const float>(c, l - 1, R_XSSM, c.par);
 }
 static_assert(DOWN_KC == I || B == 1, "split-K down stages a contiguous chunk of h: batch 1 only");
+static_assert(DOWN_PC == I || (MMA_GEMV && H_BF16), "down's partial products stage a bf16 chunk of h on tensor cores");
 // split-K down, chunk ci = k0 / DOWN_KC of h (batch 1: the chunk of h is contiguous): the running
 // sum of the chunks before it (xa for the first) plus this chunk's product; the last chunk writes xm
 __device__ __forceinline__ ResidKind<DOWN_KC, I> downk_kind(const Ctx& c, const Task& t) {
@@ -59,6 +60,27 @@ __device__ __forceinline__ ResidKind<DOWN_KC, I> downk_kind(const Ctx& c, const 
   const float* prev = ci == 0 ? lptr<const float>(c, l, R_XA, c.par) : part + (size_t)(ci - 1) * B * H;
   float* y = t.a3 == I ? lptr<float>(c, l, R_XM, c.par) : part + (size_t)ci * B * H;
   return ResidKind<DOWN_KC, I>{wptr(c, l, R_WD) + t.a2, prev, y, t.a0, t.a1, t.a0};
+}
+// down's partial product over chunk ci = k0 / DOWN_PC of h (lower_downp) into dp[l][ci]
+__device__ __forceinline__ PartKind<DOWN_PC, I> downp_kind(const Ctx& c, const Task& t) {
+  const int l = t.layer, ci = t.a2 / DOWN_PC;
+  return PartKind<DOWN_PC, I>{wptr(c, l, R_WD) + t.a2, lptr<float>(c, l, R_DP, c.par) + (size_t)ci * B * H, t.a0, t.a1, t.a0};
+}
+// dsum: xm[l] = xa[l] + the chunks' partial products, and xm's companions
+__device__ __forceinline__ void task_dsum(const Ctx& c, const Task& t) {
+  if constexpr (DOWN_PC < I) {
+    const int l = t.layer;
+    unsigned short* xn = nullptr;
+    float* xss = nullptr;
+    const unsigned short* nw = nullptr;
+    if constexpr (XN_BF16) {
+      xn = lptr<unsigned short>(c, l, R_XNM, c.par);
+      xss = lptr<float>(c, l, R_XSSM, c.par);
+      nw = l + 1 < NL ? wptr(c, l + 1, R_IN_NORM) : gptr<const unsigned short>(c, S_FINAL_NORM, 0);
+    }
+    dsum_cols<I / DOWN_PC>(t.a0, t.a1, lptr<const float>(c, l, R_DP, c.par), lptr<const float>(c, l, R_XA, c.par),
+                           lptr<float>(c, l, R_XM, c.par), xn, xss, nw);
+  }
 }
 __device__ __forceinline__ LmHeadKind lmhead_kind(const Ctx& c, const Task& t) {
   return LmHeadKind{gptr<const unsigned short>(c, S_LM_HEAD, 0), gptr<float>(c, S_LOGITS, 0), t.a0, t.a1, t.a0};
@@ -181,6 +203,15 @@ __device__ MK_TASK_INLINE bool run_task(const Ctx& c, const Task& t, int* s_abor
       }
       break;
     }
+    case K_DOWNP: {
+      if constexpr (DOWN_PC < I) {
+        // (its chunk of h: bf16 columns k0.. of rows I long)
+        PartKind<DOWN_PC, I> kd = downp_kind(c, t);
+        const float* h = reinterpret_cast<const float*>(lptr<const unsigned short>(c, l, R_H, c.par) + t.a2);
+        return gemv_task<DOWN_PC, false, PartKind<DOWN_PC, I>, false, true, I>(c, t, s_abort, kd, h, nullptr);
+      }
+      break;
+    }
     case K_LMHEAD: return task_lmhead(c, t, s_abort);
     // attention waits inside, after loading the cache rows and immutables this step does not change
     case K_ATTN: return task_attn(c, t, s_abort);
@@ -190,6 +221,7 @@ __device__ MK_TASK_INLINE bool run_task(const Ctx& c, const Task& t, int* s_abor
   switch (t.kind) {
     case K_EMBED: task_embed(c, t); break;
     case K_ARGMAX: task_argmax(c, t); break;
+    case K_DSUM: task_dsum(c, t); break;
     default: break;
   }
   return true;
@@ -218,6 +250,10 @@ __device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len,
         case K_DOWN: { ResidKind<I> kd = down_kind(c, t); ok = pipe_issue<I, decltype(kd), PF>(c, kd, policy, abort_flag); break; }
         case K_DOWNK: {
           if constexpr (DOWN_KC < I) { ResidKind<DOWN_KC, I> kd = downk_kind(c, t); ok = pipe_issue<DOWN_KC, decltype(kd), PF>(c, kd, policy, abort_flag); }
+          break;
+        }
+        case K_DOWNP: {
+          if constexpr (DOWN_PC < I) { PartKind<DOWN_PC, I> kd = downp_kind(c, t); ok = pipe_issue<DOWN_PC, decltype(kd), PF>(c, kd, policy, abort_flag); }
           break;
         }
         case K_LMHEAD: { LmHeadKind kd = lmhead_kind(c, t); ok = pipe_issue<H, decltype(kd), PF>(c, kd, policy, abort_flag); break; }

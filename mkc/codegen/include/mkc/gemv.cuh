@@ -16,7 +16,8 @@ static_assert(!XN_BF16 || MMA_GEMV, "the normed bf16 copies are staged by the te
 // whose log-sum-exp per (batch row, split, head) is lse. XB: x holds bf16 (tensor-core path only);
 // with NORM (XN_BF16) x is already times the norm's weights and xss holds its sums of squares by
 // XN_GROUP columns [B, K / XN_GROUP] (nw unused).
-template <int K, bool NORM, class Kind, bool COMB = false, bool XB = false>
+// XLD: x's row stride where it is not K (downp's chunk of h, XB only).
+template <int K, bool NORM, class Kind, bool COMB = false, bool XB = false, int XLD = K>
 __device__ __forceinline__ bool gemv_task(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
                                           const unsigned short* nw, const float* lse = nullptr,
                                           [[maybe_unused]] const float* xss = nullptr) {
@@ -24,17 +25,19 @@ __device__ __forceinline__ bool gemv_task(const Ctx& c, const Task& t, int* s_ab
 #if MKC_HAS_BULK_COPY
     if constexpr (MMA_GEMV) {
 #if MKC_HAS_MMA_BF16
-      return gemv_task_mma_pipe<K, NORM, Kind, COMB, XB>(c, t, s_abort, kd, x, nw, lse, xss);
+      return gemv_task_mma_pipe<K, NORM, Kind, COMB, XB, XLD>(c, t, s_abort, kd, x, nw, lse, xss);
 #endif
     } else {
+      static_assert(XLD == K, "a strided input is staged on tensor cores only");
       return gemv_task_pipe<K, NORM, Kind, COMB>(c, t, s_abort, kd, x, nw, lse);
     }
 #endif
   } else if constexpr (MMA_GEMV) {
 #if MKC_HAS_MMA_BF16
-    return gemv_task_mma<K, NORM, Kind, COMB, XB>(c, t, s_abort, kd, x, nw, lse, xss);
+    return gemv_task_mma<K, NORM, Kind, COMB, XB, XLD>(c, t, s_abort, kd, x, nw, lse, xss);
 #endif
   } else {
+    static_assert(XLD == K, "a strided input is staged on tensor cores only");
     return gemv_task_fma<K, NORM, Kind, COMB>(c, t, s_abort, kd, x, nw, lse);
   }
 }

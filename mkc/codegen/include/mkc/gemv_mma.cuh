@@ -281,10 +281,12 @@ __device__ __forceinline__ void mma_chunk_ring(const Rows& rows, int nr, int c0,
 // sum of squares into ssp [NW][B]. POLL (STAGE_POLL, nan mode, not COMB): the loads are the wait's
 // polls of x (wait_task's PollSkip; poll_units, reporting event ev of task t); false when they stop.
 // XB (H_BF16's down-proj, ATTN_BF16's o-proj): x holds bf16 already, copied 16 bytes (8 values) at a time as it is.
-template <int K, bool NORM, bool COMB, bool POLL = false, bool XB = false>
+// XLD: x's row stride (XB only; K otherwise).
+template <int K, bool NORM, bool COMB, bool POLL = false, bool XB = false, int XLD = K>
 __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x, int c0, int kch, const unsigned short* nw,
                              unsigned short* xs, float* ssp, bool sum) {
   static_assert(!(POLL && COMB), "o-proj's split inputs are polled in its wait");
+  static_assert(XB || XLD == K, "a strided input is bf16");
   constexpr int SB = 8, WPR = NW > B ? NW / B : 1, NRW = NW / WPR;
   const int q = kch / 4, lane = lane_id(), w = warp_id(), part = w % WPR;
   if constexpr (XB) {
@@ -292,7 +294,7 @@ __device__ bool stage_x_bf16(const Ctx& c, const Task& t, int ev, const float* x
     constexpr int SBX = 4;  // 16-byte loads in flight per lane (8 values each)
     const int q8 = kch / 8;
     for (int b = w / WPR; b < B; b += NRW) {
-      const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * K + c0);
+      const uint4* xr = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + (size_t)b * XLD + c0);
       unsigned short* sb = xs + b * XST;
       for (int i0 = part * WARP + lane; i0 < q8; i0 += WPR * WARP * SBX) {
         uint4 v[SBX];
@@ -410,7 +412,7 @@ __device__ __forceinline__ void xss_total(const float* xss, float* ssp) {
 // A GEMV task on tensor cores: rows in blocks that fit the output staging, K in balanced chunks of
 // at most KCB. Every chunk's first weight loads go out before its input is staged (the first
 // chunk's before the task waits on its inputs). Returns false to stop.
-template <int K, bool NORM, class Kind, bool COMB, bool XB = false>
+template <int K, bool NORM, class Kind, bool COMB, bool XB = false, int XLD = K>
 __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
                                               const unsigned short* nw, const float* lse, const float* xss = nullptr) {
   constexpr int NCH0 = (K + KCB - 1) / KCB;
@@ -447,7 +449,7 @@ __device__ __forceinline__ bool gemv_task_mma(const Ctx& c, const Task& t, int* 
         else mma_preload(kd, nr, c0, kch, pre);
       }
       if (NCH > 1 || blk == 0) {
-        stage_x_bf16<K, NORM && !XB, COMB, false, XB>(c, t, -1, x, c0, kch, nw, xs, ssp, blk == 0);
+        stage_x_bf16<K, NORM && !XB, COMB, false, XB, XLD>(c, t, -1, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
         if (blk == 0 && ch == 0) kd.input_staged();
       }
@@ -586,7 +588,7 @@ __device__ __forceinline__ void pipe_mma_rows(const Ctx& c, int nr, int kch, con
 
 // A GEMV task on tensor cores whose weights come through the weight pipeline: after the wait, each
 // K-chunk (pipe_kch, the producer's) staged as bf16 and its pages taken as the producer fills them.
-template <int K, bool NORM, class Kind, bool COMB, bool XB = false>
+template <int K, bool NORM, class Kind, bool COMB, bool XB = false, int XLD = K>
 __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, int* s_abort, Kind& kd, const float* x,
                                                    const unsigned short* nw, const float* lse, const float* xss = nullptr) {
   constexpr int KCH = pipe_kch<K>();
@@ -621,7 +623,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   // polled staging); false to stop
   const auto stage = [&](int ch, bool sum, bool last) {
     const unsigned long long t0 = trace_now(c);
-    const bool ok = stage_x_bf16<K, NORM && !XB, COMB, POLL, XB>(c, t, skip.ev, x, ch * KCH, min(KCH, K - ch * KCH), nw,
+    const bool ok = stage_x_bf16<K, NORM && !XB, COMB, POLL, XB, XLD>(c, t, skip.ev, x, ch * KCH, min(KCH, K - ch * KCH), nw,
                                                                  xs, ssp, sum);
     mk_barrier();
     trace_stage_end(c, t0);
@@ -666,7 +668,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
         // (later blocks' stagings poll too: they find every word written at once; the staging is
         // spelled out here, not `stage`, which made ptxas reorder batch 8's nan kernel)
         const unsigned long long t0 = trace_now(c);
-        const bool ok = stage_x_bf16<K, NORM && !XB, COMB, POLL, XB>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
+        const bool ok = stage_x_bf16<K, NORM && !XB, COMB, POLL, XB, XLD>(c, t, skip.ev, x, c0, kch, nw, xs, ssp, blk == 0);
         mk_barrier();
         trace_stage_end(c, t0);
         if (!polled(ok, blk == 0 && ch == NCH - 1)) return false;

@@ -237,6 +237,65 @@ struct ResidKind {
   }
 };
 
+// down's partial product over a chunk of h (lower_downp): y[:, rb + j] = the block's dot products,
+// w pointing at the chunk's first column of row 0 and LD the weight rows' stride (dispatch.cuh
+// downp_kind); dsum adds the chunks to the residual
+template <int K, int LD>
+struct PartKind {
+  static constexpr int KS_BIT = 8;  // (down's)
+  __device__ void input_staged() {}  // (ResidKind's RESID_PF)
+  const unsigned short* w;
+  float* y;
+  int r0, r1, rb;
+  __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
+  __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
+  __device__ const unsigned short* row(int j) const { return w + (size_t)(rb + j) * LD; }
+  __device__ void epilogue(const Ctx& c, int nr, float* out) const {
+    for (int idx = mk_tid(); idx < epi_items(nr); idx += NT) {
+      int j, b;
+      if (!epi_item(idx, nr, j, b)) continue;
+      put_f32(y + (size_t)b * H + rb + j, out[j * OUT_LD + b]);
+    }
+  }
+};
+
+// dsum (lower_dsum): y[:, r0:r1] = resid + (part[0] + part[1] + ... + part[NC - 1]) over [r0, r1),
+// the chunks added in order (parts NC x [B, H]); with XN_BF16 y's companions as ResidKind writes
+// them (bf16(v * nw) and the sums of squares of each XN_GROUP columns, in column order). A thread
+// takes XN_GROUP columns of a batch row (a column where there are no companions).
+template <int NC>
+__device__ __forceinline__ void dsum_cols(int r0, int r1, const float* part, const float* resid, float* y,
+                                          [[maybe_unused]] unsigned short* xn, [[maybe_unused]] float* xss,
+                                          [[maybe_unused]] const unsigned short* nw) {
+  constexpr int GC = XN_BF16 ? XN_GROUP : 1;  // columns a thread
+  const int ng = (r1 - r0) / GC;
+  for (int idx = mk_tid(); idx < B * ng; idx += NT) {
+    const int b = idx / ng, j0 = r0 + (idx % ng) * GC;
+    const size_t o = (size_t)b * H + j0;
+    float v[GC];
+#pragma unroll
+    for (int e = 0; e < GC; ++e) {
+      float p[NC];
+#pragma unroll
+      for (int k = 0; k < NC; ++k) p[k] = mk_ld_act(part + (size_t)k * B * H + o + e);
+      float s = p[0];
+#pragma unroll
+      for (int k = 1; k < NC; ++k) s += p[k];
+      v[e] = mk_ld_act(resid + o + e) + s;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < GC; ++e) {
+      put_f32(y + o + e, v[e]);
+      if constexpr (XN_BF16) {
+        xn[o + e] = mk_f32_to_bf16(v[e] * mk_bf16_to_f32(nw[j0 + e]));
+        ss = fmaf(v[e], v[e], ss);
+      }
+    }
+    if constexpr (XN_BF16) xss[(size_t)b * (H / XN_GROUP) + j0 / XN_GROUP] = ss;
+  }
+}
+
 // gate/up + SiLU * up: rows of Wg and the same rows of Wu in one block
 struct GateUpKind {
   static constexpr int KS_BIT = 4;
