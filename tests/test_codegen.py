@@ -503,7 +503,7 @@ def test_tensor_core_gemv_from_batch_2(target, batch):
     tg = taskgraph("llama-3.2-1b", batch, 512, target)
     src, cfg, _ = generate(tg, rr_schedule(tg, target), target)
     c = dict(cfg.consts)
-    assert cfg.mma_gemv and MMA_PTX in src and "stage_x_bf16<K, NORM && !XB, COMB, false, XB>" in src
+    assert cfg.mma_gemv and MMA_PTX in src and "stage_x_bf16<K, NORM && !XB, COMB, false, XB, XLD>" in src
     # bf16 staging rows 64 bytes off 128 (conflict-free 16-byte reads), inside the block's shared memory
     assert c["XST"] == c["KCB"] + 32 and (2 * c["XST"]) % 128 == 64 and c["KCB"] % 64 == 0
     assert c["OFF_OUT"] >= c["OFF_XS"] + 2 * batch * c["XST"]
@@ -559,7 +559,7 @@ def test_batch_1_keeps_the_fma_gemv(llama_tg):
     src, cfg, _ = generate(tg, rr_schedule(tg), "h200", CodegenOptions(mma=False))
     assert not cfg.mma_gemv and "constexpr bool MMA_GEMV = false;" in src
     src, cfg, _ = generate(llama_tg, rr_schedule(llama_tg), "h200", CodegenOptions(mma=True))
-    assert cfg.mma_gemv and "constexpr bool MMA_GEMV = true;" in src and "stage_x_bf16<K, NORM && !XB, COMB, false, XB>" in src
+    assert cfg.mma_gemv and "constexpr bool MMA_GEMV = true;" in src and "stage_x_bf16<K, NORM && !XB, COMB, false, XB, XLD>" in src
 
 
 def test_amd_keeps_the_fma_gemv():

@@ -718,7 +718,7 @@ def test_rendered_kernel_has_the_token_end():
                    "SAMPLE_PDRAW && (flags & TOKF_PDRAW) != 0);",
                    "const int tok = PDRAW_WALK ? sample_pwalk(c, s, b, rawmax) : sample_pdraw(c, s, b, rawmax);",
                    "if (flags & TOKF_GUMBEL)",
-                   "out[j * B + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):
+                   "out[j * OUT_LD + b] / s.temperature + gumbel(c, s, b, rb + j)", "WS_TOK_FLAGS = 11"):
         assert needle in src, needle
     consts = dict(cfg.consts)
     assert {k: consts[k] for k in T.ctl_layout(2, 64)} == T.ctl_layout(2, 64) and consts["MAX_EOS"] == T.MAX_EOS
