@@ -180,6 +180,30 @@ def test_dropped_wait_is_a_race(atomic):
     assert judge(bad_tg, sched, target).kind in ("race", "unwritten")
 
 
+@pytest.mark.parametrize("method", ("list", "cpsat"))
+def test_down_partial_sums_are_verified(method):
+    """lower(down_sum=2): a real schedule of downp and dsum tasks passes; a dsum task that no longer
+    waits for the partial products of its rows (or a partial written over another chunk's) races."""
+    from mkc.verify.mutants import real_schedule
+
+    target = dataclasses.replace(get_target("h200"), name="h200-8sm", sms=8)
+    tg, sched, tgt = real_schedule("llama", 4, "atomic", target, 2, method, xn_bf16=True, down_sum=2)
+    assert {"downp", "dsum"} <= {t.kind for t in tg.tasks} and "down" not in {t.kind for t in tg.tasks}
+    rep = verify(tg, sched, tgt)
+    assert rep.ok, rep.text()
+    assert judge(tg, sched, tgt, seeds=2).safe
+    t = next(t for t in tg.tasks if t.kind == "dsum" and t.layer == 1)
+    e = next(e for e in t.waits if any(tg.tasks[p].kind == "downp" for p in signalers(tg, e)))
+    bad = replace_task(tg, t.id, waits=tuple(x for x in t.waits if x != e))
+    msg = " ".join(errors(verify(bad, sched, tgt), "race"))
+    assert f"task {t.id} " in msg and "dp.1[" in msg
+    assert not judge(bad, sched, tgt).safe
+    p = next(p for p in tg.tasks if p.kind == "downp" and p.layer == 1 and p.writes[0].box[0] == (1, 2))
+    w = p.writes[0]
+    clash = replace_task(tg, p.id, writes=(dataclasses.replace(w, box=((0, 1),) + w.box[1:]),))
+    assert any("written by both" in m and "dp.1[" in m for m in errors(verify(clash, sched, tgt), "race"))
+
+
 def test_overlapping_writes(atomic):
     tg, sched, target = atomic
     t = next(t for t in tg.tasks if t.kind == "oproj" and t.writes[0].box[1][0] > 0)
