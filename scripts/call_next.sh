@@ -392,6 +392,18 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 104 ]; then
+  # the forty-fifth session's last call (~290 s of device time left): the new defaults at batch 32
+  # (down's partial products over 8 chunks, lower.down_sum_pays, and the padded output rows,
+  # plan.OUT_PAD) against the old (-prev45) and each alone, batch 16's padding against none; then the
+  # tensor-core teacher-forced test at batch 32 and the same-bits tests at batch 32 and 16 on them.
+  # Kernels: prebuild.py --variants b32-atomic-prev45,b32-atomic,b32-atomic-nods,b32-atomic-noopad,
+  # b16-atomic-noopad,b16-atomic --variant-max-seq 1024; --tests --only (CALL=104's tests)
+  ab_rows 80 "128@b32-atomic-prev45,b32-atomic,b32-atomic-nods,b32-atomic-noopad,b32-atomic-prev45,b32-atomic,b16-atomic-noopad,b16-atomic"
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_tensor_core_paths[llama-3.2-1b-32-atomic-opts0] tests/test_gpu_megakernel.py::test_tile_sums_in_fragment_order_give_the_same_bits[llama-3.2-1b-32-atomic] tests/test_gpu_megakernel.py::test_tile_sums_in_fragment_order_give_the_same_bits[llama-3.2-1b-16-nan] tests/test_gpu_megakernel.py::test_tile_sums_in_fragment_order_give_the_same_bits[tiny-qwen2-16-atomic]" \
+    MKC_TEST_S=${CALL_TEST_S:-100} MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  exit 0
+fi
 if [ "${CALL:-1}" = 102 ]; then
   # the forty-fifth session's call (written for one start: ~1,050 s of device time left after
   # refused ones): on an H200 #16's verdict first (tokens_paired); then, beside the hand-written
