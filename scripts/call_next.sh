@@ -1,6 +1,17 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Forty-fifth session, summed up: ~11 starts refused (~1,450 s); CALL=102 and CALL=104 ran on H100s
+# (BENCHMARKS.md, "Forty-fifth session"). lower(down_sum=8) (downp tasks staging an eighth of h each,
+# dsum tasks adding the partials) and the padded output rows (plan.OUT_PAD, where the K-chunk keeps
+# its size) are the defaults at batch 32 (-5.0 %, 1.742 -> 1.654 ms) and, for the padding, 16. mkc
+# b1 0.9234 beside the hand-written kernel's 0.9319 (same call). Every kernel's source changed, and
+# only 11 GPU tests ran on it: CALL=105 first (the whole GPU suite on the new tree; on an H200 #16's
+# verdict before it). CALL=103 is stale (its variants' defaults moved); CALL=101 and CALL=97 want
+# their kernels rebuilt. Lead (#13): the dsum phase costs a dependency level; a late wait (the last
+# chunk waiting for the others' partials before its epilogue only) would remove it and might make
+# batch 16 pay too (4 chunks lost 3.1 % there).
+#
 # Forty-fourth session, summed up: CALL=99 and CALL=100 ran on H100s (every call asked for an H200;
 # ~14 refused starts cost ~1,150 s). Batch 32's trace on the xn_bf16 default: a layer 96.6 us, qkv's
 # input staged 5.0 us after its wait (the sums of squares' 4 round trips ~3 us), down's staging 16 of
@@ -392,6 +403,20 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 105 ]; then
+  # the forty-sixth session's first call (written at the forty-fifth's end): on an H200 #16's
+  # verdict first (tokens_paired), then every GPU test on the new defaults (down_sum at batch 32,
+  # the padded output rows), then the rows beside the peer. Kernels: prebuild.py --tests --folders;
+  # --tokens-bench --variants b1-atomic --variant-max-seq 1024; --variants b1-atomic,b1-nan,
+  # q8-b1-atomic,b8-atomic,b16-atomic,b32-atomic,b32-atomic-prev45,q8-b8-atomic --variant-max-seq 1024
+  T0=$(date +%s)
+  on_h200 && tokens_paired 170
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  MKC_TESTS= MKC_TEST_S=$((left - 150)) MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  ab_rows 60 "128@b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b16-atomic,b32-atomic,b32-atomic-prev45,q8-b8-atomic,b1-atomic" 70
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 104 ]; then
   # the forty-fifth session's last call (~290 s of device time left): the new defaults at batch 32
   # (down's partial products over 8 chunks, lower.down_sum_pays, and the padded output rows,
