@@ -409,6 +409,8 @@ if [ "${CALL:-1}" = 105 ]; then
   # the padded output rows), then the rows beside the peer. Kernels: prebuild.py --tests --folders;
   # --tokens-bench --variants b1-atomic --variant-max-seq 1024; --variants b1-atomic,b1-nan,
   # q8-b1-atomic,b8-atomic,b16-atomic,b32-atomic,b32-atomic-prev45,q8-b8-atomic --variant-max-seq 1024
+  # (all three are in out/carry/cache.tgz, not in git, prebuilt at 3b1acc3's headers at the end of
+  # the forty-fifth session; a header change since invalidates them)
   T0=$(date +%s)
   on_h200 && tokens_paired 170
   left=$((${CALL_S:-570} - ($(date +%s) - T0)))
