@@ -498,6 +498,30 @@ def test_bf16_h_needs_counters_and_the_tensor_cores():
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 
 
+@pytest.mark.parametrize("batch,padded", [(32, True), (16, True), (8, False), (4, False), (1, False)])
+def test_output_rows_padded_only_where_the_k_chunk_keeps_its_size(batch, padded):
+    """plan.OUT_PAD: the output block's rows are B + 2 floats apart by default on the tensor-core path
+    where that leaves the K-chunk, pages and ring as they are (llama-3.2-1b batch 16 and 32); at
+    batch 8 and 4 the larger block would shrink the K-chunk, so the rows stay B apart; the FMA path
+    (batch 1) never pads, and asking it to is an error. The rows per block are the same either way."""
+    from mkc.errors import ScheduleError
+    from mkc.taskgraph.plan import OUT_PAD, PlanKnobs, device_plan
+
+    tg = taskgraph("llama-3.2-1b", batch, 512, "h200")
+    dims = dict(tg.dims)
+    plain = device_plan(dims, get_target("h200"), PlanKnobs(out_pad=0))
+    assert tg.plan.out_ld == batch + (OUT_PAD if padded else 0)
+    assert tg.plan.kcb == plain.kcb and tg.plan.out_cap // tg.plan.out_ld == plain.out_cap // plain.out_ld
+    cfg = dict(kernel_config(tg, rr_schedule(tg, "h200"), get_target("h200")).consts)
+    assert cfg["OUT_LD"] == tg.plan.out_ld and cfg["RESID_RB"] == plain.out_cap // batch
+    if batch == 1:
+        with pytest.raises(ScheduleError, match="out_pad"):
+            device_plan(dims, get_target("h200"), PlanKnobs(out_pad=2))
+    else:
+        forced = device_plan(dims, get_target("h200"), PlanKnobs(out_pad=2))
+        assert forced.out_ld == batch + 2 and (forced.kcb < plain.kcb) == (not padded)
+
+
 @pytest.mark.parametrize("target,batch", [("h200", 8), ("h200", 32), ("a100", 8), ("a100", 32), ("h200", 2)])
 def test_tensor_core_gemv_from_batch_2(target, batch):
     tg = taskgraph("llama-3.2-1b", batch, 512, target)
