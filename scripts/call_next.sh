@@ -403,6 +403,20 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 106 ]; then
+  # after CALL=105: the GPU tests it did not reach ($CALL_TESTS: node ids or files), then batch 32's
+  # layer traced on the new defaults (down_sum 8, padded rows): where its time goes now, the dsum
+  # phase's cost among it. Kernels: CALL=105's, plus mkc compile llama-3.2-1b --batch 32
+  # --max-seq-len 1024 --out .builds/llama-b32; prebuild.py --build-dirs .builds/llama-b32 --trace
+  # (out/carry/builds.tgz)
+  T0=$(date +%s)
+  [ -n "${CALL_TESTS:-}" ] && MKC_TESTS="$CALL_TESTS" MKC_TEST_S=${CALL_TEST_S:-300} MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 \
+    OUT=$OUT bash scripts/gpu_final.sh
+  timeout 90 python3 scripts/trace_marks.py .builds/llama-b32 --greedy --specs '{}' > "$OUT/marks-b32.log" 2>&1
+  echo "marks b32 rc=$?"; grep -v "^\\[" "$OUT/marks-b32.log" | tail -n 30
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 105 ]; then
   # the forty-sixth session's first call (written at the forty-fifth's end): on an H200 #16's
   # verdict first (tokens_paired), then every GPU test on the new defaults (down_sum at batch 32,
