@@ -81,6 +81,7 @@ STAGING = "input staging, all chunks"
 MARKS = {"qkv": GEMV_MARKS + ("RoPE", PIPE_WAIT, STAGING), "oproj": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          "gateup": GEMV_MARKS + (None, PIPE_WAIT, STAGING), "down": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          "downk": GEMV_MARKS + (None, PIPE_WAIT, STAGING), "downp": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
+         "qkvp": GEMV_MARKS + (None, PIPE_WAIT, STAGING),
          # (its sixth at batch 1, where the LM head runs on the FMA path: its candidates collected,
          # sampling.cuh lm_candidates_block)
          # (its seventh and eighth on the sampled steps: the candidates ranked and written, or

@@ -191,6 +191,13 @@ VARIANTS.update({f"{v}-ds{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_sum":
 # (the defaults before the forty-fifth session at batch 32: unsplit down, no padded output rows)
 VARIANTS.update({f"{v}-nods": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_sum": 1})
                  for v in ("b32-atomic", "q8-b8-atomic")})
+# qkv's partial products over N chunks of the normed input, added by attention (lower(qkv_sum=N): qkvp tasks)
+VARIANTS.update({f"{v}-qs{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_sum": n})
+                 for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic") for n in (2, 4, 8)})
+# the weight-pipeline GEMV's K-chunks in snake order (CodegenOptions.chunk_snake: batch 32's LM head
+# and multi-block tasks stage one chunk fewer a block after the first)
+VARIANTS.update({f"{v}-snk": (*VARIANTS[v][:4], {**VARIANTS[v][4], "chunk_snake": True})
+                 for v in ("b32-atomic", "b32-atomic-qs4", "b32-atomic-qs8")})
 VARIANTS["b32-atomic-prev45"] = (*VARIANTS["b32-atomic"][:4], {**VARIANTS["b32-atomic"][4], "down_sum": 1, "out_pad": 0})
 # held accumulators for two tiles at batch 32 (CodegenOptions.mma_hold_floats=32: its qkv tasks)
 VARIANTS.update({f"{v}-hold32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold_floats": 32})
@@ -388,7 +395,7 @@ def variant_plan(variant: str, max_seq: int):
                h_bf16=opts.pop("h_bf16", h_bf16_pays(batch, sync, get_target("h200"))),
                attn_bf16=opts.pop("attn_bf16", attn_bf16_pays(batch, sync, get_target("h200"))),
                xn_bf16=opts.pop("xn_bf16", xn_bf16_pays(batch, sync, get_target("h200"))),
-               down_sum=opts.pop("down_sum", None))
+               down_sum=opts.pop("down_sum", None), qkv_sum=opts.pop("qkv_sum", None))
     # CP-SAT takes up to a minute per variant and the GPU machine has no ortools of its own:
     # prebuild.py --variants saves each schedule under $MKC_SCHED_CACHE, the device call loads it
     cache = os.environ.get("MKC_SCHED_CACHE")

@@ -86,6 +86,13 @@ def test_sources(trace: bool = False):
         tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, "atomic", dict(down_sum=n)))
         yield from kernels(f"test {m} b{b} atomic down_sum {n}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
                            sampling=False)
+    # test_teacher_forced_logits_qkv_partial_sums
+    from test_gpu_megakernel import QSUM_CASES
+
+    for m, b, n in QSUM_CASES:
+        tg = lower(shape_graph(m, b, 128), get_target("h200"), **default_lower_kw(b, "atomic", dict(qkv_sum=n, attn_split=1)))
+        yield from kernels(f"test {m} b{b} atomic qkv_sum {n}", tg, rr_schedule(tg, "h200", "atomic"), "h200",
+                           sampling=False)
     # test_teacher_forced_logits_tensor_core_paths
     from test_gpu_megakernel import MMA_CASES
 

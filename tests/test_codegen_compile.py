@@ -172,6 +172,44 @@ def test_tensor_core_weight_pipeline_compiles_cleanly(batch, sync, sampler, tmp_
     assert spills and max(spills) <= (320 if sampler else 160 if batch >= 32 else 48), res.log
 
 
+@pytest.mark.parametrize("name,batch,chunks", [("llama-3.2-1b", 32, 4), ("tiny-qwen3", 16, 8), ("tiny-qwen2", 8, 2)])
+def test_qkv_partial_sums_compile_cleanly(name, batch, chunks, tmp_path):
+    """lower(qkv_sum=N): qkvp tasks on the weight pipeline and attention adding their partial
+    products (with q/k norm, with the bias) build without a warning, and spill no more than the
+    default's kernels at these batches."""
+    from mkc.codegen.render import CodegenOptions
+    from mkc.targets.nvidia.compiler import build_cubin
+    from mkc.taskgraph import lower
+
+    from codegen_fixtures import shape_graph
+
+    tg = lower(shape_graph(name, batch, 1024), "h200", h_bf16=True, attn_bf16=True, xn_bf16=True, attn_split=1,
+               qkv_sum=chunks)
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", "atomic"), "h200", CodegenOptions(sampler=False))
+    assert dict(cfg.consts)["QKV_PC"] == tg.dim("H") // chunks and "case K_QKVP" in src
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert max(spills, default=0) <= 16, res.log
+
+
+@pytest.mark.parametrize("sync", ["atomic", "nan"])
+def test_chunks_in_snake_order_compile_cleanly(sync, tmp_path):
+    """CodegenOptions.chunk_snake (batch 32: K-chunks of 1,024, the LM head's tasks several row
+    blocks): the consumers and the producer walk the chunks in the same snake order; it builds
+    without a warning and spills no more than the default's 160 bytes."""
+    from mkc.codegen.render import CodegenOptions
+    from mkc.targets.nvidia.compiler import build_cubin
+
+    tg = taskgraph("llama-3.2-1b", 32, 1024, "h200")
+    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=False, chunk_snake=True))
+    assert dict(cfg.consts)["CHUNK_SNAKE"] == 1 and dict(cfg.consts)["KCB"] < tg.dim("H")
+    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
+    assert res.warnings == [], res.log
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
+    assert max(spills, default=0) <= 160, res.log
+
+
 @pytest.mark.parametrize("batch,sync", [(1, "atomic"), (1, "nan"), (32, "atomic")])
 def test_early_residual_compiles_cleanly(batch, sync, tmp_path):
     """CodegenOptions.resid_early (off by default): o-proj's and down's residual held in registers

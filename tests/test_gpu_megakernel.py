@@ -52,13 +52,26 @@ def test_teacher_forced_logits_down_partial_sums(name, batch, chunks):
     _teacher_forced(name, batch, "atomic", lower_kw={"down_sum": chunks})
 
 
+# qkv's partial products over chunks of the normed input, added by attention (lower(qkv_sum=...):
+# qkvp tasks; attention scales, biases, norms and rotates them and appends the key and value)
+QSUM_CASES = [("llama-3.2-1b", 32, 4), ("llama-3.2-1b", 8, 2), ("tiny-qwen3", 16, 8), ("tiny-qwen2", 16, 2)]
+
+
+@pytest.mark.parametrize("name,batch,chunks", QSUM_CASES)
+def test_teacher_forced_logits_qkv_partial_sums(name, batch, chunks):
+    """The same bound with qkv as partial products over chunks of its normed input added by attention."""
+    _teacher_forced(name, batch, "atomic", lower_kw={"qkv_sum": chunks, "attn_split": 1})
+
+
 # The tensor-core GEMV's other configurations than CASES' (whose batch 8 takes the weight pipeline
 # by default): batch 32 through the pipeline (K-chunks of 1024 beside 3 pages), and the cp.async
 # ring the kernel uses without it (CodegenOptions(pipe=False))
 MMA_CASES = [("llama-3.2-1b", 32, "atomic", {}), ("llama-3.2-1b", 8, "atomic", {"pipe": False}),
              ("tiny-qwen3", 8, "nan", {"pipe": False}),
              # two tiles' accumulators held across the K-chunks (batch 32's qkv): another order of sums
-             ("llama-3.2-1b", 32, "atomic", {"mma_hold_floats": 32})]
+             ("llama-3.2-1b", 32, "atomic", {"mma_hold_floats": 32}),
+             # odd row blocks taking the K-chunks last to first (the LM head's 8 blocks at batch 32)
+             ("llama-3.2-1b", 32, "atomic", {"chunk_snake": True})]
 
 
 @pytest.mark.parametrize("name,batch,sync,opts", MMA_CASES)

@@ -26,13 +26,13 @@ LOWERING = importlib.import_module("mkc.taskgraph.lower")  # the module (mkc.tas
 def test_the_device_numbering_is_unchanged():
     # the kernel switches on these numbers: a new kind is appended, never inserted
     assert kinds.TASK_KINDS == ("embed", "qkv", "attn", "oproj", "gateup", "down", "lmhead", "argmax", "downk",
-                                "downp", "dsum")
-    assert kinds.GEMV_KINDS == ("qkv", "oproj", "gateup", "down", "lmhead", "downk", "downp")
+                                "downp", "dsum", "qkvp")
+    assert kinds.GEMV_KINDS == ("qkv", "oproj", "gateup", "down", "lmhead", "downk", "downp", "qkvp")
     assert kinds.CALIBRATED_KINDS == ("embed", "qkv", "oproj", "gateup", "down", "lmhead", "argmax", "downk",
-                                      "downp", "dsum")
+                                      "downp", "dsum", "qkvp")
     assert kinds.STEP_START_KINDS == ("embed",) and kinds.STEP_END_KINDS == ("argmax",)
     assert list(kind_colors().values()) == ["#7f7f7f", "#1f77b4", "#d62728", "#ff7f0e", "#2ca02c", "#9467bd",
-                                            "#8c564b", "#e377c2", "#c5b0d5", "#8064a2", "#b5a3d0"]
+                                            "#8c564b", "#e377c2", "#c5b0d5", "#8064a2", "#b5a3d0", "#6baed6"]
 
 
 def test_every_kind_is_complete():
@@ -75,7 +75,8 @@ def test_lowering_makes_every_kind_with_its_named_args(model):
 
     tg = taskgraph(model, 2, 64)
     split = lower(shape_graph(model, 1, 64), "h200", down_split=2)  # split-K down (batch 1): downk
-    psum = lower(shape_graph(model, 2, 64), "h200", h_bf16=True, down_sum=2)  # partial products: downp, dsum
+    # partial products: downp, dsum; qkvp
+    psum = lower(shape_graph(model, 2, 64), "h200", h_bf16=True, down_sum=2, xn_bf16=True, attn_split=1, qkv_sum=2)
     assert {t.kind for t in tg.tasks} | {t.kind for t in split.tasks} | {t.kind for t in psum.tasks} == set(kinds.TASK_KINDS)
     for t in tg.tasks + split.tasks + psum.tasks:
         a = args_of(t)

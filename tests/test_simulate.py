@@ -311,6 +311,44 @@ def test_down_partial_sums_match_the_unsplit_graph(variant, chunks, xn):
         torch.testing.assert_close(b["logits"], a["logits"], rtol=1e-4, atol=1e-4 * a["logits"].abs().max().item())
 
 
+@pytest.mark.parametrize("variant,chunks", [("llama", 2), ("qwen3_qknorm_cross", 4), ("qwen2_bias_sliced", 8)])
+def test_qkv_partial_sums_match_the_unsplit_graph(variant, chunks):
+    """lower(qkv_sum=N): qkvp tasks write qkv's partial products over N chunks of the normed input
+    and attention adds them (1/rms, bias, q/k norm, RoPE) and appends the key and value itself; in
+    any valid order the caches at pos and every layer's attention output are the unsplit graph's up
+    to the sums' order, and so are the logits, at two positions (the second over the first's cache)."""
+    graph, _, weights, caches0 = setup(variant, 8)
+    target = VARIANTS[variant][3]
+    tg = lower(graph, target, xn_bf16=True, attn_split=1)
+    tgs = lower(graph, target, xn_bf16=True, attn_split=1, qkv_sum=chunks)
+    assert tgs.dim("qkv_sum") == chunks and not any(t.kind == "qkv" for t in tgs.tasks)
+    assert {names.k_cache(0), names.v_cache(0)} <= {r.buffer for t in tgs.tasks if t.kind == "attn" for r in t.writes}
+    ids = torch.arange(8) * 3 % graph.model.vocab
+    ca, cb = ({k: v.clone() for k, v in caches0.items()} for _ in range(2))
+    for pos in (5, 6):
+        a = simulate.run_step(tg, weights, ca, ids, pos)
+        for seed in range(2):
+            cs = {k: v.clone() for k, v in cb.items()}
+            b = simulate.run_step(tgs, weights, cs, ids, pos, seed=seed)
+            for l in range(graph.model.n_layers):
+                torch.testing.assert_close(b[f"attn.{l}"], a[f"attn.{l}"], rtol=1e-4, atol=1e-4)
+                for c in (names.k_cache(l), names.v_cache(l)):
+                    torch.testing.assert_close(cs[c][:, :, pos], ca[c][:, :, pos], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(b["logits"], a["logits"], rtol=1e-4, atol=1e-4 * a["logits"].abs().max().item())
+        cb = cs
+
+
+def test_qkv_sum_is_refused_where_it_cannot_run():
+    """qkv_sum needs the normed bf16 copies, unsplit attention and chunks of whole 16-byte words."""
+    graph, *_ = setup("llama", 8)
+    target = VARIANTS["llama"][3]
+    for kw in ({"xn_bf16": False, "attn_split": 1}, {"xn_bf16": True, "attn_split": 2}):
+        with pytest.raises(ValueError, match="qkv_sum 2"):
+            lower(graph, target, qkv_sum=2, **kw)
+    with pytest.raises(ValueError, match="multiple of"):
+        lower(graph, target, xn_bf16=True, attn_split=1, qkv_sum=graph.model.hidden // 4)
+
+
 @pytest.mark.parametrize("variant", ["llama", "qwen2_bias_sliced", "qwen3_qknorm_cross"])
 def test_normed_bf16_copies_match_the_f32_graph(variant):
     """lower(xn_bf16=True): in any valid order, the companions hold bf16(x * w_norm) and the sums of

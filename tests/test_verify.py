@@ -204,6 +204,26 @@ def test_down_partial_sums_are_verified(method):
     assert any("written by both" in m and "dp.1[" in m for m in errors(verify(clash, sched, tgt), "race"))
 
 
+@pytest.mark.parametrize("family,method", (("llama", "list"), ("qwen3", "cpsat")))
+def test_qkv_partial_sums_are_verified(family, method):
+    """lower(qkv_sum=2): a real schedule of qkvp tasks and the attention that adds their partial
+    products passes; an attention task that no longer waits for them races on qp."""
+    from mkc.verify.mutants import real_schedule
+
+    target = dataclasses.replace(get_target("h200"), name="h200-8sm", sms=8)
+    tg, sched, tgt = real_schedule(family, 4, "atomic", target, 2, method, xn_bf16=True, qkv_sum=2)
+    assert "qkvp" in {t.kind for t in tg.tasks} and "qkv" not in {t.kind for t in tg.tasks}
+    rep = verify(tg, sched, tgt)
+    assert rep.ok, rep.text()
+    assert judge(tg, sched, tgt, seeds=2).safe
+    t = next(t for t in tg.tasks if t.kind == "attn" and t.layer == 1)
+    e = next(e for e in t.waits if any(tg.tasks[p].kind == "qkvp" for p in signalers(tg, e)))
+    bad = replace_task(tg, t.id, waits=tuple(x for x in t.waits if x != e))
+    msg = " ".join(errors(verify(bad, sched, tgt), "race"))
+    assert f"task {t.id} " in msg and "qp.1[" in msg
+    assert not judge(bad, sched, tgt).safe
+
+
 def test_overlapping_writes(atomic):
     tg, sched, target = atomic
     t = next(t for t in tg.tasks if t.kind == "oproj" and t.writes[0].box[1][0] > 0)

@@ -34,12 +34,12 @@ CANON_NAN = 0x7FC00000
 GLOBAL_SLOTS = ("embed", "final_norm", "lm_head", "inv_freq", "x0", "logits", "amax_part", "amax_idx",
                 "next_ids", "ids", "tokens", "lm_cand", "xn0", "xss0")
 LAYER_ROLES = ("in_norm", "wq", "wk", "wv", "bq", "bk", "bv", "qnorm", "knorm", "wo", "post_norm", "wg", "wu",
-               "wd", "q", "attn", "xa", "h", "xm", "kc", "vc", "kr", "ao", "alse", "xmp", "xnm", "xssm", "xna", "xssa", "dp")
+               "wd", "q", "attn", "xa", "h", "xm", "kc", "vc", "kr", "ao", "alse", "xmp", "xnm", "xssm", "xna", "xssa", "dp", "qp")
 _WEIGHT_ROLE = {"input_norm": "in_norm", "q": "wq", "k": "wk", "v": "wv", "q_bias": "bq", "k_bias": "bk",
                 "v_bias": "bv", "q_norm": "qnorm", "k_norm": "knorm", "o": "wo", "post_norm": "post_norm",
                 "gate": "wg", "up": "wu", "down": "wd"}
 _ACT_ROLE = {"q": "q", "attn": "attn", "xa": "xa", "h": "h", "xm": "xm", "k_cache": "kc", "v_cache": "vc", "kr": "kr",
-             "ao": "ao", "alse": "alse", "xmp": "xmp", "xnm": "xnm", "xssm": "xssm", "xna": "xna", "xssa": "xssa", "dp": "dp"}
+             "ao": "ao", "alse": "alse", "xmp": "xmp", "xnm": "xnm", "xssm": "xssm", "xna": "xna", "xssa": "xssa", "dp": "dp", "qp": "qp"}
 _GLOBAL_BUF = {"x0": "x0", "logits": "logits", "amax_part": "amax_part", "amax_idx": "amax_idx", names.LM_CAND: "lm_cand",
                "next_ids": "next_ids", "ids": "ids", "inv_freq": "inv_freq", names.EMBED: "embed", "xn0": "xn0", "xss0": "xss0",
                names.FINAL_NORM: "final_norm", names.LM_HEAD: "lm_head"}

@@ -62,6 +62,13 @@ downp       r0, r1, k0, k1         down's partial product over chunk c = k0 / KC
 dsum        r0, r1                 xm[l][:, r0:r1] = xa[l][:, r0:r1] + dp[l][0][:, r0:r1] + ... +
                                    dp[l][C-1][:, r0:r1], added in that order (deterministic); with
                                    xn_bf16 also xm's normed companions, as down writes them
+qkvp        r0, r1, k0, k1         qkv's partial product over chunk c = k0 / KC of the normed input
+                                   (KC = H / dims["qkv_sum"]; xn_bf16's bf16 copy, 1/rms not applied):
+                                   qp[l][c][:, r0:r1] = xn[:, k0:k1] @ Wqkv[r0:r1, k0:k1].T, rows of
+                                   the concatenated (q | k | v) matrix. Attention adds the chunks in
+                                   order, scales by 1/rms, adds the bias, norms (q/k norm) and rotates
+                                   q and k, and its last split appends the key and value at pos
+                                   (lower.lower_qkvp)
 ==========  =====================  ===================================================================
 
 ``x_in`` of layer 0 is ``x0``; of layer l > 0 it is ``xm[l-1]``; ``x_last`` is ``xm[n_layers-1]``.
@@ -156,6 +163,7 @@ KINDS: tuple[TaskKind, ...] = (
     TaskKind("downk", gemv=True, calibrated=True, loop_role=None, Args=DownkArgs, color="#c5b0d5", smem=SMEM_GEMV),
     TaskKind("downp", gemv=True, calibrated=True, loop_role=None, Args=DownkArgs, color="#8064a2", smem=SMEM_GEMV),
     TaskKind("dsum", gemv=False, calibrated=True, loop_role=None, Args=RowArgs, color="#b5a3d0", smem=SMEM_SMALL),
+    TaskKind("qkvp", gemv=True, calibrated=True, loop_role=None, Args=DownkArgs, color="#6baed6", smem=SMEM_GEMV),
 )
 KIND: dict[str, TaskKind] = {k.name: k for k in KINDS}
 

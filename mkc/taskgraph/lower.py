@@ -65,7 +65,8 @@ def _no_gc():
 def lower(graph: Graph, target: Target | str, *, context: int | None = None, name: str | None = None,
           qkv_cross: bool | None = None, attn_split: int | None = None, down_split: int | None = None,
           argmax_tasks: int | None = None, attn_split_pos: int | None = None, h_bf16: bool = False,
-          attn_bf16: bool = False, xn_bf16: bool = False, down_sum: int | None = None) -> TaskGraph:
+          attn_bf16: bool = False, xn_bf16: bool = False, down_sum: int | None = None,
+          qkv_sum: int | None = None) -> TaskGraph:
     """Fuse and tile ``graph`` for ``target``; batch and max_seq_len come from the graph.
 
     ``context``: the cache positions an attention task is costed at (default max_seq_len, the worst
@@ -84,6 +85,10 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     tasks, each staging a chunk of h, then ``dsum`` tasks adding them to the residual; 1: none);
     with a bf16 h only (tensor-core path, atomic counters; codegen refuses it elsewhere); default
     ``down_sum_pays`` where h is bf16, else 1;
+    ``qkv_sum``: chunks of the normed input qkv's partial products are split over (``qkvp`` tasks,
+    each staging a chunk of xn_bf16's copy; attention adds them, with the norm's scale, the bias, the
+    q/k norm and RoPE, and appends the key and value itself: no extra phase). Needs ``xn_bf16`` and
+    unsplit attention; default ``qkv_sum_pays`` where xn_bf16 is on, else 1;
     ``h_bf16``: gate/up's output h (down's input) in bf16, which down stages as it is: half the L2
     bytes of its staging, the same bits (the tensor-core staging rounds h to bf16 anyway); atomic
     counters and the tensor-core path only (codegen refuses it elsewhere). Default False: the sync
@@ -112,6 +117,8 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     if attn_split_pos < 0:
         raise ValueError(f"attn_split_pos {attn_split_pos} must be >= 0 (0: every split at every position)")
     check_down_sum(down_sum, graph.batch, graph.model.intermediate, down_split, h_bf16)
+    if qkv_sum is None:
+        qkv_sum = qkv_sum_pays(graph.batch, graph.model.hidden) if xn_bf16 else 1
     if h_bf16 and (graph.batch < 2 or down_split != 1):
         raise ValueError(f"h_bf16 needs the tensor-core GEMV (batch >= 2, not {graph.batch}) and an unsplit down-proj "
                          f"(down_split 1, not {down_split})")
@@ -123,7 +130,7 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
                          f"(not {graph.model.hidden})")
     with _no_gc():
         return _lower(graph, target, context, name, qkv_cross, attn_split, down_split, argmax_tasks, attn_split_pos,
-                      bool(h_bf16), bool(attn_bf16), bool(xn_bf16), down_sum)
+                      bool(h_bf16), bool(attn_bf16), bool(xn_bf16), down_sum, qkv_sum)
 
 
 def _bf16_acts_default(batch: int, sync: str | None, target: Target) -> bool:
@@ -200,6 +207,24 @@ def down_sum_pays(batch: int, intermediate: int) -> int:
 DOWN_SUM_CHUNKS, DOWN_SUM_MIN_B = 8, 32
 
 
+def qkv_sum_pays(batch: int, hidden: int) -> int:
+    """Chunks of the normed input qkv's partial products are split over by default
+    (``lower(qkv_sum=...)``): 1, none, until a measurement says otherwise."""
+    return 1
+
+
+def check_qkv_sum(chunks: int, batch: int, hidden: int, xn_bf16: bool, attn_split: int) -> None:
+    """``qkvp`` tasks stage a chunk of xn_bf16's bf16 copy of whole 16-byte words (the tensor-core
+    path), and attention, unsplit, adds the chunks and appends the key and value."""
+    if chunks == 1:
+        return
+    if chunks < 1 or batch < 2 or not xn_bf16 or attn_split != 1 or hidden % (chunks * DOWN_SPLIT_ALIGN):
+        raise ValueError(f"qkv_sum {chunks}: qkv's partial products over chunks of the normed input need batch >= 2 "
+                         f"(not {batch}), the normed bf16 copies (xn_bf16, not {xn_bf16}), unsplit attention "
+                         f"(attn_split 1, not {attn_split}) and a hidden size ({hidden}) that is a multiple of "
+                         f"{chunks} x {DOWN_SPLIT_ALIGN}")
+
+
 def check_down_sum(chunks: int, batch: int, intermediate: int, down_split: int, h_bf16: bool) -> None:
     """``downp`` tasks stage a bf16 chunk of h of whole 16-byte words (the tensor-core path, from
     batch 2) and replace unsplit down (not with ``down_split``)."""
@@ -236,7 +261,7 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
            attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1,
            attn_split_pos: int = 0, h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False,
-           down_sum: int = 1) -> TaskGraph:
+           down_sum: int = 1, qkv_sum: int = 1) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -245,11 +270,13 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     if not 1 <= split <= graph.max_seq_len:
         raise ValueError(f"attn_split {split} must be in 1..max_seq_len={graph.max_seq_len}")
     check_down_split(down_split, graph.batch, graph.model.intermediate)
+    check_qkv_sum(qkv_sum, graph.batch, graph.model.hidden, xn_bf16, split)
     attn_bf16 = attn_bf16 and split == 1  # (split attention's partial outputs stay f32: o-proj combines them)
     argmax_rows(graph.batch, argmax_tasks)  # a ValueError for a count outside 1..batch
-    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks, xn_bf16, down_sum)
+    drafts, plan = make_tasks(graph, spec, target, ctx, split, qkv_cross, down_split, argmax_tasks, xn_bf16, down_sum,
+                              qkv_sum)
     n_lm_tiles = sum(1 for d in drafts if d.kind == "lmhead")
-    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16, attn_bf16, xn_bf16, down_sum)
+    buffers = make_buffers(graph, spec, n_lm_tiles, split, down_split, h_bf16, attn_bf16, xn_bf16, down_sum, qkv_sum)
     cost(drafts, {b.name: b for b in buffers}, graph.batch, ctx, split)
     events, waits, signals = build_events(drafts, {b.name: b for b in buffers})
     tasks = tuple(
@@ -274,6 +301,8 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
         dims["down_split"] = down_split
     if down_sum > 1:  # absent otherwise, as down_split
         dims["down_sum"] = down_sum
+    if qkv_sum > 1:  # absent otherwise, as down_split
+        dims["qkv_sum"] = qkv_sum
     if split > 1 and attn_split_pos > 0:  # absent otherwise, as down_split
         dims["attn_split_pos"] = attn_split_pos
     consts = (("rms_eps", spec.rms_eps), ("rope_scaling", spec.rope_scaling), ("attn_scale", spec.attn_scale))
@@ -285,7 +314,8 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
 
 
 def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1, down_split: int = 1,
-                 h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False, down_sum: int = 1) -> list[Buffer]:
+                 h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False, down_sum: int = 1,
+                 qkv_sum: int = 1) -> list[Buffer]:
     info = graph.model
     B, H, I, V, L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
     nh, nkv, hd = info.n_heads, info.n_kv_heads, info.head_dim
@@ -319,6 +349,8 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1,
             bufs.append(Buffer(names.down_partial(i), (down_split - 1, B, H), "f32", "act", polled=True))
         if down_sum > 1:  # down's partial products, chunk by chunk of h (lower_downp)
             bufs.append(Buffer(names.down_parts(i), (down_sum, B, H), "f32", "act", polled=True))
+        if qkv_sum > 1:  # qkv's partial products, chunk by chunk of the normed input (lower_qkvp)
+            bufs.append(Buffer(names.qkv_parts(i), (qkv_sum, B, (nh + 2 * nkv) * hd), "f32", "act", polled=True))
         if info.qk_norm:  # raw keys: attention norms and rotates them into the cache
             bufs.append(Buffer(names.k_raw(i), (B, nkv * hd), "f32", "act", polled=True))
         for cname in (names.k_cache(i), names.v_cache(i)):
@@ -375,7 +407,7 @@ class _Lowering:
     """What every ``lower_<kind>`` needs: the model's sizes, the target's workers, the drafts so far."""
 
     def __init__(self, graph: Graph, spec: ModelSpec, target: Target, context: int, S: int, qkv_cross: bool,
-                 down_split: int = 1, xn_bf16: bool = False, down_sum: int = 1):
+                 down_split: int = 1, xn_bf16: bool = False, down_sum: int = 1, qkv_sum: int = 1):
         info = graph.model
         self.graph, self.spec, self.info, self.context, self.S = graph, spec, info, context, S
         self.B, self.H, self.I, self.V, self.L = graph.batch, info.hidden, info.intermediate, info.vocab, graph.max_seq_len
@@ -386,6 +418,7 @@ class _Lowering:
         self.qkv_cross = qkv_cross  # qkv tiles may cross a head boundary (tiling.qkv_tiles)
         self.down_split = down_split  # split-K down over chunks of h (lower_downk)
         self.down_sum = down_sum  # down's partial products over chunks of h (lower_downp, lower_dsum)
+        self.qkv_sum = qkv_sum  # qkv's partial products over chunks of the normed input (lower_qkvp)
         self.xn = xn_bf16  # the residual stream's normed bf16 companions (names.xn_of)
         self._index: dict[tuple[int, str], int] = {}
 
@@ -415,6 +448,24 @@ class _Lowering:
             return [self.full(names.xn_of(act), self.B, self.H), self.full(names.xss_of(act), self.B, self.H // G)]
         return [self.full(act, self.B, self.H), Region(norm, _box((0, self.H)))]
 
+    def qkv_sum_reads(self, l: int, b: int, g: int) -> list[Region]:
+        """What attention reads of row b, kv head g in place of q with lower(qkv_sum=C): the C
+        chunks' partial products of its query heads, key and value, the input's sums of squares
+        (1/rms), the bias, the q/k norms, inv_freq and pos."""
+        hd, n_rep, C, QD, KD = self.hd, self.n_rep, self.qkv_sum, self.nh * self.hd, self.nkv * self.hd
+        W = names.layer_weight
+        qp = names.qkv_parts(l)
+        rows = ((g * n_rep * hd, (g + 1) * n_rep * hd), (QD + g * hd, QD + (g + 1) * hd),
+                (QD + KD + g * hd, QD + KD + (g + 1) * hd))
+        reads = [Region(qp, _box((0, C), (b, b + 1), r)) for r in rows]
+        reads.append(Region(names.xss_of(names.x_in(l)), _box((b, b + 1), (0, self.H // names.XN_GROUP))))
+        if self.info.qkv_bias:
+            reads += [Region(W(l, "q_bias"), _box(rows[0])), Region(W(l, "k_bias"), _box((g * hd, (g + 1) * hd))),
+                      Region(W(l, "v_bias"), _box((g * hd, (g + 1) * hd)))]
+        if self.info.qk_norm:
+            reads += [Region(W(l, "q_norm"), _box((0, hd))), Region(W(l, "k_norm"), _box((0, hd)))]
+        return reads + [self.full("inv_freq", hd // 2), self.full("pos", 1)]
+
     def normed_out(self, act: str, norm: str, c0: int, c1: int) -> tuple[list[Region], list[Region]]:
         """(reads, writes) a producer of columns [c0, c1) of ``act`` adds for its companions: the
         norm's weights over those columns; the bf16 copy and the sums of their 8-column groups."""
@@ -435,12 +486,13 @@ SMEM_RULES = {
 
 
 def make_tasks(graph: Graph, spec: ModelSpec, target: Target, context: int, S: int = 1, qkv_cross: bool = True,
-               down_split: int = 1, argmax_tasks: int = 1, xn_bf16: bool = False, down_sum: int = 1):
+               down_split: int = 1, argmax_tasks: int = 1, xn_bf16: bool = False, down_sum: int = 1,
+               qkv_sum: int = 1):
     """Drafts of every task and the shared-memory plan; ``S``: attention splits (``attn_splits``)."""
-    cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split, xn_bf16, down_sum)
+    cx = _Lowering(graph, spec, target, context, S, qkv_cross, down_split, xn_bf16, down_sum, qkv_sum)
     lower_embed(cx)
     for l in range(cx.info.n_layers):
-        lower_qkv(cx, l)
+        (lower_qkvp if cx.qkv_sum > 1 else lower_qkv)(cx, l)
         lower_attn(cx, l)
         lower_oproj(cx, l)
         lower_gateup(cx, l)
@@ -506,6 +558,27 @@ def lower_qkv(cx: _Lowering, l: int) -> None:
         cx.add("qkv", l, (h0, h1, p0, p1), reads, writes, flops, k=H)
 
 
+def lower_qkvp(cx: _Lowering, l: int) -> None:
+    """qkv's partial products over C = ``qkv_sum`` chunks of the normed input: chunk c's tasks tile
+    the rows of the concatenated (q | k | v) matrix over a C-th of the workers, each staging only its
+    chunk of xn_bf16's bf16 copy (at batch 32 unsplit qkv stages more bytes than its weights a task).
+    No epilogue: attention adds the chunks (lower_attn), so the sums cost no phase of their own."""
+    B, H, C, hd = cx.B, cx.H, cx.qkv_sum, cx.hd
+    W = names.layer_weight
+    n = H // C
+    spans = (("q", 0, cx.nh * hd), ("k", cx.nh * hd, (cx.nh + cx.nkv) * hd), ("v", (cx.nh + cx.nkv) * hd, (cx.nh + 2 * cx.nkv) * hd))
+    xn = names.xn_of(names.x_in(l))
+    for c in range(C):
+        k0, k1 = c * n, (c + 1) * n
+        for r0, r1 in row_tiles(spans[-1][2], max(1, cx.NS // C)):
+            reads = [cx.cols(xn, k0, k1)]
+            for role, s0, s1 in spans:
+                if max(r0, s0) < min(r1, s1):
+                    reads.append(Region(W(l, role), _box((max(r0, s0) - s0, min(r1, s1) - s0), (k0, k1))))
+            cx.add("qkvp", l, (r0, r1, k0, k1), reads, [Region(names.qkv_parts(l), _box((c, c + 1), (0, B), (r0, r1)))],
+                   2 * B * (r1 - r0) * n, k=n)
+
+
 def lower_attn(cx: _Lowering, l: int) -> None:
     """The n_rep query heads of one kv head for one batch row, over split s of the positions
     [0, pos]: [s T / S, (s + 1) T / S) with T = pos + 1, or with dims["attn_split_pos"] the last
@@ -522,7 +595,7 @@ def lower_attn(cx: _Lowering, l: int) -> None:
             for s in range(S):
                 last = s == S - 1
                 qbox = _box((b, b + 1), (g * n_rep * hd, (g + 1) * n_rep * hd))
-                reads = [Region(f"q.{l}", qbox), cx.full("pos", 1)]
+                reads = [Region(f"q.{l}", qbox), cx.full("pos", 1)] if cx.qkv_sum == 1 else cx.qkv_sum_reads(l, b, g)
                 if S == 1:
                     writes = [Region(f"attn.{l}", qbox)]
                 else:
@@ -531,7 +604,14 @@ def lower_attn(cx: _Lowering, l: int) -> None:
                 kv_end = L if last else L - 1  # cache reads end relative to pos (ir.py); L > 1 when S > 1
                 reads.append(Region(vc, _box((b, b + 1), (g, g + 1), (0, kv_end), (0, hd))))
                 flops = (4 * n_rep * context * hd + 5 * n_rep * context) // S
-                if qkn:
+                if cx.qkv_sum > 1:
+                    # the cached keys and values before pos; the new ones it appends itself (unsplit)
+                    reads.pop()
+                    if L > 1:
+                        reads += [Region(cache, _box((b, b + 1), (g, g + 1), (0, L - 1), (0, hd))) for cache in (kc, vc)]
+                    writes += [Region(cache, _box((b, b + 1), (g, g + 1), (L - 1, L), (0, hd))) for cache in (kc, vc)]
+                    flops += 10 * (n_rep + 1) * hd + 2 * cx.qkv_sum * (n_rep + 2) * hd
+                elif qkn:
                     # the cached keys before pos; the last split also the new one, from its raw projection
                     if L > 1:
                         reads.append(Region(kc, _box((b, b + 1), (g, g + 1), (0, L - 1), (0, hd))))

@@ -87,6 +87,12 @@ def down_parts(layer: int) -> str:
     return f"dp.{layer}"
 
 
+def qkv_parts(layer: int) -> str:
+    """qkv's partial products over chunks of the normed input [C, B, (nh + 2 nkv) hd], rows in the
+    concatenated (q | k | v) order (lower_qkvp; attention adds them)."""
+    return f"qp.{layer}"
+
+
 # lower(xn_bf16=True): each residual-stream activation a GEMV normalises (x0, xm.l, xa.l) has two
 # companions its producer writes beside it: bf16(x * w_norm) [B, H] (w_norm the norm its reader
 # applies: the next layer's input norm, the final norm, the layer's post-attention norm) and the sums

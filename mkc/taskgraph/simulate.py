@@ -253,8 +253,10 @@ class _Sim:
         lo, hi = attn_split_range(s, S, T, d.get("attn_split_pos", 0))  # only the last reaches pos
         cols = (g * n_rep * hd, (g + 1) * n_rep * hd)
         self.read(t, "pos", (0, 1))
-        q = self.read(t, f"q.{l}", (b, b + 1), cols).reshape(n_rep, hd)
         kc, vc = names.k_cache(l), names.v_cache(l)
+        if d.get("qkv_sum", 1) > 1:
+            return self._attn_sum(t, a)
+        q = self.read(t, f"q.{l}", (b, b + 1), cols).reshape(n_rep, hd)
 
         def cache(name, a, z):
             if a >= z:
@@ -285,6 +287,61 @@ class _Sim:
             lse, o = torch.full((n_rep,), float("-inf")), torch.zeros(n_rep, hd)
         self.write(t, names.attn_out(l), ((b, b + 1), (s, s + 1), cols), o)
         self.write(t, names.attn_lse(l), ((b, b + 1), (s, s + 1), (g * n_rep, (g + 1) * n_rep)), lse)
+
+    def _attn_sum(self, t: Task, a: AttnArgs) -> None:
+        """Unsplit attention over qkv's partial products (lower(qkv_sum=C)): the chunks added in
+        order, times 1/rms of the input (from its sums of squares), plus the bias; q/k norm and RoPE
+        on q and the key; the key and value appended at pos; then attention over [0, pos]."""
+        d, l, b, g = self.d, t.layer, a.b, a.g
+        hd, n_rep, nh, nkv, H, C, eps = d["hd"], d["n_rep"], d["nh"], d["nkv"], d["H"], d["qkv_sum"], self.c["rms_eps"]
+        QD, KD, W = nh * hd, nkv * hd, names.layer_weight
+        self.read(t, "pos", (0, 1))
+        ss = self.read(t, names.xss_of(names.x_in(l)), (b, b + 1), (0, H // names.XN_GROUP)).sum()
+        rinv = torch.rsqrt(ss / H + eps)
+        qp = names.qkv_parts(l)
+
+        def head(r0, r1, bias, b0):
+            p = self.read(t, qp, (0, C), (b, b + 1), (r0, r1)).reshape(C, r1 - r0)
+            y = p[0]
+            for c in range(1, C):  # in chunk order, as the device adds them
+                y = y + p[c]
+            y = y * rinv
+            if d["qkv_bias"]:
+                y = y + self.read(t, W(l, bias), (b0, b0 + r1 - r0))
+            return y
+
+        q = head(g * n_rep * hd, (g + 1) * n_rep * hd, "q_bias", g * n_rep * hd).reshape(n_rep, hd)
+        k = head(QD + g * hd, QD + (g + 1) * hd, "k_bias", g * hd).reshape(1, hd)
+        v = head(QD + KD + g * hd, QD + KD + (g + 1) * hd, "v_bias", g * hd).reshape(1, hd)
+        if d["qk_norm"]:
+            q = _rmsnorm(q, self.read(t, W(l, "q_norm"), (0, hd)), eps)
+            k = _rmsnorm(k, self.read(t, W(l, "k_norm"), (0, hd)), eps)
+        q, k = self._rope(t, q, 0, hd // 2), self._rope(t, k, 0, hd // 2)
+        kc, vc = names.k_cache(l), names.v_cache(l)
+        at = ((b, b + 1), (g, g + 1), (self.pos, self.pos + 1), (0, hd))
+        self.write(t, kc, at, k)
+        self.write(t, vc, at, v)
+
+        def cache(name, new):  # positions before pos, then the new row as the cache holds it
+            old = (self.read(t, name, (b, b + 1), (g, g + 1), (0, self.pos), (0, hd)).reshape(self.pos, hd).float()
+                   if self.pos > 0 else self.data[name].new_zeros((0, hd)).float())
+            return torch.cat([old, new.to(self.data[name].dtype).float()])
+
+        sc = (q @ cache(kc, k).T) * self.c["attn_scale"]
+        self.write(t, f"attn.{l}", ((b, b + 1), (g * n_rep * hd, (g + 1) * n_rep * hd)),
+                   torch.softmax(sc, dim=-1) @ cache(vc, v))
+
+    def _qkvp(self, t: Task, a: DownkArgs) -> None:
+        d, l, B = self.d, t.layer, self.tg.batch
+        r0, r1, k0, k1 = a
+        hd, nh, nkv = d["hd"], d["nh"], d["nkv"]
+        c = k0 // (d["H"] // d["qkv_sum"])
+        x = self.read(t, names.xn_of(names.x_in(l)), (0, B), (k0, k1))
+        ws = []
+        for role, s0, s1 in (("q", 0, nh * hd), ("k", nh * hd, (nh + nkv) * hd), ("v", (nh + nkv) * hd, (nh + 2 * nkv) * hd)):
+            if max(r0, s0) < min(r1, s1):
+                ws.append(self.read(t, names.layer_weight(l, role), (max(r0, s0) - s0, min(r1, s1) - s0), (k0, k1)))
+        self.write(t, names.qkv_parts(l), ((c, c + 1), (0, B), (r0, r1)), (x @ torch.cat(ws).T)[None])
 
     def _oproj(self, t: Task, rows: RowArgs) -> None:
         d, l, B = self.d, t.layer, self.tg.batch

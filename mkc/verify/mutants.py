@@ -62,11 +62,12 @@ def tiny_info(family: str, layers: int = 1):
 
 def real_schedule(family: str, batch: int, sync: str, target: Target | str, layers: int = 1,
                   method: str = "list", max_seq_len: int = 16, down_split: int = 1, xn_bf16: bool = False,
-                  down_sum: int = 1):
+                  down_sum: int = 1, qkv_sum: int = 1):
     """(TaskGraph, Schedule, Target) through the real capture graph, lowering and scheduler
     (``down_split``: split-K down's chunks, ``lower(down_split=...)``; ``xn_bf16``: the residual
     stream's normed bf16 copies, ``lower(xn_bf16=...)``; ``down_sum``: down's partial products over
-    chunks of h and their sums, ``lower(down_sum=...)``, with h in bf16)."""
+    chunks of h and their sums, ``lower(down_sum=...)``, with h in bf16; ``qkv_sum``: qkv's partial
+    products over chunks of the normed input, added by unsplit attention, ``lower(qkv_sum=...)``)."""
     from mkc.capture.canonical import build_graph, rope_inv_freq
     from mkc.schedule.stage import schedule
     from mkc.taskgraph.lower import lower
@@ -74,7 +75,8 @@ def real_schedule(family: str, batch: int, sync: str, target: Target | str, laye
     target = get_target(target) if isinstance(target, str) else target
     info = tiny_info(family, layers)
     graph = build_graph(info, batch, max_seq_len, rope_inv_freq(info.head_dim, 10000.0))
-    tg = lower(graph, target, down_split=down_split, xn_bf16=xn_bf16, down_sum=down_sum, h_bf16=down_sum > 1)
+    tg = lower(graph, target, down_split=down_split, xn_bf16=xn_bf16, down_sum=down_sum, h_bf16=down_sum > 1,
+               qkv_sum=qkv_sum, **({"attn_split": 1} if qkv_sum > 1 else {}))
     return tg, schedule(tg, target, sync, method, time_limit=2.0), target
 
 

@@ -29,8 +29,15 @@ static_assert(NT % ATT_D8 == 0 && NT % (HD / 2) == 0, "a block is whole position
 static_assert(ATT_GRP % ATT_D8 == 0, "a warp holds whole position groups, or a group whole warps");
 static_assert(ATT_D8 <= WARP && (ATT_D8 & (ATT_D8 - 1)) == 0, "a key's 16-byte words are lanes of one warp");
 static_assert(ATT_PRE <= ATT_CH, "the preloaded positions lie in the first tile");
-static_assert(!QK_NORM || (HD / 2) % WARP == 0 || (HD <= WARP && (HD & (HD - 1)) == 0),
+// QKV_SUM (lower(qkv_sum=C)): q, the key and the value arrive as qkv's C partial products (qp[l],
+// kinds.cuh QkvPartKind); attention adds them in chunk order, scales by 1/rms of the layer's input
+// (its sums of squares, added as qkv's xss_total adds them), adds the bias, norms (q/k norm) and
+// rotates q and the key, and appends the key and value at pos (unsplit attention only)
+constexpr bool QKV_SUM = QKV_PC < H;
+constexpr int QKV_NC = H / QKV_PC;
+static_assert(!(QK_NORM || QKV_SUM) || (HD / 2) % WARP == 0 || (HD <= WARP && (HD & (HD - 1)) == 0),
               "q/k norm: a rotary pair is in one lane, or in lanes HD/2 apart");
+static_assert(!QKV_SUM || (ATT_SPLIT == 1 && HD % 2 == 0), "qkv's partial products: unsplit attention");
 
 // The first task of a worker's step (TF_STEP_FIRST) has nothing before it on this worker that waited
 // in this step: before it reads what earlier steps wrote without waiting, it waits for the previous
@@ -106,7 +113,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
       mk_prefetch_l2(vc + (size_t)(lo + npre) * HD, (unsigned)rest * HD * 2u, tid, NT);
     }
   }
-  // q/k norm: this lane's norm weights and cos/sin of its rotary indices at pos
+  // q/k norm: this lane's norm weights; with it or QKV_SUM cos/sin of its rotary indices at pos
   [[maybe_unused]] float qn[ATT_NV], kn[ATT_NV], cs[ATT_NR], sn[ATT_NR];
   if constexpr (QK_NORM) {
     const unsigned short* qw = wptr(c, l, R_QNORM);
@@ -117,6 +124,8 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
       qn[k] = i < HD ? mk_bf16_to_f32(qw[i]) : 0.f;
       kn[k] = i < HD && last ? mk_bf16_to_f32(kw[i]) : 0.f;
     }
+  }
+  if constexpr (QK_NORM || QKV_SUM) {
     const float* inv = gptr<const float>(c, S_INV_FREQ, 0);
 #pragma unroll
     for (int k = 0; k < ATT_NR; ++k) {
@@ -142,23 +151,72 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
       kv_s[ATT_PRE * ATT_D8 + i] = pv[k];
     }
   }
-  if constexpr (QK_NORM) {
+  if constexpr (QK_NORM || QKV_SUM) {
     // q and this step's key arrive raw: a warp per head (h == NREP: the key) loads it, takes its
-    // RMSNorm (q_norm / k_norm) and RoPE at pos in registers and leaves it in shared memory
+    // RMSNorm (q_norm / k_norm) and RoPE at pos in registers and leaves it in shared memory.
+    // QKV_SUM: the heads' rows are the chunks' sums instead, and h == NREP + 1 is the value, which
+    // goes to the cache at pos as it is
     static_assert(ATT_NV % 2 == 0 || HD <= WARP, "rotary halves in one lane need whole halves");
-    for (int h = warp; h <= (last ? NREP : NREP - 1); h += NW) {
-      const float* src = h < NREP ? q + h * HD : kr;
-      float v[ATT_NV], ss = 0.f;
+    [[maybe_unused]] float rinv = 0.f;
+    if constexpr (QKV_SUM) {  // 1/rms of row b of the layer's input, from its sums of squares
+      constexpr int NG = H / XN_GROUP;
+      const float* xs = (l == 0 ? gptr<const float>(c, S_XSS0, c.par) : lptr<const float>(c, l - 1, R_XSSM, c.par)) + (size_t)b * NG;
+      float s = 0.f;
+      for (int i = lane; i < NG; i += WARP) s += mk_ld_act(xs + i);
+      s = warp_sum(s);
+      rinv = 1.0f / sqrtf(s / (float)H + c.eps);
+    }
+    for (int h = warp; h <= (last ? NREP + (QKV_SUM ? 1 : 0) : NREP - 1); h += NW) {
+      float v[ATT_NV];
+      if constexpr (QKV_SUM) {
+        const int row = h < NREP ? (g * NREP + h) * HD : (h == NREP ? NH : NH + NKV) * HD + g * HD;
+        const float* p = lptr<const float>(c, l, R_QP, c.par) + (size_t)b * NQKV + row;
+        [[maybe_unused]] const unsigned short* bias =
+            QKV_BIAS ? (h < NREP ? wptr(c, l, R_BQ) + (g * NREP + h) * HD : wptr(c, l, h == NREP ? R_BK : R_BV) + g * HD) : nullptr;
+        float pc[QKV_NC][ATT_NV];  // every chunk's loads out before the first add
 #pragma unroll
-      for (int k = 0; k < ATT_NV; ++k) {
-        const int i = lane + k * WARP;
-        v[k] = i < HD ? mk_ld_act(src + i) : 0.f;
-        ss = fmaf(v[k], v[k], ss);
+        for (int ci = 0; ci < QKV_NC; ++ci)
+#pragma unroll
+          for (int k = 0; k < ATT_NV; ++k) {
+            const int i = lane + k * WARP;
+            pc[ci][k] = i < HD ? mk_ld_act(p + (size_t)ci * B * NQKV + i) : 0.f;
+          }
+#pragma unroll
+        for (int k = 0; k < ATT_NV; ++k) {
+          const int i = lane + k * WARP;
+          float s = pc[0][k];
+#pragma unroll
+          for (int ci = 1; ci < QKV_NC; ++ci) s += pc[ci][k];
+          v[k] = s * rinv;
+          if constexpr (QKV_BIAS) v[k] += i < HD ? mk_bf16_to_f32(bias[i]) : 0.f;
+        }
+        if (h == NREP + 1) {  // the value: bf16 pairs into the cache at pos (lanes 2i, 2i + 1)
+          unsigned* vcw = lptr<unsigned>(c, l, R_VC, 0) + (head_off + (size_t)c.pos * HD) / 2;
+#pragma unroll
+          for (int k = 0; k < ATT_NV; ++k) {
+            const int i = lane + k * WARP;
+            const float o = mk_shfl_xor(v[k], 1);
+            if (i < HD && (i & 1) == 0) put_bf16x2(vcw + i / 2, v[k], o);
+          }
+          continue;
+        }
+      } else {
+        const float* src = h < NREP ? q + h * HD : kr;
+#pragma unroll
+        for (int k = 0; k < ATT_NV; ++k) {
+          const int i = lane + k * WARP;
+          v[k] = i < HD ? mk_ld_act(src + i) : 0.f;
+        }
       }
-      ss = warp_sum(ss);
-      const float f = 1.0f / sqrtf(ss / (float)HD + c.eps);
+      if constexpr (QK_NORM) {
+        float ss = 0.f;
 #pragma unroll
-      for (int k = 0; k < ATT_NV; ++k) v[k] = (v[k] * f) * (h < NREP ? qn[k] : kn[k]);
+        for (int k = 0; k < ATT_NV; ++k) ss = fmaf(v[k], v[k], ss);
+        ss = warp_sum(ss);
+        const float f = 1.0f / sqrtf(ss / (float)HD + c.eps);
+#pragma unroll
+        for (int k = 0; k < ATT_NV; ++k) v[k] = (v[k] * f) * (h < NREP ? qn[k] : kn[k]);
+      }
       // rotate-half: element i < HD/2 pairs with i + HD/2, at rotary index i
       if constexpr ((HD / 2) % WARP != 0) {
         // HD <= WARP: lane i pairs with lane i ^ HD/2 (lanes >= HD hold nothing)
@@ -186,7 +244,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
   }
   mk_barrier();
   trace_mark(c, 0);  // q staged
-  if constexpr (QK_NORM) {
+  if constexpr (QK_NORM || QKV_SUM) {
     // the new key into the cache at pos; this task reads it from k_s (rounded as the cache holds it)
     unsigned* kcw = lptr<unsigned>(c, l, R_KC, 0) + (head_off + (size_t)c.pos * HD) / 2;
     for (int i = tid; i < (last ? HD / 2 : 0); i += NT) put_bf16x2(kcw + i, k_s[2 * i], k_s[2 * i + 1]);
@@ -211,7 +269,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
       if (tt < n) {
         if (p < pre_end) {
           w = kv_s[tt * ATT_D8 + (e8 ^ (tt & ATT_KSW))];
-        } else if (QK_NORM && p == c.pos) {  // the new key: written by this task, read from its copy
+        } else if ((QK_NORM || QKV_SUM) && p == c.pos) {  // the new key: written by this task, read from its copy
           const float* ks = k_s + 8 * e8;
           w = make_uint4((unsigned)mk_f32_to_bf16(ks[0]) | ((unsigned)mk_f32_to_bf16(ks[1]) << 16),
                          (unsigned)mk_f32_to_bf16(ks[2]) | ((unsigned)mk_f32_to_bf16(ks[3]) << 16),

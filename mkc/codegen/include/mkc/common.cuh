@@ -5,6 +5,9 @@
 
 namespace mk {
 
+// rows of the concatenated (q | k | v) projection (qkv's partial products, lower(qkv_sum=...))
+constexpr int NQKV = (NH + 2 * NKV) * HD;
+
 struct Ctx {
   const int* tab;
   const dev_ptr* ptrs;  // two entries per slot: the parity-0 and parity-1 copy

@@ -66,6 +66,14 @@ __device__ __forceinline__ PartKind<DOWN_PC, I> downp_kind(const Ctx& c, const T
   const int l = t.layer, ci = t.a2 / DOWN_PC;
   return PartKind<DOWN_PC, I>{wptr(c, l, R_WD) + t.a2, lptr<float>(c, l, R_DP, c.par) + (size_t)ci * B * H, t.a0, t.a1, t.a0};
 }
+static_assert(QKV_PC == H || (MMA_GEMV && XN_BF16 && ATT_SPLIT == 1),
+              "qkv's partial products stage a chunk of the normed bf16 copy on tensor cores, for unsplit attention");
+// qkv's partial product over chunk ci = k0 / QKV_PC of the normed input (lower_qkvp) into qp[l][ci]
+__device__ __forceinline__ QkvPartKind qkvp_kind(const Ctx& c, const Task& t) {
+  const int l = t.layer, ci = t.a2 / QKV_PC;
+  return QkvPartKind{wptr(c, l, R_WQ) + t.a2, wptr(c, l, R_WK) + t.a2, wptr(c, l, R_WV) + t.a2,
+                     lptr<float>(c, l, R_QP, c.par) + (size_t)ci * B * NQKV, t.a0, t.a1, t.a0};
+}
 // dsum: xm[l] = xa[l] + the chunks' partial products, and xm's companions
 __device__ __forceinline__ void task_dsum(const Ctx& c, const Task& t) {
   if constexpr (DOWN_PC < I) {
@@ -212,6 +220,15 @@ __device__ MK_TASK_INLINE bool run_task(const Ctx& c, const Task& t, int* s_abor
       }
       break;
     }
+    case K_QKVP: {
+      if constexpr (QKV_PC < H) {
+        // (its chunk of the normed bf16 copy: columns k0.. of rows H long; 1/rms is attention's)
+        QkvPartKind kd = qkvp_kind(c, t);
+        const float* x = reinterpret_cast<const float*>(reinterpret_cast<const unsigned short*>(xn_in(c, l, false)) + t.a2);
+        return gemv_task<QKV_PC, false, QkvPartKind, false, true, H>(c, t, s_abort, kd, x, nullptr);
+      }
+      break;
+    }
     case K_LMHEAD: return task_lmhead(c, t, s_abort);
     // attention waits inside, after loading the cache rows and immutables this step does not change
     case K_ATTN: return task_attn(c, t, s_abort);
@@ -254,6 +271,10 @@ __device__ void pipe_produce(const Ctx& c0, const int* recs, int first, int len,
         }
         case K_DOWNP: {
           if constexpr (DOWN_PC < I) { PartKind<DOWN_PC, I> kd = downp_kind(c, t); ok = pipe_issue<DOWN_PC, decltype(kd), PF>(c, kd, policy, abort_flag); }
+          break;
+        }
+        case K_QKVP: {
+          if constexpr (QKV_PC < H) { QkvPartKind kd = qkvp_kind(c, t); ok = pipe_issue<QKV_PC, decltype(kd), PF>(c, kd, policy, abort_flag); }
           break;
         }
         case K_LMHEAD: { LmHeadKind kd = lmhead_kind(c, t); ok = pipe_issue<H, decltype(kd), PF>(c, kd, policy, abort_flag); break; }

@@ -259,6 +259,32 @@ struct PartKind {
   }
 };
 
+// qkv's partial product over a chunk of the normed input (lower_qkvp): y[:, rb + j] = the block's
+// dot products, rows of the concatenated (q | k | v) matrix (NQKV rows); wq, wk, wv point at the
+// chunk's first column of their row 0 (dispatch.cuh qkvp_kind). Attention adds the chunks.
+struct QkvPartKind {
+  static constexpr int KS_BIT = 1;  // (qkv's)
+  __device__ void input_staged() {}  // (ResidKind's RESID_PF)
+  const unsigned short *wq, *wk, *wv;
+  float* y;
+  int r0, r1, rb;
+  __device__ int blocks() const { return (r1 - r0 + RESID_RB - 1) / RESID_RB; }
+  __device__ int begin(int blk) { rb = r0 + blk * RESID_RB; return min(RESID_RB, r1 - rb); }
+  __device__ const unsigned short* row(int j) const {
+    const int r = rb + j;
+    if (r < NH * HD) return wq + (size_t)r * H;
+    if (r < (NH + NKV) * HD) return wk + (size_t)(r - NH * HD) * H;
+    return wv + (size_t)(r - (NH + NKV) * HD) * H;
+  }
+  __device__ void epilogue(const Ctx& c, int nr, float* out) const {
+    for (int idx = mk_tid(); idx < epi_items(nr); idx += NT) {
+      int j, b;
+      if (!epi_item(idx, nr, j, b)) continue;
+      put_f32(y + (size_t)b * NQKV + rb + j, out[j * OUT_LD + b]);
+    }
+  }
+};
+
 // dsum (lower_dsum): y[:, r0:r1] = resid + (part[0] + part[1] + ... + part[NC - 1]) over [r0, r1),
 // the chunks added in order (parts NC x [B, H]); with XN_BF16 y's companions as ResidKind writes
 // them (bf16(v * nw) and the sums of squares of each XN_GROUP columns, in column order). A thread
