@@ -406,16 +406,17 @@ pack_out() {
 if [ "${CALL:-1}" = 107 ]; then
   # the forty-sixth session (issue #13): on an H200 #16's verdict first (tokens_paired); then qkv's
   # partial products over N chunks of the normed input added by attention (lower(qkv_sum=N), -qsN)
-  # against the defaults, alternated, with their 4 teacher-forced tests; then the GPU suite with
+  # and the K-chunks in snake order (CodegenOptions.chunk_snake, -snk) against the defaults,
+  # alternated, with their teacher-forced tests; then the GPU suite with
   # the time left ($CALL_SUITE, default every test_gpu_*.py). Kernels: prebuild.py --tests --folders;
   # --tokens-bench --variants b1-atomic --variant-max-seq 1024; --variants (the rows' list and
   # CALL=105's) --variant-max-seq 1024 (out/carry/cache.tgz at this section's headers)
   T0=$(date +%s)
   on_h200 && tokens_paired 170
-  ab_rows 130 "128@b32-atomic,b32-atomic-qs4,b32-atomic-qs8,b16-atomic,b16-atomic-qs4,b8-atomic,b8-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4,b32-atomic,b32-atomic-qs4,b32-atomic-qs8"
+  ab_rows 150 "128@b32-atomic,b32-atomic-qs4,b32-atomic-qs8,b32-atomic-snk,b16-atomic,b16-atomic-qs4,b8-atomic,b8-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4,b32-atomic,b32-atomic-qs4,b32-atomic-qs8,b32-atomic-snk"
   left=$((${CALL_S:-570} - ($(date +%s) - T0)))
   echo "seconds left: $left"
-  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums ${CALL_SUITE:-$(ls tests/test_gpu_*.py)}" \
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums tests/test_gpu_megakernel.py::test_teacher_forced_logits_tensor_core_paths ${CALL_SUITE:-$(ls tests/test_gpu_*.py)}" \
     MKC_TEST_S=$((left - 15)) MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
   pack_out
   exit 0
