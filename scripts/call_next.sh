@@ -403,6 +403,20 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 108 ]; then
+  # CALL=107's rows and new tests without the suite (its kernels were not all prebuilt yet), then
+  # CALL=105's rows beside the hand-written peer
+  T0=$(date +%s)
+  on_h200 && tokens_paired 170
+  ab_rows 150 "128@b32-atomic,b32-atomic-qs4,b32-atomic-qs8,b32-atomic-snk,b16-atomic,b16-atomic-qs4,b8-atomic,b8-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4,b32-atomic,b32-atomic-qs4,b32-atomic-qs8,b32-atomic-snk"
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums tests/test_gpu_megakernel.py::test_teacher_forced_logits_tensor_core_paths[llama-3.2-1b-32-atomic-opts4]" \
+    MKC_TEST_S=150 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  left=$((${CALL_S:-570} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  [ "$left" -gt 100 ] && ab_rows 50 "128@b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b16-atomic,b32-atomic,b1-atomic" $((left - 60))
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 107 ]; then
   # the forty-sixth session (issue #13): on an H200 #16's verdict first (tokens_paired); then qkv's
   # partial products over N chunks of the normed input added by attention (lower(qkv_sum=N), -qsN)
