@@ -67,7 +67,7 @@ __device__ __forceinline__ PartKind<DOWN_PC, I> downp_kind(const Ctx& c, const T
   return PartKind<DOWN_PC, I>{wptr(c, l, R_WD) + t.a2, lptr<float>(c, l, R_DP, c.par) + (size_t)ci * B * H, t.a0, t.a1, t.a0};
 }
 static_assert(QKV_PC == H || (MMA_GEMV && XN_BF16 && ATT_SPLIT == 1),
-              "qkv's partial products stage a chunk of the normed bf16 copy on tensor cores, for unsplit attention");
+              "qkv's partial products stage a chunk of the normed bf16 copy on tensor cores; attention is unsplit");
 // qkv's partial product over chunk ci = k0 / QKV_PC of the normed input (lower_qkvp) into qp[l][ci]
 __device__ __forceinline__ QkvPartKind qkvp_kind(const Ctx& c, const Task& t) {
   const int l = t.layer, ci = t.a2 / QKV_PC;
