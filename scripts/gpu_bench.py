@@ -194,10 +194,6 @@ VARIANTS.update({f"{v}-nods": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_sum": 
 # qkv's partial products over N chunks of the normed input, added by attention (lower(qkv_sum=N): qkvp tasks)
 VARIANTS.update({f"{v}-qs{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_sum": n})
                  for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic") for n in (2, 4, 8)})
-# the weight-pipeline GEMV's K-chunks in snake order (CodegenOptions.chunk_snake: batch 32's LM head
-# and multi-block tasks stage one chunk fewer a block after the first)
-VARIANTS.update({f"{v}-snk": (*VARIANTS[v][:4], {**VARIANTS[v][4], "chunk_snake": True})
-                 for v in ("b32-atomic", "b32-atomic-qs4", "b32-atomic-qs8")})
 VARIANTS["b32-atomic-prev45"] = (*VARIANTS["b32-atomic"][:4], {**VARIANTS["b32-atomic"][4], "down_sum": 1, "out_pad": 0})
 # held accumulators for two tiles at batch 32 (CodegenOptions.mma_hold_floats=32: its qkv tasks)
 VARIANTS.update({f"{v}-hold32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold_floats": 32})

@@ -193,23 +193,6 @@ def test_qkv_partial_sums_compile_cleanly(name, batch, chunks, tmp_path):
     assert max(spills, default=0) <= 16, res.log
 
 
-@pytest.mark.parametrize("sync", ["atomic", "nan"])
-def test_chunks_in_snake_order_compile_cleanly(sync, tmp_path):
-    """CodegenOptions.chunk_snake (batch 32: K-chunks of 1,024, the LM head's tasks several row
-    blocks): the consumers and the producer walk the chunks in the same snake order; it builds
-    without a warning and spills no more than the default's 160 bytes."""
-    from mkc.codegen.render import CodegenOptions
-    from mkc.targets.nvidia.compiler import build_cubin
-
-    tg = taskgraph("llama-3.2-1b", 32, 1024, "h200")
-    src, cfg, _ = generate(tg, rr_schedule(tg, "h200", sync), "h200", CodegenOptions(sampler=False, chunk_snake=True))
-    assert dict(cfg.consts)["CHUNK_SNAKE"] == 1 and dict(cfg.consts)["KCB"] < tg.dim("H")
-    res = build_cubin(src, cfg.arch, out_dir=tmp_path, verbose=True)
-    assert res.warnings == [], res.log
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.log)]
-    assert max(spills, default=0) <= 160, res.log
-
-
 @pytest.mark.parametrize("batch,sync", [(1, "atomic"), (1, "nan"), (32, "atomic")])
 def test_early_residual_compiles_cleanly(batch, sync, tmp_path):
     """CodegenOptions.resid_early (off by default): o-proj's and down's residual held in registers

@@ -124,7 +124,7 @@ extern "C" __global__ void mk_test_gemv_fma(const unsigned short* w, const float
   stage_x<H, KCH, false, false>(x, 0, KCH, nullptr, xs, smem_f(OFF_SSP), false);
   mk_barrier();
   gemv_chunk<KCH>(rows, nr, 0, KCH, xs, smem_f(OFF_OUT), smem_f(OFF_PART), false, pre, have_pre != 0);
-  for (int i = mk_tid(); i < nr * B; i += NT) y[i] = smem_f(OFF_OUT)[i];
+  for (int i = mk_tid(); i < nr * B; i += NT) y[i] = smem_f(OFF_OUT)[i / B * OUT_LD + i % B];  // (rows OUT_LD apart)
 }
 """
 
@@ -142,7 +142,7 @@ extern "C" __global__ void mk_test_gemv_mma(const unsigned short* w, const float
   mk_barrier();
   if constexpr (RING > 0) mma_chunk_ring(rows, nr, 0, kch, xs, smem_f(OFF_OUT), smem_f(OFF_PART), false);
   else mma_chunk(rows, nr, 0, kch, xs, smem_f(OFF_OUT), smem_f(OFF_PART), false, pre);
-  for (int i = mk_tid(); i < nr * B; i += NT) y[i] = smem_f(OFF_OUT)[i];
+  for (int i = mk_tid(); i < nr * B; i += NT) y[i] = smem_f(OFF_OUT)[i / B * OUT_LD + i % B];  // (rows OUT_LD apart)
 }
 """
 

@@ -394,13 +394,6 @@ class CodegenOptions:
     # forty-fourth session): batch 32 -3.4 % (CALL=99) and -2.5 %, 16 -1.3 %, 8 -1.1 %, 4 -0.1 %, qwen3-8b
     # b8 -0.4 % (CALL=100): on.
     xss_wide: bool = True
-    # the weight-pipeline GEMV's K-chunks in snake order (gemv_mma.cuh gemv_task_mma_pipe, pipe.cuh
-    # pipe_issue): where the staged input is split in chunks (batch 32's K-chunk of 1,024), every
-    # row block of a task restages every chunk (the LM head at batch 32: 8 blocks x 2 chunks, ~39 us
-    # of its task's stagings in the forty-fourth session's trace); odd blocks taking the chunks last
-    # to first start on the chunk already staged, so a task stages nblk + 1 chunks instead of
-    # nblk x 2. Odd blocks add their chunks in the other order (other bits, as deterministic).
-    chunk_snake: bool = False
     # the GEMV epilogues' items in tiles of 4 rows x 8 batch columns a warp (kinds.cuh epi_item;
     # tensor-core path with the weight pipeline, batch a multiple of 8) rather than 32 rows of one
     # column: the dot products' shared-memory reads without 32-way bank conflicts at batch 32,
@@ -682,7 +675,7 @@ def kernel_config(tg: TaskGraph, sched: Schedule, target: Target, options: Codeg
         LM_CAND_WARPS=int(o.lm_rows_at_once and B >= CAND_WARP_ROWS), TILE_WARP_ADDS=int(o.tile_warp_adds and for_target(target).capabilities(target).warp_match),
         MMA_HOLD=int(hold), HOLD_FLOATS=o.mma_hold_floats, TILE_SUM_FRAG=int(o.tile_sum_frag and mma and B % 8 == 0),
         EPI_TILES=int(epi_tiles), H_BF16=int(h_bf16), ATTN_BF16=int(attn_bf16), XN_BF16=int(xn_bf16),
-        XN_GROUP=names.XN_GROUP, XSS_WIDE=int(o.xss_wide and xn_bf16), CHUNK_SNAKE=int(o.chunk_snake),
+        XN_GROUP=names.XN_GROUP, XSS_WIDE=int(o.xss_wide and xn_bf16),
         RESID_PF=resid_pf(tg, B, NT, out_cap, epi_tiles, out_ld) if o.resid_early else 0,
         REG_SPLIT=consumer_regs, PRODUCER_REGS=producer_regs,
         STAGE_POLL=int(o.stage_poll and sched.sync == "nan" and plan.pipe_slots > 0 and not (mma and hold)),

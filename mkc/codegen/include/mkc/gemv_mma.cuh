@@ -662,12 +662,9 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
   }
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);
-    for (int ci = 0; ci < NCH; ++ci) {
-      // CHUNK_SNAKE: odd blocks take the chunks last to first (pipe_issue too), so a block after
-      // the first starts on the chunk staged last, which stays in xs
-      const int ch = CHUNK_SNAKE && (blk & 1) ? NCH - 1 - ci : ci;
+    for (int ch = 0; ch < NCH; ++ch) {
       const int c0 = ch * KCH, kch = min(KCH, K - c0);
-      if (NCH > 1 ? !(CHUNK_SNAKE && blk > 0 && ci == 0) : blk == 0) {
+      if (NCH > 1 || blk == 0) {
         // (later blocks' stagings poll too: they find every word written at once; the staging is
         // spelled out here, not `stage`, which made ptxas reorder batch 8's nan kernel)
         const unsigned long long t0 = trace_now(c);
@@ -678,7 +675,7 @@ __device__ __forceinline__ bool gemv_task_mma_pipe(const Ctx& c, const Task& t, 
         if (blk == 0 && ch == 0) trace_mark(c, 0);  // input staged
         if (blk == 0 && ch == (POLL ? NCH - 1 : 0)) kd.input_staged();
       }
-      pipe_mma_rows(c, nr, kch, xs, out, part, ci > 0);
+      pipe_mma_rows(c, nr, kch, xs, out, part, ch > 0);
     }
     if (blk == 0) trace_mark(c, 1);  // the first block's dot products
     gemv_block_end<K, NORM>(c, kd, nr, blk, out, rs, ssp);

@@ -110,12 +110,9 @@ __device__ bool pipe_issue(const Ctx& c, Kind& kd, unsigned long long policy, vo
   const int lane = lane_id();
   const int nblk = kd.blocks();
   const unsigned n_first = c.pipe_n;  // (PIPE_TAIL: the task's first page)
-  constexpr int NCH = (K + KCH - 1) / KCH;
   for (int blk = 0; blk < nblk; ++blk) {
     const int nr = kd.begin(blk);
-    for (int ci = 0; ci < NCH; ++ci) {
-      // (CHUNK_SNAKE: odd blocks take the chunks last to first, as gemv_task_mma_pipe does)
-      const int c0 = (CHUNK_SNAKE && (blk & 1) ? NCH - 1 - ci : ci) * KCH;
+    for (int c0 = 0; c0 < K; c0 += KCH) {
       const int nsl = (min(KCH, K - c0) + PIPE_COLS - 1) / PIPE_COLS;
       for (int r0 = 0; r0 < nr; r0 += PIPE_ROWS) {
         const int rows = min(PIPE_ROWS, nr - r0);
