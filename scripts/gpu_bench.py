@@ -194,6 +194,8 @@ VARIANTS.update({f"{v}-nods": (*VARIANTS[v][:4], {**VARIANTS[v][4], "down_sum": 
 # qkv's partial products over N chunks of the normed input, added by attention (lower(qkv_sum=N): qkvp tasks)
 VARIANTS.update({f"{v}-qs{n}": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_sum": n})
                  for v in ("b8-atomic", "b16-atomic", "b32-atomic", "q8-b8-atomic") for n in (2, 4, 8)})
+VARIANTS.update({f"{v}-noqs": (*VARIANTS[v][:4], {**VARIANTS[v][4], "qkv_sum": 1})
+                 for v in ("b16-atomic", "b32-atomic", "q8-b8-atomic")})
 VARIANTS["b32-atomic-prev45"] = (*VARIANTS["b32-atomic"][:4], {**VARIANTS["b32-atomic"][4], "down_sum": 1, "out_pad": 0})
 # held accumulators for two tiles at batch 32 (CodegenOptions.mma_hold_floats=32: its qkv tasks)
 VARIANTS.update({f"{v}-hold32": (*VARIANTS[v][:4], {**VARIANTS[v][4], "mma_hold_floats": 32})

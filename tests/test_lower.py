@@ -564,7 +564,7 @@ def test_down_partials_wait_only_for_their_chunk_and_sums_for_their_rows():
     layer's qkv waits for every dsum."""
     from mkc.taskgraph.lower import check_down_sum
 
-    tg = lower(shape_graph("llama-3.2-1b", 32, 128), get_target("h200"), h_bf16=True, xn_bf16=True, down_sum=4)
+    tg = lower(shape_graph("llama-3.2-1b", 32, 128), get_target("h200"), h_bf16=True, xn_bf16=True, down_sum=4, qkv_sum=1)
     prod = {e: {t.id for t in tg.tasks if e in t.signals} for e in range(len(tg.events))}
     by = lambda kind, l=0: [t for t in tg.tasks if t.kind == kind and t.layer == l]  # noqa: E731
     gateup, parts, sums = by("gateup"), by("downp"), by("dsum")
@@ -591,6 +591,45 @@ def test_down_partials_wait_only_for_their_chunk_and_sums_for_their_rows():
         check_down_sum(2, 8, 8192, 1, False)
     with pytest.raises(ValueError, match="multiple"):
         check_down_sum(3, 8, 8192, 1, True)
+
+
+def test_qkv_partials_wait_only_for_their_columns_and_attention_for_its_heads():
+    """lower(qkv_sum=...) by default where qkv stages at least 64 KiB (llama-3.2-1b batch 16 and 32,
+    qwen3-8b batch 8; not llama batch 8, nor without the normed copies): at batch 32, 4 chunks of
+    32 qkvp tasks, 96 rows of the concatenated q | k | v matrix x 512 columns each, that wait only for
+    the producers of their chunk's columns of the normed copy; each attention task waits for the
+    chunks' tiles that hold its heads' rows (and the sums of squares' producers), appends its key and
+    value, and no task writes q."""
+    from mkc.taskgraph.lower import qkv_sum_pays
+
+    def tg_of(name, batch, **kw):
+        return lower(shape_graph(name, batch, 128), get_target("h200"), h_bf16=True, attn_bf16=True, **kw)
+
+    assert (qkv_sum_pays(32, 2048), qkv_sum_pays(16, 2048), qkv_sum_pays(8, 4096), qkv_sum_pays(8, 2048)) == (4, 4, 4, 1)
+    assert dict(tg_of("llama-3.2-1b", 8, xn_bf16=True).dims).get("qkv_sum") is None
+    assert dict(tg_of("llama-3.2-1b", 32, xn_bf16=False).dims).get("qkv_sum") is None
+    tg = tg_of("llama-3.2-1b", 32, xn_bf16=True)
+    assert tg.dim("qkv_sum") == 4 and not any(t.kind == "qkv" for t in tg.tasks)
+    prod = {e: {t.id for t in tg.tasks if e in t.signals} for e in range(len(tg.events))}
+    by = lambda kind, l=1: [t for t in tg.tasks if t.kind == kind and t.layer == l]  # noqa: E731
+    parts, sums = by("qkvp"), by("dsum", 0)
+    assert len(parts) == 128
+    for t in parts:
+        r0, r1, k0, k1 = t.args
+        assert (r1 - r0, k1 - k0) == (96, 512)
+        deps = set().union(*(prod[e] for e in t.waits))
+        assert deps == {d.id for d in sums if d.args[0] < k1 and d.args[1] > k0}, t
+        assert [w.buffer for w in t.writes] == [names.qkv_parts(1)] and t.writes[0].box[0] == (k0 // 512, k0 // 512 + 1)
+    hd, n_rep, QD = tg.dim("hd"), tg.dim("n_rep"), tg.dim("nh") * tg.dim("hd")
+    for t in by("attn"):
+        b, g, _ = t.args
+        KD = tg.dim("nkv") * hd
+        rows = [(g * n_rep * hd, (g + 1) * n_rep * hd), (QD + g * hd, QD + (g + 1) * hd), (QD + KD + g * hd, QD + KD + (g + 1) * hd)]
+        deps = set().union(*(prod[e] for e in t.waits))
+        want = {p.id for p in parts if any(p.args[0] < r1 and p.args[1] > r0 for r0, r1 in rows)}
+        assert want <= deps and deps - want <= {d.id for d in sums}, t
+        assert {w.buffer for w in t.writes} == {"attn.1", names.k_cache(1), names.v_cache(1)}
+    assert not any(r.buffer == "q.1" for t in tg.tasks for r in t.writes)
 
 
 @pytest.mark.parametrize("batch, n", [(1, 1), (8, 8), (8, 1), (8, 3), (32, 32), (5, 2)])
@@ -665,7 +704,8 @@ def test_xn_bf16_adds_the_normed_copies_and_halves_the_normed_stagings():
     from mkc.taskgraph.lower import xn_bf16_pays
 
     g = shape_graph("llama-3.2-1b", 32, 64)
-    base, tg = lower(g, get_target("h200"), xn_bf16=False), lower(g, get_target("h200"), xn_bf16=True)
+    # (qkv_sum 1: with the copies batch 32 splits qkv into partial products by default)
+    base, tg = lower(g, get_target("h200"), xn_bf16=False), lower(g, get_target("h200"), xn_bf16=True, qkv_sum=1)
     nl, H, G = tg.dim("n_layers"), tg.dim("H"), names.XN_GROUP
     acts = ["x0"] + [f"{a}.{l}" for l in range(nl) for a in ("xa", "xm")]
     bufs = {b.name: b for b in tg.buffers}

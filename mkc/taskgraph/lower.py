@@ -88,7 +88,7 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     ``qkv_sum``: chunks of the normed input qkv's partial products are split over (``qkvp`` tasks,
     each staging a chunk of xn_bf16's copy; attention adds them, with the norm's scale, the bias, the
     q/k norm and RoPE, and appends the key and value itself: no extra phase). Needs ``xn_bf16`` and
-    unsplit attention; default ``qkv_sum_pays`` where xn_bf16 is on, else 1;
+    unsplit attention; default ``qkv_sum_pays`` where xn_bf16 is on and attention unsplit, else 1;
     ``h_bf16``: gate/up's output h (down's input) in bf16, which down stages as it is: half the L2
     bytes of its staging, the same bits (the tensor-core staging rounds h to bf16 anyway); atomic
     counters and the tensor-core path only (codegen refuses it elsewhere). Default False: the sync
@@ -117,8 +117,6 @@ def lower(graph: Graph, target: Target | str, *, context: int | None = None, nam
     if attn_split_pos < 0:
         raise ValueError(f"attn_split_pos {attn_split_pos} must be >= 0 (0: every split at every position)")
     check_down_sum(down_sum, graph.batch, graph.model.intermediate, down_split, h_bf16)
-    if qkv_sum is None:
-        qkv_sum = qkv_sum_pays(graph.batch, graph.model.hidden) if xn_bf16 else 1
     if h_bf16 and (graph.batch < 2 or down_split != 1):
         raise ValueError(f"h_bf16 needs the tensor-core GEMV (batch >= 2, not {graph.batch}) and an unsplit down-proj "
                          f"(down_split 1, not {down_split})")
@@ -209,8 +207,16 @@ DOWN_SUM_CHUNKS, DOWN_SUM_MIN_B = 8, 32
 
 def qkv_sum_pays(batch: int, hidden: int) -> int:
     """Chunks of the normed input qkv's partial products are split over by default
-    (``lower(qkv_sum=...)``): 1, none, until a measurement says otherwise."""
+    (``lower(qkv_sum=...)``): QKV_SUM_CHUNKS where qkv's staged input (B x H bf16) is at least
+    QKV_SUM_MIN_BH elements, 64 KiB, else 1. H100, CALL=108 (BENCHMARKS.md, forty-sixth session),
+    4 chunks: llama-3.2-1b b32 -2.5 / -2.8 %, b16 -2.3 %, qwen3-8b b8 -3.4 %; 8 chunks at b32 +2.9 %;
+    llama b8 (32 KiB staged) with 2 chunks +0.2 %."""
+    if batch * hidden >= QKV_SUM_MIN_BH and hidden % (QKV_SUM_CHUNKS * DOWN_SPLIT_ALIGN) == 0:
+        return QKV_SUM_CHUNKS
     return 1
+
+
+QKV_SUM_CHUNKS, QKV_SUM_MIN_BH = 4, 32768
 
 
 def check_qkv_sum(chunks: int, batch: int, hidden: int, xn_bf16: bool, attn_split: int) -> None:
@@ -261,7 +267,7 @@ def qkv_cross_pays(batch: int, sync: str | None = None) -> bool:
 def _lower(graph: Graph, target: Target, context: int | None, name: str | None, qkv_cross: bool,
            attn_split: int | None, down_split: int = 1, argmax_tasks: int = 1,
            attn_split_pos: int = 0, h_bf16: bool = False, attn_bf16: bool = False, xn_bf16: bool = False,
-           down_sum: int = 1, qkv_sum: int = 1) -> TaskGraph:
+           down_sum: int = 1, qkv_sum: int | None = 1) -> TaskGraph:
     spec = match_graph(graph)
     ctx = graph.max_seq_len if context is None else int(context)
     if not 1 <= ctx <= graph.max_seq_len:
@@ -270,6 +276,8 @@ def _lower(graph: Graph, target: Target, context: int | None, name: str | None, 
     if not 1 <= split <= graph.max_seq_len:
         raise ValueError(f"attn_split {split} must be in 1..max_seq_len={graph.max_seq_len}")
     check_down_split(down_split, graph.batch, graph.model.intermediate)
+    if qkv_sum is None:
+        qkv_sum = qkv_sum_pays(graph.batch, graph.model.hidden) if xn_bf16 and split == 1 else 1
     check_qkv_sum(qkv_sum, graph.batch, graph.model.hidden, xn_bf16, split)
     attn_bf16 = attn_bf16 and split == 1  # (split attention's partial outputs stay f32: o-proj combines them)
     argmax_rows(graph.batch, argmax_tasks)  # a ValueError for a count outside 1..batch
