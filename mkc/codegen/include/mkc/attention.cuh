@@ -170,7 +170,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
       float v[ATT_NV];
       if constexpr (QKV_SUM) {
         const int row = h < NREP ? (g * NREP + h) * HD : (h == NREP ? NH : NH + NKV) * HD + g * HD;
-        const float* p = lptr<const float>(c, l, R_QP, c.par) + (size_t)b * NQKV + row;
+        const float* p = lptr<const float>(c, l, R_QP, c.par) + (size_t)b * qkv_rows() + row;
         [[maybe_unused]] const unsigned short* bias =
             QKV_BIAS ? (h < NREP ? wptr(c, l, R_BQ) + (g * NREP + h) * HD : wptr(c, l, h == NREP ? R_BK : R_BV) + g * HD) : nullptr;
         float pc[QKV_NC][ATT_NV];  // every chunk's loads out before the first add
@@ -179,7 +179,7 @@ __device__ bool task_attn(const Ctx& c, const Task& t, int* s_abort) {
 #pragma unroll
           for (int k = 0; k < ATT_NV; ++k) {
             const int i = lane + k * WARP;
-            pc[ci][k] = i < HD ? mk_ld_act(p + (size_t)ci * B * NQKV + i) : 0.f;
+            pc[ci][k] = i < HD ? mk_ld_act(p + (size_t)ci * B * qkv_rows() + i) : 0.f;
           }
 #pragma unroll
         for (int k = 0; k < ATT_NV; ++k) {

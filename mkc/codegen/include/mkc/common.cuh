@@ -5,8 +5,9 @@
 
 namespace mk {
 
-// rows of the concatenated (q | k | v) projection (qkv's partial products, lower(qkv_sum=...))
-constexpr int NQKV = (NH + 2 * NKV) * HD;
+// rows of the concatenated (q | k | v) projection (qkv's partial products, lower(qkv_sum=...)); a
+// function, not a constant: a header compiled alone would warn of a constant it never reads
+__device__ __forceinline__ constexpr int qkv_rows() { return (NH + 2 * NKV) * HD; }
 
 struct Ctx {
   const int* tab;

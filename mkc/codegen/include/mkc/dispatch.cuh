@@ -72,7 +72,7 @@ static_assert(QKV_PC == H || (MMA_GEMV && XN_BF16 && ATT_SPLIT == 1),
 __device__ __forceinline__ QkvPartKind qkvp_kind(const Ctx& c, const Task& t) {
   const int l = t.layer, ci = t.a2 / QKV_PC;
   return QkvPartKind{wptr(c, l, R_WQ) + t.a2, wptr(c, l, R_WK) + t.a2, wptr(c, l, R_WV) + t.a2,
-                     lptr<float>(c, l, R_QP, c.par) + (size_t)ci * B * NQKV, t.a0, t.a1, t.a0};
+                     lptr<float>(c, l, R_QP, c.par) + (size_t)ci * B * qkv_rows(), t.a0, t.a1, t.a0};
 }
 // dsum: xm[l] = xa[l] + the chunks' partial products, and xm's companions
 __device__ __forceinline__ void task_dsum(const Ctx& c, const Task& t) {

@@ -260,7 +260,7 @@ struct PartKind {
 };
 
 // qkv's partial product over a chunk of the normed input (lower_qkvp): y[:, rb + j] = the block's
-// dot products, rows of the concatenated (q | k | v) matrix (NQKV rows); wq, wk, wv point at the
+// dot products, rows of the concatenated (q | k | v) matrix, qkv_rows() of them; wq, wk, wv point at the
 // chunk's first column of their row 0 (dispatch.cuh qkvp_kind). Attention adds the chunks.
 struct QkvPartKind {
   static constexpr int KS_BIT = 1;  // (qkv's)
@@ -280,7 +280,7 @@ struct QkvPartKind {
     for (int idx = mk_tid(); idx < epi_items(nr); idx += NT) {
       int j, b;
       if (!epi_item(idx, nr, j, b)) continue;
-      put_f32(y + (size_t)b * NQKV + rb + j, out[j * OUT_LD + b]);
+      put_f32(y + (size_t)b * qkv_rows() + rb + j, out[j * OUT_LD + b]);
     }
   }
 };
