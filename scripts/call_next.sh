@@ -12,7 +12,8 @@
 # then the rows beside the peers). Kernels: prebuild.py --tests --folders; --tokens-bench --variants
 # b1-atomic --variant-max-seq 1024; --variants b1-atomic,b1-nan,q8-b1-atomic,b8-atomic,b16-atomic,
 # b16-atomic-noqs,b32-atomic,b32-atomic-noqs,q8-b8-atomic,q8-b8-atomic-noqs --variant-max-seq 1024
-# (not prebuilt: out/carry/cache.tgz holds CALL=108's kernels, at 9f1b0bf's headers).
+# (all four are in out/carry/cache.tgz, not in git, prebuilt at 503ff2e's headers at the session's end;
+# a header change since invalidates them).
 #
 # Forty-fifth session, summed up: ~11 starts refused (~1,450 s); CALL=102 and CALL=104 ran on H100s
 # (BENCHMARKS.md, "Forty-fifth session"). lower(down_sum=8) (downp tasks staging an eighth of h each,
