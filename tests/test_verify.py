@@ -180,24 +180,33 @@ def test_dropped_wait_is_a_race(atomic):
     assert judge(bad_tg, sched, target).kind in ("race", "unwritten")
 
 
+def _partial_sums_verified(family, method, part, adder, buf, **lower_kw):
+    """A real schedule of ``part`` tasks and the ``adder`` that adds their partial products passes
+    the verifier and the judge; an adder task that no longer waits for them races on ``buf``.
+    Returns the graph, schedule and target."""
+    from mkc.verify.mutants import real_schedule
+
+    target = dataclasses.replace(get_target("h200"), name="h200-8sm", sms=8)
+    tg, sched, tgt = real_schedule(family, 4, "atomic", target, 2, method, xn_bf16=True, **lower_kw)
+    assert part in {t.kind for t in tg.tasks}
+    rep = verify(tg, sched, tgt)
+    assert rep.ok, rep.text()
+    assert judge(tg, sched, tgt, seeds=2).safe
+    t = next(t for t in tg.tasks if t.kind == adder and t.layer == 1)
+    e = next(e for e in t.waits if any(tg.tasks[p].kind == part for p in signalers(tg, e)))
+    bad = replace_task(tg, t.id, waits=tuple(x for x in t.waits if x != e))
+    msg = " ".join(errors(verify(bad, sched, tgt), "race"))
+    assert f"task {t.id} " in msg and f"{buf}[" in msg
+    assert not judge(bad, sched, tgt).safe
+    return tg, sched, tgt
+
+
 @pytest.mark.parametrize("method", ("list", "cpsat"))
 def test_down_partial_sums_are_verified(method):
     """lower(down_sum=2): a real schedule of downp and dsum tasks passes; a dsum task that no longer
     waits for the partial products of its rows (or a partial written over another chunk's) races."""
-    from mkc.verify.mutants import real_schedule
-
-    target = dataclasses.replace(get_target("h200"), name="h200-8sm", sms=8)
-    tg, sched, tgt = real_schedule("llama", 4, "atomic", target, 2, method, xn_bf16=True, down_sum=2)
-    assert {"downp", "dsum"} <= {t.kind for t in tg.tasks} and "down" not in {t.kind for t in tg.tasks}
-    rep = verify(tg, sched, tgt)
-    assert rep.ok, rep.text()
-    assert judge(tg, sched, tgt, seeds=2).safe
-    t = next(t for t in tg.tasks if t.kind == "dsum" and t.layer == 1)
-    e = next(e for e in t.waits if any(tg.tasks[p].kind == "downp" for p in signalers(tg, e)))
-    bad = replace_task(tg, t.id, waits=tuple(x for x in t.waits if x != e))
-    msg = " ".join(errors(verify(bad, sched, tgt), "race"))
-    assert f"task {t.id} " in msg and "dp.1[" in msg
-    assert not judge(bad, sched, tgt).safe
+    tg, sched, tgt = _partial_sums_verified("llama", method, "downp", "dsum", "dp.1", down_sum=2)
+    assert "down" not in {t.kind for t in tg.tasks}
     p = next(p for p in tg.tasks if p.kind == "downp" and p.layer == 1 and p.writes[0].box[0] == (1, 2))
     w = p.writes[0]
     clash = replace_task(tg, p.id, writes=(dataclasses.replace(w, box=((0, 1),) + w.box[1:]),))
@@ -208,20 +217,8 @@ def test_down_partial_sums_are_verified(method):
 def test_qkv_partial_sums_are_verified(family, method):
     """lower(qkv_sum=2): a real schedule of qkvp tasks and the attention that adds their partial
     products passes; an attention task that no longer waits for them races on qp."""
-    from mkc.verify.mutants import real_schedule
-
-    target = dataclasses.replace(get_target("h200"), name="h200-8sm", sms=8)
-    tg, sched, tgt = real_schedule(family, 4, "atomic", target, 2, method, xn_bf16=True, qkv_sum=2)
-    assert "qkvp" in {t.kind for t in tg.tasks} and "qkv" not in {t.kind for t in tg.tasks}
-    rep = verify(tg, sched, tgt)
-    assert rep.ok, rep.text()
-    assert judge(tg, sched, tgt, seeds=2).safe
-    t = next(t for t in tg.tasks if t.kind == "attn" and t.layer == 1)
-    e = next(e for e in t.waits if any(tg.tasks[p].kind == "qkvp" for p in signalers(tg, e)))
-    bad = replace_task(tg, t.id, waits=tuple(x for x in t.waits if x != e))
-    msg = " ".join(errors(verify(bad, sched, tgt), "race"))
-    assert f"task {t.id} " in msg and "qp.1[" in msg
-    assert not judge(bad, sched, tgt).safe
+    tg, _, _ = _partial_sums_verified(family, method, "qkvp", "attn", "qp.1", qkv_sum=2)
+    assert "qkv" not in {t.kind for t in tg.tasks}
 
 
 def test_overlapping_writes(atomic):
