@@ -335,6 +335,7 @@
 # Then `CALL=N bash scripts/call_next.sh` with carry `out/carry`, `.whl`, `.peer`.
 [ -f out/carry/cache.tgz ] && tar xzf out/carry/cache.tgz  # .cache, carried packed (64 MiB limit)
 [ -f out/carry/builds.tgz ] && tar xzf out/carry/builds.tgz  # .builds (mkc run --trace), packed too
+for f in out/carry/cache[0-9]*.tgz; do [ -f "$f" ] && tar xzf "$f"; done  # a session's added kernels
 source scripts/gpu_env.sh
 export PYTHONPATH=$PYTHONPATH:$PWD/scripts
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
@@ -417,6 +418,18 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 110 ]; then
+  # the forty-seventh session's sweep (issue #13): the chunk counts of qkv_sum and down_sum around
+  # the defaults set by batch alone, now that both can be on together (batch 8 qkv in 4, batch 16
+  # qkv in 2 or 8 and down in 2 or 8, batch 32 down in 4, qwen3-8b batch 8 qkv in 2 or 8, down in 8),
+  # each group beside its default, the default twice. Kernels: prebuild.py --variants b8-atomic,
+  # b8-atomic-qs4,b16-atomic,b16-atomic-qs2,b16-atomic-qs8,b16-atomic-ds2,b16-atomic-ds8,b32-atomic,
+  # b32-atomic-ds4,q8-b8-atomic,q8-b8-atomic-qs2,q8-b8-atomic-qs8,q8-b8-atomic-ds8 --variant-max-seq
+  # 1024 (out/carry/cache16.tgz, not in git, at 85700b7's headers)
+  ab_rows ${CALL_AB_S:-200} "128@b8-atomic,b8-atomic-qs4,b16-atomic,b16-atomic-qs2,b16-atomic-qs8,b16-atomic-ds2,b16-atomic-ds8,b32-atomic,b32-atomic-ds4,q8-b8-atomic,q8-b8-atomic-qs2,q8-b8-atomic-qs8,q8-b8-atomic-ds8,b8-atomic,b8-atomic-qs4,b16-atomic,b16-atomic-qs2,b16-atomic-qs8,b16-atomic-ds2,b16-atomic-ds8,b32-atomic,b32-atomic-ds4,q8-b8-atomic,q8-b8-atomic-qs2,q8-b8-atomic-qs8,q8-b8-atomic-ds8"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 109 ]; then
   # the forty-seventh session's first call (written at the forty-sixth's end): on an H200 #16's
   # verdict first (tokens_paired), then every GPU test on the qkv_sum default, then the rows beside
