@@ -418,6 +418,22 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 111 ]; then
+  # the forty-seventh session's last call: on an H200 #16's verdict first (tokens_paired); then, beside
+  # the hand-written peer, lower.qkv_sum_pays's new counts (one chunk a 32 KiB of staged input, at most
+  # 4: batch 16 and qwen3-8b batch 8 in 2) against 4, and batch 32 in 2 against its 4, alternated;
+  # then the qkv_sum teacher-forced tests (llama b16 with 2 added). Kernels: prebuild.py --variants
+  # b16-atomic,b16-atomic-qs4,b32-atomic,b32-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4
+  # --variant-max-seq 1024; --tests --only qkv_sum (out/carry/cache17.tgz, a fresh schedule cache:
+  # b16-atomic's and q8-b8-atomic's graphs changed)
+  T0=$(date +%s)
+  on_h200 && tokens_paired 170
+  ab_rows 150 "128@b16-atomic,b16-atomic-qs4,b32-atomic,b32-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4,b16-atomic,b16-atomic-qs4,b32-atomic,b32-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4" 70
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums" MKC_TEST_S=90 MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 \
+    OUT=$OUT bash scripts/gpu_final.sh
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 110 ]; then
   # the forty-seventh session's sweep (issue #13): the chunk counts of qkv_sum and down_sum around
   # the defaults set by batch alone, now that both can be on together (batch 8 qkv in 4, batch 16

@@ -207,16 +207,21 @@ DOWN_SUM_CHUNKS, DOWN_SUM_MIN_B = 8, 32
 
 def qkv_sum_pays(batch: int, hidden: int) -> int:
     """Chunks of the normed input qkv's partial products are split over by default
-    (``lower(qkv_sum=...)``): QKV_SUM_CHUNKS where qkv's staged input (B x H bf16) is at least
-    QKV_SUM_MIN_BH elements, 64 KiB, else 1. H100, CALL=108 (BENCHMARKS.md, forty-sixth session),
-    4 chunks: llama-3.2-1b b32 -2.5 / -2.8 %, b16 -2.3 %, qwen3-8b b8 -3.4 %; 8 chunks at b32 +2.9 %;
-    llama b8 (32 KiB staged) with 2 chunks +0.2 %."""
-    if batch * hidden >= QKV_SUM_MIN_BH and hidden % (QKV_SUM_CHUNKS * DOWN_SPLIT_ALIGN) == 0:
-        return QKV_SUM_CHUNKS
-    return 1
+    (``lower(qkv_sum=...)``): one per QKV_SUM_BH elements of qkv's staged input (B x H bf16, so each
+    qkvp task stages 32 KiB), a power of two of at most QKV_SUM_MAX; 1 (none) below two. H100
+    (BENCHMARKS.md): forty-sixth session (CALL=108), 4 chunks: llama-3.2-1b b32 -2.5 / -2.8 %, b16
+    -2.3 %, qwen3-8b b8 -3.4 %; 8 chunks at b32 +2.9 %; llama b8 (32 KiB staged) with 2 chunks
+    +0.2 %. Forty-seventh (CALL=110, against 4 chunks): llama b16 with 2 -2.6 / -3.1 %, with 8
+    +7.5 / +7.6 %; qwen3-8b b8 with 2 0.0 / -0.4 %, with 8 +6.1 / +5.9 %; llama b8 with 4 +1.6 /
+    +2.8 % (against none)."""
+    c = min(QKV_SUM_MAX, batch * hidden // QKV_SUM_BH)
+    c = 1 << (c.bit_length() - 1) if c >= 2 else 1
+    while c > 1 and hidden % (c * DOWN_SPLIT_ALIGN):
+        c //= 2
+    return c
 
 
-QKV_SUM_CHUNKS, QKV_SUM_MIN_BH = 4, 32768
+QKV_SUM_BH, QKV_SUM_MAX = 16384, 4
 
 
 def check_qkv_sum(chunks: int, batch: int, hidden: int, xn_bf16: bool, attn_split: int) -> None:
