@@ -1,6 +1,15 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Forty-seventh session, summed up: two starts refused (180 s each), then CALL=109 and two commands on
+# the warm machine (CALL=110 among them) ran on an H100; a last start was refused and the session's
+# device time ran out (BENCHMARKS.md, "Forty-seventh session"). Every GPU test passed on the qkv_sum
+# default. The sweep put qkv's best chunk at ~32 KiB of staged input (batch 16 in 2 chunks -2.6 /
+# -3.1 % against 4), so lower.qkv_sum_pays gives one chunk per 32 KiB, at most 4: batch 16 and
+# qwen3-8b batch 8 now take 2. Next: CALL=111 (on an H200 #16's verdict first; then the new counts
+# against 4 and batch 32 in 2, alternated, beside the peer; the qkv_sum teacher-forced tests with
+# llama b16 in 2 added: its kernels are in out/carry/cache17.tgz, not in git, at 85700b7's headers).
+#
 # Forty-sixth session, summed up: nine starts refused (946 s); CALL=108 ran on an H100 (BENCHMARKS.md,
 # "Forty-sixth session"). lower(qkv_sum=4) (qkvp tasks: qkv's partial products over 4 chunks of the
 # normed input, added by attention with the scale, bias, RoPE and the cache append) pays at batch 32
