@@ -8,7 +8,8 @@
 # -3.1 % against 4), so lower.qkv_sum_pays gives one chunk per 32 KiB, at most 4: batch 16 and
 # qwen3-8b batch 8 now take 2. Next: CALL=111 (on an H200 #16's verdict first; then the new counts
 # against 4 and batch 32 in 2, alternated, beside the peer; the qkv_sum teacher-forced tests with
-# llama b16 in 2 added: its kernels are in out/carry/cache17.tgz, not in git, at 85700b7's headers).
+# llama b16 in 2 added; then batch 32's trace: its kernels are in out/carry/cache17.tgz and its build
+# directory in builds.tgz, not in git, at 85700b7's headers).
 #
 # Forty-sixth session, summed up: nine starts refused (946 s); CALL=108 ran on an H100 (BENCHMARKS.md,
 # "Forty-sixth session"). lower(qkv_sum=4) (qkvp tasks: qkv's partial products over 4 chunks of the
@@ -435,8 +436,8 @@ if [ "${CALL:-1}" = 111 ]; then
   # b16-atomic,b16-atomic-qs4,b32-atomic,b32-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4
   # --variant-max-seq 1024; --tests --only qkv_sum (out/carry/cache17.tgz, a fresh schedule cache:
   # b16-atomic's and q8-b8-atomic's graphs changed)
-  # (bounded by CALL_S, default 300: on an H200 the verdict, then the rows, the peer and the tests
-  # as the time left allows)
+  # (bounded by CALL_S, default 300: on an H200 the verdict, then the rows, the peer, the tests and
+  # batch 32's trace as the time left allows; with a fresh session's budget CALL_S=570)
   T0=$(date +%s)
   on_h200 && tokens_paired 140
   ab_rows 100 "128@b1-atomic,b16-atomic,b16-atomic-qs4,b32-atomic,b32-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4,b16-atomic,b16-atomic-qs4,b32-atomic,b32-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4"
@@ -445,8 +446,15 @@ if [ "${CALL:-1}" = 111 ]; then
   [ "$left" -gt 75 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_PEER_S=65 OUT=$OUT bash scripts/gpu_final.sh
   left=$((${CALL_S:-300} - ($(date +%s) - T0)))
   echo "seconds left: $left"
-  [ "$left" -gt 30 ] && MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums" MKC_TEST_S=$((left - 5)) \
+  [ "$left" -gt 30 ] && MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums" MKC_TEST_S=$(( left > 95 ? 90 : left - 5 )) \
     MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  # batch 32's layer traced on today's defaults (down_sum 8, qkv_sum 4), where the time left allows:
+  # mkc compile llama-3.2-1b --batch 32 --max-seq-len 1024 --out .builds/llama-b32; prebuild.py
+  # --build-dirs .builds/llama-b32 --trace (out/carry/builds.tgz, its kernels in cache17.tgz)
+  left=$((${CALL_S:-300} - ($(date +%s) - T0)))
+  echo "seconds left: $left"
+  [ "$left" -gt 60 ] && { timeout $((left - 5)) python3 scripts/trace_marks.py .builds/llama-b32 --greedy --specs '{}' > "$OUT/marks-b32.log" 2>&1
+    echo "marks b32 rc=$?"; grep -v "^\\[" "$OUT/marks-b32.log" | tail -n 30; }
   pack_out
   exit 0
 fi
