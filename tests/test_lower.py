@@ -606,6 +606,7 @@ def test_qkv_partials_wait_only_for_their_columns_and_attention_for_its_heads():
         return lower(shape_graph(name, batch, 128), get_target("h200"), h_bf16=True, attn_bf16=True, **kw)
 
     assert (qkv_sum_pays(32, 2048), qkv_sum_pays(16, 2048), qkv_sum_pays(8, 4096), qkv_sum_pays(8, 2048)) == (4, 2, 2, 1)
+    assert (qkv_sum_pays(32, 4096), qkv_sum_pays(4, 2048), qkv_sum_pays(24, 2048)) == (4, 1, 2)  # at most 4; powers of two
     assert dict(tg_of("llama-3.2-1b", 8, xn_bf16=True).dims).get("qkv_sum") is None
     assert dict(tg_of("llama-3.2-1b", 32, xn_bf16=False).dims).get("qkv_sum") is None
     tg = tg_of("llama-3.2-1b", 32, xn_bf16=True)
