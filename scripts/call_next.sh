@@ -415,6 +415,12 @@ ab_rows() {
   fi
 }
 on_h200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
+# the seconds left of the call's CALL_S (default $1) since T0, printed to stderr too
+secs_left() {
+  local left=$((${CALL_S:-$1} - ($(date +%s) - T0)))
+  echo "seconds left: $left" >&2
+  echo "$left"
+}
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
@@ -441,18 +447,15 @@ if [ "${CALL:-1}" = 111 ]; then
   T0=$(date +%s)
   on_h200 && tokens_paired 140
   ab_rows 100 "128@b1-atomic,b16-atomic,b16-atomic-qs4,b32-atomic,b32-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4,b16-atomic,b16-atomic-qs4,b32-atomic,b32-atomic-qs2,q8-b8-atomic,q8-b8-atomic-qs4"
-  left=$((${CALL_S:-300} - ($(date +%s) - T0)))
-  echo "seconds left: $left"
+  left=$(secs_left 300)
   [ "$left" -gt 75 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_PEER_S=65 OUT=$OUT bash scripts/gpu_final.sh
-  left=$((${CALL_S:-300} - ($(date +%s) - T0)))
-  echo "seconds left: $left"
+  left=$(secs_left 300)
   [ "$left" -gt 30 ] && MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums" MKC_TEST_S=$(( left > 95 ? 90 : left - 5 )) \
     MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
   # batch 32's layer traced on today's defaults (down_sum 8, qkv_sum 4), where the time left allows:
   # mkc compile llama-3.2-1b --batch 32 --max-seq-len 1024 --out .builds/llama-b32; prebuild.py
   # --build-dirs .builds/llama-b32 --trace (out/carry/builds.tgz, its kernels in cache17.tgz)
-  left=$((${CALL_S:-300} - ($(date +%s) - T0)))
-  echo "seconds left: $left"
+  left=$(secs_left 300)
   [ "$left" -gt 60 ] && { timeout $((left - 5)) python3 scripts/trace_marks.py .builds/llama-b32 --greedy --specs '{}' > "$OUT/marks-b32.log" 2>&1
     echo "marks b32 rc=$?"; grep -v "^\\[" "$OUT/marks-b32.log" | tail -n 30; }
   pack_out
