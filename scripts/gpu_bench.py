@@ -23,6 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 READ_BW = 4.2e12  # measured H200 read bandwidth (docs/design.md "Measured on the H200")
+_CARD_BW: list[float] = []
+
+
+def card_read_bw() -> float:
+    """The read bandwidth of the card the rows run on, measured once a process (mkc.bench's 4 GiB
+    sum, as `mkc bench` measures it): READ_BW is the H200's, and an H100 reads ~3.1 TB/s."""
+    if not _CARD_BW:
+        from mkc.bench import read_bandwidth
+
+        _CARD_BW.append(read_bandwidth())
+    return _CARD_BW[0]
 
 
 def random_weights(tg, seed: int = 0) -> dict:
@@ -504,7 +515,8 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
             for k, v in kt.items() if k != "step_us"), flush=True)
     return dict(kinds=kt, test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method, steps=steps, max_seq=max_seq,
                 ms_per_token=ms_tok, ms_per_call=statistics.median(calls[5:]), floor_ms=floor,
-                pct_of_bw=100 * floor / ms_tok, predicted_us=sched.makespan, sched_s=t_sched,
+                pct_of_bw=100 * floor / ms_tok, read_bw_TBps=card_read_bw() / 1e12,
+                pct_of_card=100 * floor * READ_BW / card_read_bw() / ms_tok, predicted_us=sched.makespan, sched_s=t_sched,
                 regs=mk.kernel.num_regs, consumer_regs=dict(mk.cfg.consts).get("REG_SPLIT", 0), smem=mk.cfg.smem_bytes, weight_bytes=wbytes, kv_bytes=kvbytes)
 
 
@@ -526,10 +538,12 @@ def table(rows: list[dict]) -> str:
     b = [r for r in rows if r["test"] == "bench"]
     if b:
         # regs: the kernel's allocation at entry, then (/N) what its consumer warps take (consumer_regs)
-        lines.append("benchmark (variant)             batch sync    sched         ms/token  %4.2TB/s  ms/call  floor  regs")
+        # %4.2TB/s: the streamed bytes over the H200's READ_BW; %card: over this card's, measured
+        lines.append(f"benchmark (variant)             batch sync    sched         ms/token  %4.2TB/s  %card  ms/call  floor  regs"
+                     f"  (card {b[0].get('read_bw_TBps', 0):.2f} TB/s)")
         for r in b:
             lines.append(f"  {r['variant']:<29} {r['batch']:>5} {r['sync']:<7} {r['method']:<12} "
-                         f"{r['ms_per_token']:>8.3f} {r['pct_of_bw']:>8.1f} {r['ms_per_call']:>8.3f} {r['floor_ms']:>6.3f} "
+                         f"{r['ms_per_token']:>8.3f} {r['pct_of_bw']:>8.1f} {r.get('pct_of_card', 0):>6.1f} {r['ms_per_call']:>8.3f} {r['floor_ms']:>6.3f} "
                          f"{r['regs']:>5}{'/' + str(r['consumer_regs']) if r.get('consumer_regs') else ''}")
     return "\n".join(lines)
 

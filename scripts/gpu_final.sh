@@ -35,7 +35,7 @@ import json, sys
 for l in open(sys.argv[1]):
     r = json.loads(l)
     split = f"/{r['consumer_regs']}" if r.get('consumer_regs') else ""  # the consumers' registers after setmaxnreg
-    print(f"  {r['variant']:<26} steps {r.get('steps', '?'):>5} {r['ms_per_token']:8.4f} ms/token {r['pct_of_bw']:5.1f} % regs {r['regs']}{split}")
+    print(f"  {r['variant']:<26} steps {r.get('steps', '?'):>5} {r['ms_per_token']:8.4f} ms/token {r['pct_of_bw']:5.1f} % of 4.2 TB/s, {r.get('pct_of_card', 0):5.1f} % of the card's {r.get('read_bw_TBps', 0):.2f} regs {r['regs']}{split}")
 PY
 fi
 if [ -n "${MKC_BENCH:-}" ]; then

@@ -349,6 +349,8 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1,
     companions("x0")
     for i in range(info.n_layers):
         for nm, n in (("q", nh * hd), ("attn", nh * hd), ("xa", H), ("h", I), ("xm", H)):
+            if nm == "q" and qkv_sum > 1:  # attention adds qkv's partial products (qkv_parts) instead
+                continue
             if nm == "attn" and split > 1:  # split attention: partial outputs and their log-sum-exp
                 bufs.append(Buffer(names.attn_out(i), (B, split, nh * hd), "f32", "act", polled=True))
                 bufs.append(Buffer(names.attn_lse(i), (B, split, nh), "f32", "act", polled=True))
@@ -364,7 +366,7 @@ def make_buffers(graph: Graph, spec: ModelSpec, n_lm_tiles: int, split: int = 1,
             bufs.append(Buffer(names.down_parts(i), (down_sum, B, H), "f32", "act", polled=True))
         if qkv_sum > 1:  # qkv's partial products, chunk by chunk of the normed input (lower_qkvp)
             bufs.append(Buffer(names.qkv_parts(i), (qkv_sum, B, (nh + 2 * nkv) * hd), "f32", "act", polled=True))
-        if info.qk_norm:  # raw keys: attention norms and rotates them into the cache
+        if info.qk_norm and qkv_sum == 1:  # raw keys: attention norms and rotates them into the cache
             bufs.append(Buffer(names.k_raw(i), (B, nkv * hd), "f32", "act", polled=True))
         for cname in (names.k_cache(i), names.v_cache(i)):
             bufs.append(Buffer(cname, (B, nkv, L, hd), tmap[cname].dtype, "cache", polled=True))
