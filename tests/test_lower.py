@@ -599,7 +599,7 @@ def test_qkv_partials_wait_only_for_their_columns_and_attention_for_its_heads():
     32 qkvp tasks, 96 rows of the concatenated q | k | v matrix x 512 columns each, that wait only for
     the producers of their chunk's columns of the normed copy; each attention task waits for the
     chunks' tiles that hold its heads' rows (and the sums of squares' producers), appends its key and
-    value, and no task writes q."""
+    value, and no task writes q (nor is q allocated)."""
     from mkc.taskgraph.lower import qkv_sum_pays
 
     def tg_of(name, batch, **kw):
@@ -631,6 +631,12 @@ def test_qkv_partials_wait_only_for_their_columns_and_attention_for_its_heads():
         assert want <= deps and deps - want <= {d.id for d in sums}, t
         assert {w.buffer for w in t.writes} == {"attn.1", names.k_cache(1), names.v_cache(1)}
     assert not any(r.buffer == "q.1" for t in tg.tasks for r in t.writes)
+    # nothing is allocated for q (nor, with q/k norm, the raw keys): attention reads the partials
+    have = {b.name for b in tg.buffers}
+    assert names.qkv_parts(1) in have and "q.1" not in have and "q.1" in {b.name for b in tg_of("llama-3.2-1b", 8, xn_bf16=True).buffers}
+    q8 = tg_of("qwen3-8b", 8, xn_bf16=True)
+    assert q8.dim("qkv_sum") == 2 and not {"q.1", names.k_raw(1)} & {b.name for b in q8.buffers}
+    assert names.k_raw(1) in {b.name for b in tg_of("qwen3-8b", 8, xn_bf16=True, qkv_sum=1).buffers}
 
 
 @pytest.mark.parametrize("batch, n", [(1, 1), (8, 8), (8, 1), (8, 3), (32, 32), (5, 2)])
