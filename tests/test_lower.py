@@ -595,7 +595,7 @@ def test_down_partials_wait_only_for_their_chunk_and_sums_for_their_rows():
 
 def test_qkv_partials_wait_only_for_their_columns_and_attention_for_its_heads():
     """lower(qkv_sum=...) by default where qkv stages at least 64 KiB (llama-3.2-1b batch 16 and 32,
-    qwen3-8b batch 8; not llama batch 8, nor without the normed copies): at batch 32, 4 chunks of
+    qwen3-8b batch 8, in 2 chunks; not llama batch 8, nor without the normed copies): at batch 32, 4 chunks of
     32 qkvp tasks, 96 rows of the concatenated q | k | v matrix x 512 columns each, that wait only for
     the producers of their chunk's columns of the normed copy; each attention task waits for the
     chunks' tiles that hold its heads' rows (and the sums of squares' producers), appends its key and
@@ -605,11 +605,12 @@ def test_qkv_partials_wait_only_for_their_columns_and_attention_for_its_heads():
     def tg_of(name, batch, **kw):
         return lower(shape_graph(name, batch, 128), get_target("h200"), h_bf16=True, attn_bf16=True, **kw)
 
-    assert (qkv_sum_pays(32, 2048), qkv_sum_pays(16, 2048), qkv_sum_pays(8, 4096), qkv_sum_pays(8, 2048)) == (4, 2, 2, 1)
-    assert (qkv_sum_pays(32, 4096), qkv_sum_pays(4, 2048), qkv_sum_pays(24, 2048)) == (4, 1, 2)  # at most 4; powers of two
+    assert (qkv_sum_pays(32, 2048), qkv_sum_pays(16, 2048), qkv_sum_pays(8, 4096), qkv_sum_pays(8, 2048)) == (2, 2, 2, 1)
+    assert (qkv_sum_pays(32, 4096), qkv_sum_pays(4, 2048), qkv_sum_pays(24, 2048)) == (2, 1, 2)  # at most 2; powers of two
     assert dict(tg_of("llama-3.2-1b", 8, xn_bf16=True).dims).get("qkv_sum") is None
     assert dict(tg_of("llama-3.2-1b", 32, xn_bf16=False).dims).get("qkv_sum") is None
-    tg = tg_of("llama-3.2-1b", 32, xn_bf16=True)
+    assert tg_of("llama-3.2-1b", 32, xn_bf16=True).dim("qkv_sum") == 2  # the default; 4 chunks below
+    tg = tg_of("llama-3.2-1b", 32, xn_bf16=True, qkv_sum=4)
     assert tg.dim("qkv_sum") == 4 and not any(t.kind == "qkv" for t in tg.tasks)
     prod = {e: {t.id for t in tg.tasks if e in t.signals} for e in range(len(tg.events))}
     by = lambda kind, l=1: [t for t in tg.tasks if t.kind == kind and t.layer == l]  # noqa: E731

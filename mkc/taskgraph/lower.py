@@ -213,7 +213,9 @@ def qkv_sum_pays(batch: int, hidden: int) -> int:
     -2.3 %, qwen3-8b b8 -3.4 %; 8 chunks at b32 +2.9 %; llama b8 (32 KiB staged) with 2 chunks
     +0.2 %. Forty-seventh (CALL=110, against 4 chunks): llama b16 with 2 -2.6 / -3.1 %, with 8
     +7.5 / +7.6 %; qwen3-8b b8 with 2 0.0 / -0.4 %, with 8 +6.1 / +5.9 %; llama b8 with 4 +1.6 /
-    +2.8 % (against none)."""
+    +2.8 % (against none). Forty-eighth (CALL=111, two alternated passes): llama b32 with 2 -1.7 /
+    -1.4 % against 4, so at most 2; llama b16 with 2 -2.0 / -2.6 % against 4 again; qwen3-8b b8 with
+    4 -0.1 / +0.2 % against 2."""
     c = min(QKV_SUM_MAX, batch * hidden // QKV_SUM_BH)
     c = 1 << (c.bit_length() - 1) if c >= 2 else 1
     while c > 1 and hidden % (c * DOWN_SPLIT_ALIGN):
@@ -221,7 +223,7 @@ def qkv_sum_pays(batch: int, hidden: int) -> int:
     return c
 
 
-QKV_SUM_BH, QKV_SUM_MAX = 16384, 4
+QKV_SUM_BH, QKV_SUM_MAX = 16384, 2
 
 
 def check_qkv_sum(chunks: int, batch: int, hidden: int, xn_bf16: bool, attn_split: int) -> None:
