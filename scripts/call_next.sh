@@ -434,6 +434,23 @@ pack_out() {
 # CALL=78 to CALL=83 measured or were to measure CodegenOptions.fence_sc (the thirty-ninth to
 # forty-first sessions; CALL=82 ran: BENCHMARKS.md, "Forty-first session"); the option lost and was
 # removed, so they fail as written now: read them at 0a42d07.
+if [ "${CALL:-1}" = 112 ]; then
+  # the forty-eighth session's last call (bounded by CALL_S, default 250): on an H200 #16's verdict
+  # first (tokens_paired); then the qkv_sum teacher-forced tests (llama b32 in 2 chunks, the new
+  # default, added); then batch 32's new default (2 chunks) against 4 chunks and b1, alternated.
+  # Kernels: prebuild.py --tokens-bench --variants b1-atomic --variant-max-seq 1024; --variants
+  # b1-atomic,b32-atomic,b32-atomic-qs4 --variant-max-seq 1024 (b32-atomic's schedule rebuilt: its
+  # graph changed); --tests --only qkv_sum (all in out/carry/cache.tgz, not in git)
+  T0=$(date +%s)
+  on_h200 && tokens_paired 140
+  left=$(secs_left 250)
+  [ "$left" -gt 30 ] && MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums" MKC_TEST_S=$(( left > 75 ? 70 : left - 5 )) \
+    MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  left=$(secs_left 250)
+  [ "$left" -gt 40 ] && ab_rows $((left - 10)) "128@b32-atomic,b32-atomic-qs4,b1-atomic,b32-atomic,b32-atomic-qs4"
+  pack_out
+  exit 0
+fi
 if [ "${CALL:-1}" = 111 ]; then
   # the forty-seventh session's last call: on an H200 #16's verdict first (tokens_paired); then, beside
   # the hand-written peer, lower.qkv_sum_pays's new counts (one chunk a 32 KiB of staged input, at most
