@@ -1,6 +1,16 @@
 # The next device calls (one script under a stable name; each section of BENCHMARKS.md names the
 # script it ran, which is in the tree at that section's commits).
 #
+# Forty-eighth session, summed up: twelve starts refused (1,201 s); CALL=111 and CALL=112 ran on
+# H100s (BENCHMARKS.md, "Forty-eighth session"). Batch 32's qkv in 2 chunks beat 4 in four passes
+# (-1.0 to -1.7 %), so lower.qkv_sum_pays caps the chunks at 2 (QKV_SUM_MAX); the qkv_sum tests passed
+# with b32 in 2 added; q.l / kr.l are no longer allocated where attention adds the partials; gpu_bench
+# prints each row's share of the card's measured read bandwidth. Batch 32's traced layer: 83.8 us,
+# gate/up 32.4 of it, attention in two waves (last start 7.4 us after the first). #16's verdict still
+# wants an H200: CALL=112's first part (tokens_paired), its kernels prebuilt as its comment says
+# (out/carry/cache.tgz at 4e9d6de's headers, not in git; this checkout's .whl / .peer / out/carry
+# were rebuilt as the lines below say, the peer's library against a stub libcuda.so.1).
+#
 # Forty-seventh session, summed up: two starts refused (180 s each), then CALL=109 and two commands on
 # the warm machine (CALL=110 among them) ran on an H100; a last start was refused and the session's
 # device time ran out (BENCHMARKS.md, "Forty-seventh session"). Every GPU test passed on the qkv_sum
