@@ -431,6 +431,11 @@ secs_left() {
   echo "seconds left: $left" >&2
   echo "$left"
 }
+# the qkv_sum teacher-forced tests (test_gpu_megakernel.py QSUM_CASES), bounded at $1 s
+qsum_tests() {
+  MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums" MKC_TEST_S=$1 \
+    MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+}
 # everything in $OUT as one file (the peer's library left out)
 pack_out() {
   (cd "$OUT" && tar czf /tmp/pack.tgz --exclude=peer-so . && find . -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv /tmp/pack.tgz pack.tgz)
@@ -454,8 +459,7 @@ if [ "${CALL:-1}" = 112 ]; then
   T0=$(date +%s)
   on_h200 && tokens_paired 140
   left=$(secs_left 250)
-  [ "$left" -gt 30 ] && MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums" MKC_TEST_S=$(( left > 75 ? 70 : left - 5 )) \
-    MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  [ "$left" -gt 30 ] && qsum_tests $(( left > 75 ? 70 : left - 5 ))
   left=$(secs_left 250)
   [ "$left" -gt 40 ] && ab_rows $((left - 10)) "128@b32-atomic,b32-atomic-qs4,b1-atomic,b32-atomic,b32-atomic-qs4"
   pack_out
@@ -477,8 +481,7 @@ if [ "${CALL:-1}" = 111 ]; then
   left=$(secs_left 300)
   [ "$left" -gt 75 ] && MKC_TESTS=none MKC_AB=none MKC_NO_TOKENS=1 MKC_PEER_S=65 OUT=$OUT bash scripts/gpu_final.sh
   left=$(secs_left 300)
-  [ "$left" -gt 30 ] && MKC_TESTS="tests/test_gpu_megakernel.py::test_teacher_forced_logits_qkv_partial_sums" MKC_TEST_S=$(( left > 95 ? 90 : left - 5 )) \
-    MKC_AB=none MKC_NO_TOKENS=1 MKC_NO_PEER=1 OUT=$OUT bash scripts/gpu_final.sh
+  [ "$left" -gt 30 ] && qsum_tests $(( left > 95 ? 90 : left - 5 ))
   # batch 32's layer traced on today's defaults (down_sum 8, qkv_sum 4), where the time left allows:
   # mkc compile llama-3.2-1b --batch 32 --max-seq-len 1024 --out .builds/llama-b32; prebuild.py
   # --build-dirs .builds/llama-b32 --trace (out/carry/builds.tgz, its kernels in cache17.tgz)

@@ -516,7 +516,7 @@ def bench(variant: str, steps: int, max_seq: int) -> dict:
     return dict(kinds=kt, test="bench", variant=variant, model=name, batch=batch, sync=sync, method=sched.method, steps=steps, max_seq=max_seq,
                 ms_per_token=ms_tok, ms_per_call=statistics.median(calls[5:]), floor_ms=floor,
                 pct_of_bw=100 * floor / ms_tok, read_bw_TBps=card_read_bw() / 1e12,
-                pct_of_card=100 * floor * READ_BW / card_read_bw() / ms_tok, predicted_us=sched.makespan, sched_s=t_sched,
+                pct_of_card=100 * (wbytes + kvbytes) / card_read_bw() * 1e3 / ms_tok, predicted_us=sched.makespan, sched_s=t_sched,
                 regs=mk.kernel.num_regs, consumer_regs=dict(mk.cfg.consts).get("REG_SPLIT", 0), smem=mk.cfg.smem_bytes, weight_bytes=wbytes, kv_bytes=kvbytes)
 
 
